@@ -1,0 +1,10 @@
+#pragma once
+// The push library: many networks trained together, concurrently, on LibTorch.
+#include <push/runtime/errors.h>
+#include <push/runtime/future.h>
+#include <push/runtime/options.h>
+#include <push/runtime/particle.h>
+#include <push/runtime/push.h>
+#include <push/runtime/types.h>
+#include <push/runtime/view.h>
+#include <push/version.h>

@@ -1,0 +1,200 @@
+#pragma once
+// Future<T>: the result of work submitted to a particle.
+//
+//   push::PFuture f = dist.p_launch(pid, "train", x);
+//   f.then([](const c10::IValue& loss) { ... });   // runs where f completes
+//   c10::IValue v = f.wait();                      // rethrows a particle's exception
+//
+// wait() is fiber-aware: inside a particle handler it suspends that handler and lets
+// the device's event loop run other work (including the work being waited on), so
+// handlers may wait on their own device without deadlock. On any other thread it blocks.
+// All members are thread-safe. Continuations run on the thread that completes the
+// future (or at once if it is already complete): keep them short and never wait in them.
+#include <ATen/core/ivalue.h>
+
+#include <push/runtime/errors.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace push {
+namespace detail {
+
+/// The type-independent part of a future's shared state.
+class FutureCore {
+ public:
+  virtual ~FutureCore() = default;
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+
+  /// Blocks (plain thread) or suspends (particle handler) until ready.
+  void wait_ready();
+  /// Plain threads only; inside a handler this is wait_ready() when `timeout` allows.
+  bool wait_ready_for(std::chrono::nanoseconds timeout);
+
+  /// Runs `callback` once ready (immediately, on this thread, if already ready).
+  void add_callback(std::function<void()> callback);
+  std::exception_ptr error() const {
+    return error_;  // written before ready_ is published
+  }
+  void rethrow_if_error() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ protected:
+  void mark_ready(std::exception_ptr error);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::atomic<bool> ready_{false};
+  std::exception_ptr error_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+template <class T>
+class FutureState final : public FutureCore {
+ public:
+  void set_value(T value) {
+    value_.emplace(std::move(value));
+    mark_ready(nullptr);
+  }
+  void set_error(std::exception_ptr error) { mark_ready(std::move(error)); }
+  const T& value() const { return *value_; }
+
+ private:
+  std::optional<T> value_;
+};
+
+}  // namespace detail
+
+template <class T>
+class Future {
+ public:
+  using value_type = T;
+
+  Future() = default;
+  explicit Future(std::shared_ptr<detail::FutureState<T>> state) : state_(std::move(state)) {}
+
+  /// A future that is already complete.
+  static Future ready(T value) {
+    auto state = std::make_shared<detail::FutureState<T>>();
+    state->set_value(std::move(value));
+    return Future(std::move(state));
+  }
+  static Future failed(std::exception_ptr error) {
+    auto state = std::make_shared<detail::FutureState<T>>();
+    state->set_error(std::move(error));
+    return Future(std::move(state));
+  }
+
+  bool valid() const { return state_ != nullptr; }
+  bool is_ready() const { return check().ready(); }
+  bool has_error() const { return is_ready() && state_->error() != nullptr; }
+
+  /// Waits, then returns the value or rethrows the error.
+  const T& wait() const {
+    auto& state = check();
+    state.wait_ready();
+    state.rethrow_if_error();
+    return state.value();
+  }
+  const T& get() const { return wait(); }
+
+  /// Waits at most `timeout`; true when the future is complete.
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    return check().wait_ready_for(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(timeout));
+  }
+
+  /// A future of f(value); an error skips f and propagates.
+  template <class F>
+  auto then(F&& f) const -> Future<std::invoke_result_t<F, const T&>> {
+    using U = std::invoke_result_t<F, const T&>;
+    static_assert(!std::is_void_v<U>, "a continuation must return a value");
+    auto next = std::make_shared<detail::FutureState<U>>();
+    auto state = state_;
+    check().add_callback([state, next, fn = std::forward<F>(f)]() mutable {
+      if (auto error = state->error()) {
+        next->set_error(error);
+        return;
+      }
+      try {
+        next->set_value(fn(state->value()));
+      } catch (...) {
+        next->set_error(std::current_exception());
+      }
+    });
+    return Future<U>(std::move(next));
+  }
+
+  /// The shared state, for code that combines futures of different types.
+  const std::shared_ptr<detail::FutureState<T>>& state() const { return state_; }
+
+ private:
+  detail::FutureState<T>& check() const {
+    if (!state_) throw Error("[push::Future] this future is empty (default-constructed or moved from)");
+    return *state_;
+  }
+  std::shared_ptr<detail::FutureState<T>> state_;
+};
+
+/// The producer side of a Future, for work completed outside the runtime (a data
+/// loader, another thread). Move-only; destroying an unsatisfied promise fails its
+/// future with a "broken promise" error, so no waiter hangs on it.
+template <class T>
+class Promise {
+ public:
+  Promise() : state_(std::make_shared<detail::FutureState<T>>()) {}
+  Promise(Promise&&) noexcept = default;
+  Promise& operator=(Promise&& other) noexcept {
+    if (this != &other) {
+      abandon();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  ~Promise() { abandon(); }
+
+  Future<T> future() const { return Future<T>(state_); }
+  void set_value(T value) { check().set_value(std::move(value)); }
+  void set_error(std::exception_ptr error) { check().set_error(std::move(error)); }
+
+ private:
+  detail::FutureState<T>& check() {
+    if (!state_) throw Error("[push::Promise] this promise was moved from");
+    return *state_;
+  }
+  void abandon() {
+    if (state_ && !state_->ready()) {
+      state_->set_error(std::make_exception_ptr(
+          Error("[push::Promise] broken promise: destroyed without a value")));
+    }
+  }
+  std::shared_ptr<detail::FutureState<T>> state_;
+};
+
+/// The future of a particle message or operation.
+using PFuture = Future<c10::IValue>;
+
+/// Waits until every future is complete, then returns their values in order or
+/// rethrows the first error (no work is left running behind an early throw).
+template <class T>
+std::vector<T> wait_all(const std::vector<Future<T>>& futures) {
+  for (const auto& f : futures) f.wait_for(std::chrono::hours(24 * 365));
+  std::vector<T> out;
+  out.reserve(futures.size());
+  for (const auto& f : futures) out.push_back(f.wait());
+  return out;
+}
+
+}  // namespace push

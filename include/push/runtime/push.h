@@ -1,0 +1,102 @@
+#pragma once
+// Push: a distribution of particles (networks with their own optimizers) that run
+// concurrently on device lanes, exchange messages and read each other's parameters.
+//
+//   push::Push dist([] { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); },
+//                   push::PushOptions().devices(2).cache_size(4));
+//   auto opts = push::ParticleOptions()
+//       .optimizer([](std::vector<torch::Tensor> ps) {
+//         return std::make_unique<torch::optim::Adam>(ps, torch::optim::AdamOptions(1e-2));
+//       })
+//       .on("train", [](push::Particle& p, const push::Args& a) {
+//         return p.step(mse, a[0].toTensor(), a[1].toTensor()).wait();
+//       });
+//   std::vector<push::PFuture> fs;
+//   for (int i = 0; i < 8; ++i) fs.push_back(dist.p_launch(dist.p_create(opts), "train", x, y));
+//   dist.p_wait(fs);
+//   dist.save("ckpt");
+//
+// Thread-safety: every member may be called from any thread, including from inside a
+// handler. The destructor cancels work that has not started, unwinds suspended
+// handlers (their futures fail with CancelledError) and joins every thread.
+#include <push/runtime/future.h>
+#include <push/runtime/options.h>
+#include <push/runtime/particle.h>
+#include <push/runtime/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace push {
+namespace detail {
+class Runtime;
+}
+
+/// Counters of one device's particle cache.
+struct CacheStats {
+  int64_t resident = 0;    // particles materialized now
+  int64_t evictions = 0;   // particles copied out to the host store
+  int64_t restores = 0;    // particles copied back from it
+  int64_t view_hits = 0;   // get() answered from the view cache
+  int64_t view_misses = 0;
+};
+
+class Push {
+ public:
+  explicit Push(ModuleFactory module_factory, PushOptions options = {});
+  /// Accepts any factory whose result converts to torch::nn::AnyModule (a ModuleHolder
+  /// such as torch::nn::Linear, a std::shared_ptr<MyModule>, or a torch::nn::Sequential).
+  template <class F, class = std::enable_if_t<!std::is_convertible_v<F, ModuleFactory> &&
+                                              std::is_invocable_v<F&>>>
+  explicit Push(F factory, PushOptions options = {})
+      : Push(ModuleFactory([f = std::move(factory)]() mutable {
+               return to_any_module(f());
+             }),
+             std::move(options)) {}
+  ~Push();
+  Push(const Push&) = delete;
+  Push& operator=(const Push&) = delete;
+
+  /// Creates a particle and returns its id.
+  Pid p_create(ParticleOptions options = {});
+
+  /// Runs `pid`'s handler for `message` on its device.
+  PFuture p_launch(Pid pid, const std::string& message, Args args = {});
+  template <class A0, class... A>
+  PFuture p_launch(Pid pid, const std::string& message, A0&& a0, A&&... args) {
+    return p_launch(pid, message,
+                    Args{c10::IValue(std::forward<A0>(a0)), c10::IValue(std::forward<A>(args))...});
+  }
+
+  /// Waits for every future; returns their values or rethrows the first error.
+  std::vector<c10::IValue> p_wait(const std::vector<PFuture>& futures);
+
+  /// Copies (on the CPU) of `pid`'s parameters, in module order.
+  std::vector<torch::Tensor> p_parameters(Pid pid);
+  /// Like p_parameters, keyed by parameter name.
+  std::vector<std::pair<std::string, torch::Tensor>> p_named_parameters(Pid pid);
+
+  std::vector<Pid> particle_ids() const;
+  int64_t num_particles() const;
+  int num_devices() const;
+  torch::Device device(int lane) const;
+  CacheStats cache_stats(int lane) const;
+
+  /// Writes every particle's parameters, buffers, optimizer and scheduler state, user
+  /// state and id to `dir`, atomically (a crash mid-save leaves any previous checkpoint
+  /// at `dir` intact). Call it when no handler is running.
+  void save(const std::filesystem::path& dir);
+
+  /// Restores the particles saved in `dir`. A saved id that exists here is overwritten;
+  /// one that does not is created with `make_options(pid)` (handlers, optimizer factory;
+  /// without it, a missing id is an error). Particles here but not in `dir` are an error.
+  void load(const std::filesystem::path& dir,
+            const std::function<ParticleOptions(Pid)>& make_options = nullptr);
+
+ private:
+  std::shared_ptr<detail::Runtime> runtime_;
+};
+
+}  // namespace push

@@ -1,0 +1,5 @@
+#pragma once
+#define PUSH_VERSION_MAJOR 0
+#define PUSH_VERSION_MINOR 1
+#define PUSH_VERSION_PATCH 0
+#define PUSH_VERSION_STRING "0.1.0"

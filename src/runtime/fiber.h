@@ -1,0 +1,84 @@
+#pragma once
+// A stackful coroutine on its own guarded stack, switched with ucontext.
+//
+// Why stackful: a particle handler is ordinary C++ that calls wait() anywhere in its
+// call tree. Suspending it without blocking the device's only OS thread needs its own
+// stack; C++20 stackless coroutines would force co_await into every user handler.
+//
+// A Fiber never migrates between threads: it is resumed only by the lane thread that
+// started it. That keeps thread_local state (ours, LibTorch's, the C++ runtime's)
+// coherent; what LibTorch keeps per thread (grad mode, dispatch keys, ...) and the
+// C++ exception-handling globals are saved and restored on every switch, so a handler
+// that waits inside a NoGradGuard or a catch block resumes exactly as it left.
+#include <ATen/ThreadLocalState.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include <ucontext.h>
+
+namespace push::detail {
+
+// Mirror of the Itanium C++ ABI's per-thread exception globals (cxxabi.h keeps the
+// struct opaque; its layout is fixed by the ABI).
+struct EhGlobals {
+  void* caught_exceptions = nullptr;
+  unsigned int uncaught_exceptions = 0;
+};
+
+class Fiber {
+ public:
+  explicit Fiber(std::size_t stack_size);
+  ~Fiber();
+  Fiber(const Fiber&) = delete;
+  Fiber& operator=(const Fiber&) = delete;
+
+  // Prepares the fiber to run `body` from the start at the next resume(). The body
+  // must not let an exception escape (the caller wraps it).
+  void start(std::function<void()> body);
+
+  // Scheduler side: runs the fiber until it suspends or its body returns.
+  void resume();
+
+  // Fiber side: returns control to the resume() that is running it.
+  void suspend();
+
+  bool finished() const { return finished_; }
+  /// Gives the stack's pages back to the system (only while not running).
+  void release_stack();
+  std::size_t stack_size() const { return stack_size_; }
+
+  // The fiber running on this thread, or nullptr on a plain thread stack.
+  static Fiber* current();
+
+ private:
+  static void trampoline(unsigned int lo, unsigned int hi);
+  void run_body();
+  void switch_in();
+  void switch_out();
+
+  ucontext_t context_{};
+  ucontext_t caller_{};
+  void* mapping_ = nullptr;  // stack with a guard page below it
+  std::size_t mapping_size_ = 0;
+  void* stack_ = nullptr;
+  std::size_t stack_size_ = 0;
+  std::function<void()> body_;
+  bool finished_ = true;
+
+  EhGlobals eh_fiber_{};
+  EhGlobals eh_caller_{};
+  std::optional<at::ThreadLocalState> torch_tls_;  // the fiber's, while suspended
+  Fiber* previous_ = nullptr;
+
+  // Sanitizer bookkeeping (used only in instrumented builds).
+  void* tsan_fiber_ = nullptr;
+  void* tsan_caller_ = nullptr;
+  void* asan_fake_stack_ = nullptr;
+  const void* asan_caller_bottom_ = nullptr;
+  std::size_t asan_caller_size_ = 0;
+};
+
+}  // namespace push::detail

@@ -1,0 +1,111 @@
+#pragma once
+// A device lane: one OS thread running an event loop that owns one device's particles,
+// their cache and a view cache. Other threads only post jobs to it.
+//
+// Jobs are of three kinds:
+//  - inline: short runtime work (a view snapshot, a checkpoint write) run on the lane's
+//    own stack; it never waits.
+//  - handler: a particle's receive handler, run in a fiber (a stackful coroutine), with
+//    its particle pinned in the cache while it runs.
+//  - resume: a suspended handler whose awaited future completed.
+// Only one fiber runs at a time, so NN work on a device is serialized; handlers on one
+// device interleave exactly at their wait() points; lanes run in parallel.
+#include <push/runtime/future.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/fiber.h"
+#include "runtime/particle_cache.h"
+#include "runtime/view_cache.h"
+
+namespace push::detail {
+
+struct ParticleRecord;
+
+struct LaneConfig {
+  int index = 0;
+  torch::Device device = torch::kCPU;
+  int cache_size = 4;
+  int view_size = 4;
+  int intra_op_threads = 1;
+  std::size_t stack_size = std::size_t{1} << 20;
+};
+
+class Lane : public std::enable_shared_from_this<Lane> {
+ public:
+  struct Task;  // a fiber and what it is running
+
+  struct Job {
+    enum class Kind { kInline, kHandler, kResume };
+    Kind kind = Kind::kInline;
+    std::function<void()> run;                       // inline, handler
+    std::function<void(std::exception_ptr)> cancel;  // inline, handler: fail its future
+    ParticleRecord* owner = nullptr;                 // handler: its particle
+    Task* task = nullptr;                            // resume
+    uint64_t ticket = 0;                             // resume
+  };
+
+  explicit Lane(LaneConfig config);
+  ~Lane();
+
+  void start();
+  /// Thread-safe. After stop, the job is cancelled at once instead.
+  void post(Job job);
+  /// Stops taking jobs, cancels queued ones, unwinds suspended handlers, joins.
+  void stop();
+
+  int index() const { return config_.index; }
+  const torch::Device& device() const { return config_.device; }
+  ParticleCache& cache() { return cache_; }
+  const ParticleCache& cache() const { return cache_; }
+  ViewCache& views() { return views_; }
+  const ViewCache& views() const { return views_; }
+
+  /// The lane whose thread this is, or nullptr.
+  static Lane* current();
+  /// The particle whose handler is running now on this lane (lane thread only).
+  ParticleRecord* running() const;
+
+  /// Fiber side: suspends the running handler until `future` is ready. Unpins its
+  /// particle meanwhile. Throws CancelledError when the lane is stopping.
+  void suspend_until(FutureCore& future);
+
+  /// Pins / unpins the running handler's particle (lane thread only).
+  void pin_running();
+  void unpin_running();
+
+ private:
+  void loop();
+  void dispatch(Job& job);
+  void run_task(Task* task);
+  Task* take_task();
+  void recycle(Task* task);
+  void cancel_suspended();
+  void remove_suspended(Task* task);
+
+  LaneConfig config_;
+  ParticleCache cache_;
+  ViewCache views_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_requested_ = false;
+  bool closed_ = false;  // jobs posted now are cancelled
+  std::thread thread_;
+
+  // Lane thread only.
+  std::vector<std::unique_ptr<Task>> tasks_;
+  std::vector<Task*> idle_tasks_;
+  std::vector<Task*> suspended_;
+  Task* current_ = nullptr;
+  bool stopping_ = false;
+};
+
+}  // namespace push::detail

@@ -1,0 +1,112 @@
+#include <push/runtime/particle.h>
+
+#include <torch/torch.h>
+
+#include "runtime/runtime.h"
+
+namespace push {
+
+void Particle::check_thread(const char* origin) const {
+  detail::Lane* lane = detail::Lane::current();
+  PUSH_CHECK(lane != nullptr && lane->running() == record_, origin, "particle ", record_->pid,
+             " can only be used inside one of its own handlers");
+}
+
+Pid Particle::pid() const { return record_->pid; }
+int Particle::lane() const { return record_->lane; }
+torch::Device Particle::device() const { return runtime_->lane(record_->lane).device(); }
+
+torch::nn::Module& Particle::module() {
+  check_thread("push::Particle::module");
+  return *record_->module.ptr();
+}
+
+torch::nn::AnyModule& Particle::any_module() {
+  check_thread("push::Particle::any_module");
+  return record_->module;
+}
+
+torch::optim::Optimizer& Particle::optimizer() {
+  check_thread("push::Particle::optimizer");
+  PUSH_CHECK(record_->optimizer != nullptr, "push::Particle::optimizer", "particle ",
+             record_->pid, " was created without an optimizer factory");
+  return *record_->optimizer;
+}
+
+State& Particle::state() {
+  check_thread("push::Particle::state");
+  return record_->state;
+}
+
+PFuture Particle::run_now(const char* what, const std::function<c10::IValue()>& fn) {
+  check_thread("push::Particle");
+  try {
+    return PFuture::ready(fn());
+  } catch (...) {
+    return PFuture::failed(detail::wrap_particle_error(record_->pid, what, std::current_exception()));
+  }
+}
+
+PFuture Particle::zero_grad() {
+  return run_now("zero_grad", [&]() -> c10::IValue {
+    optimizer().zero_grad();
+    return {};
+  });
+}
+
+PFuture Particle::scheduler_step() {
+  return run_now("scheduler_step", [&]() -> c10::IValue {
+    PUSH_CHECK(record_->scheduler != nullptr, "push::Particle::scheduler_step", "particle ",
+               record_->pid, " was created without a scheduler factory");
+    record_->scheduler->step();
+    ++record_->scheduler_steps;
+    return {};
+  });
+}
+
+PFuture Particle::send(Pid to, const std::string& message, Args args) {
+  check_thread("push::Particle::send");
+  return runtime_->send(to, message, std::move(args), "push::Particle::send");
+}
+
+Future<ParticleView> Particle::get(Pid pid) {
+  check_thread("push::Particle::get");
+  detail::ParticleRecord& target = runtime_->find(pid, "push::Particle::get");
+  detail::Lane& lane = *detail::Lane::current();
+  const uint64_t version = target.version.load(std::memory_order_acquire);
+  if (auto hit = lane.views().lookup(pid, version)) return *hit;
+  detail::Runtime* rt = runtime_;
+  torch::Device device = lane.device();
+  auto view = rt->call_on_lane<ParticleView>(target.lane, [rt, &target, device] {
+    return ParticleView(std::make_shared<const ParticleView::Data>(rt->snapshot(target, device)));
+  });
+  lane.views().insert(pid, version, view);
+  return view;
+}
+
+std::vector<c10::IValue> Particle::wait(const std::vector<PFuture>& futures) {
+  check_thread("push::Particle::wait");
+  return wait_all(futures);
+}
+
+std::vector<ParticleView> Particle::wait(const std::vector<Future<ParticleView>>& futures) {
+  check_thread("push::Particle::wait");
+  return wait_all(futures);
+}
+
+void Particle::register_receive(const std::string& message, Handler handler) {
+  check_thread("push::Particle::register_receive");
+  PUSH_CHECK(handler != nullptr, "push::Particle::register_receive", "the handler for '",
+             message, "' is empty");
+  record_->handlers[message] = std::move(handler);
+}
+
+std::vector<Pid> Particle::particle_ids() const { return runtime_->particle_ids(); }
+
+std::vector<Pid> Particle::other_particles() const {
+  std::vector<Pid> ids = runtime_->particle_ids();
+  ids.erase(std::remove(ids.begin(), ids.end(), record_->pid), ids.end());
+  return ids;
+}
+
+}  // namespace push

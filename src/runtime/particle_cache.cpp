@@ -1,0 +1,163 @@
+#include "runtime/particle_cache.h"
+
+#include <push/detail/torch_compat.h>
+#include <push/runtime/errors.h>
+
+#include <torch/optim.h>
+
+#include <unordered_set>
+
+#include "runtime/particle_record.h"
+
+namespace push::detail {
+namespace {
+
+// The tensors of an optimizer's per-parameter state, for the optimizers LibTorch ships.
+// Another optimizer's state stays on the device (a warning says so once).
+template <class F>
+void for_each_optimizer_tensor(torch::optim::Optimizer& optimizer, F&& visit) {
+  using namespace torch::optim;
+  for (auto& entry : optimizer.state()) {
+    OptimizerParamState* state = entry.second.get();
+    if (auto* s = dynamic_cast<AdamParamState*>(state)) {
+      visit(s->exp_avg());
+      visit(s->exp_avg_sq());
+      visit(s->max_exp_avg_sq());
+    } else if (auto* s = dynamic_cast<AdamWParamState*>(state)) {
+      visit(s->exp_avg());
+      visit(s->exp_avg_sq());
+      visit(s->max_exp_avg_sq());
+    } else if (auto* s = dynamic_cast<SGDParamState*>(state)) {
+      visit(s->momentum_buffer());
+    } else if (auto* s = dynamic_cast<RMSpropParamState*>(state)) {
+      visit(s->square_avg());
+      visit(s->momentum_buffer());
+      visit(s->grad_avg());
+    } else if (auto* s = dynamic_cast<AdagradParamState*>(state)) {
+      visit(s->sum());
+    } else {
+      TORCH_WARN_ONCE(
+          "[push::ParticleCache] optimizer state of an unknown type stays on the device "
+          "when its particle is evicted");
+    }
+  }
+}
+
+// Every distinct tensor of the particle, parameters first, in a fixed order.
+void collect_slots(ParticleRecord& r) {
+  r.slots.clear();
+  r.grad_slot.clear();
+  std::unordered_set<const void*> seen;
+  auto add = [&](const torch::Tensor& t) -> int64_t {
+    if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) return -1;
+    r.slots.push_back(t);
+    return static_cast<int64_t>(r.slots.size()) - 1;
+  };
+  auto params = r.module.ptr()->parameters();
+  for (const auto& p : params) add(p);
+  r.num_parameters = static_cast<int64_t>(r.slots.size());
+  for (const auto& b : r.module.ptr()->buffers()) add(b);
+  for (const auto& p : params) r.grad_slot.push_back(add(p.grad()));
+  if (r.optimizer) for_each_optimizer_tensor(*r.optimizer, add);
+}
+
+bool same_layout(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type();
+}
+
+}  // namespace
+
+void ParticleCache::insert(ParticleRecord& record) {
+  make_room();
+  record.resident = true;
+  record.lru_position = lru_.insert(lru_.end(), &record);
+  resident_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ParticleCache::pin(ParticleRecord& record) {
+  if (!record.resident) {
+    make_room();
+    restore(record);
+  } else {
+    lru_.splice(lru_.end(), lru_, record.lru_position);  // most recently used
+  }
+  ++record.pins;
+}
+
+void ParticleCache::unpin(ParticleRecord& record) {
+  TORCH_INTERNAL_ASSERT(record.pins > 0, "unpin of particle ", record.pid, " without a pin");
+  --record.pins;
+}
+
+void ParticleCache::make_room() {
+  if (static_cast<int>(lru_.size()) < capacity_) return;
+  for (ParticleRecord* victim : lru_) {
+    if (victim->pins == 0) {
+      evict(*victim);
+      return;
+    }
+  }
+  // Every resident particle is pinned: the runtime pins at most one particle per lane
+  // at a time, so this only happens with operations nested by hand; go over capacity.
+}
+
+void ParticleCache::evict(ParticleRecord& r) {
+  TORCH_INTERNAL_ASSERT(r.resident && r.pins == 0, "evicting particle ", r.pid,
+                        " that is not resident or is pinned");
+  torch::NoGradGuard no_grad;
+  collect_slots(r);
+  r.host.resize(r.slots.size());
+  const bool pinned = compat::wants_pinned_host(device_);
+  for (size_t i = 0; i < r.slots.size(); ++i) {
+    const torch::Tensor& t = r.slots[i];
+    if (!same_layout(r.host[i], t)) {
+      r.host[i] = torch::empty(t.sizes(),
+                               t.options().device(torch::kCPU).pinned_memory(pinned));
+    }
+    r.host[i].copy_(t, /*non_blocking=*/pinned);
+  }
+  compat::synchronize(device_);
+  for (const torch::Tensor& t : r.slots) {
+    t.set_data(torch::empty({0}, t.options()));
+  }
+  lru_.erase(r.lru_position);
+  r.resident = false;
+  resident_.fetch_sub(1, std::memory_order_relaxed);
+  evictions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ParticleCache::restore(ParticleRecord& r) {
+  TORCH_INTERNAL_ASSERT(!r.resident, "restoring particle ", r.pid, " that is resident");
+  torch::NoGradGuard no_grad;
+  const bool pinned = compat::wants_pinned_host(device_);
+  for (size_t i = 0; i < r.slots.size(); ++i) {
+    const torch::Tensor& host = r.host[i];
+    torch::Tensor on_device = torch::empty(host.sizes(), host.options().device(device_).pinned_memory(false));
+    on_device.copy_(host, /*non_blocking=*/pinned);
+    r.slots[i].set_data(on_device);
+  }
+  // The slot handles are the particle's own tensors: drop ours so that a gradient the
+  // optimizer later replaces is not kept alive here.
+  r.slots.clear();
+  r.lru_position = lru_.insert(lru_.end(), &r);
+  r.resident = true;
+  resident_.fetch_add(1, std::memory_order_relaxed);
+  restores_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<torch::Tensor> ParticleCache::parameters(ParticleRecord& r) const {
+  if (r.resident) return r.module.ptr()->parameters();
+  return {r.host.begin(), r.host.begin() + r.num_parameters};
+}
+
+std::vector<torch::Tensor> ParticleCache::gradients(ParticleRecord& r) const {
+  std::vector<torch::Tensor> out;
+  if (r.resident) {
+    for (const auto& p : r.module.ptr()->parameters()) out.push_back(p.grad());
+    return out;
+  }
+  for (int64_t slot : r.grad_slot) out.push_back(slot >= 0 ? r.host[slot] : torch::Tensor());
+  return out;
+}
+
+}  // namespace push::detail

@@ -1,0 +1,56 @@
+#pragma once
+// The particle cache of one device lane: at most `capacity` particles resident; the rest
+// in a host store (pinned memory on CUDA) with their gradients and optimizer state.
+// Least recently used goes first; a pinned particle (its handler is running, or an
+// operation holds it) is never evicted. Lane thread only, except the stats.
+//
+// Eviction copies every tensor of the particle (parameters, buffers, gradients,
+// optimizer state) into the host store and swaps an empty tensor into the *same*
+// TensorImpl (Tensor::set_data); restoring swaps a device copy back. Identity is
+// preserved, so the optimizer's state keys and any handle the user holds stay valid,
+// and the copies are exact, so training is bitwise the same at any cache size.
+#include <torch/types.h>
+
+#include <atomic>
+#include <list>
+#include <vector>
+
+namespace push::detail {
+
+struct ParticleRecord;
+
+class ParticleCache {
+ public:
+  ParticleCache(torch::Device device, int capacity) : device_(device), capacity_(capacity) {}
+
+  /// A newly created particle, already on the device: becomes resident (MRU).
+  void insert(ParticleRecord& record);
+  /// Makes `record` resident and most recently used, and pins it.
+  void pin(ParticleRecord& record);
+  void unpin(ParticleRecord& record);
+
+  /// The particle's parameters / gradients wherever they are now (device or host store),
+  /// without materializing it. Read-only: callers copy.
+  std::vector<torch::Tensor> parameters(ParticleRecord& record) const;
+  std::vector<torch::Tensor> gradients(ParticleRecord& record) const;
+
+  int64_t resident() const { return resident_.load(std::memory_order_relaxed); }
+  int64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
+  int64_t restores() const { return restores_.load(std::memory_order_relaxed); }
+
+  // Exposed for the swap benchmark.
+  void evict(ParticleRecord& record);
+  void restore(ParticleRecord& record);
+
+ private:
+  void make_room();
+
+  torch::Device device_;
+  int capacity_;
+  std::list<ParticleRecord*> lru_;  // front: least recently used
+  std::atomic<int64_t> resident_{0};
+  std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> restores_{0};
+};
+
+}  // namespace push::detail

@@ -1,0 +1,43 @@
+#pragma once
+// Everything the runtime keeps about one particle. Owned by the Runtime; mutated only on
+// its lane's thread (except `version`, which other lanes read to validate views).
+#include <push/runtime/particle.h>
+#include <push/runtime/types.h>
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace push::detail {
+
+struct ParticleRecord {
+  Pid pid = -1;
+  int lane = 0;
+  uint64_t seed = 0;
+  torch::nn::AnyModule module;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  SchedulerFactory make_scheduler;
+  std::unique_ptr<torch::optim::LRScheduler> scheduler;
+  int64_t scheduler_steps = 0;
+  Handlers handlers;
+  State state;
+  std::vector<std::string> parameter_names;
+  std::unique_ptr<Particle> handle;
+
+  // Bumped whenever the particle may change (a handler of it is switched in, a load):
+  // a view taken at version v is still exact while version == v.
+  std::atomic<uint64_t> version{1};
+
+  // Particle cache (see particle_cache.h).
+  bool resident = false;
+  int pins = 0;
+  std::list<ParticleRecord*>::iterator lru_position;
+  std::vector<torch::Tensor> slots;  // the tensors that were evicted, same TensorImpls
+  std::vector<torch::Tensor> host;   // their copies in the host store
+  int64_t num_parameters = 0;        // slots[0, num_parameters) are the parameters
+  std::vector<int64_t> grad_slot;    // parameter i's gradient is slots[grad_slot[i]] or -1
+};
+
+}  // namespace push::detail

@@ -1,0 +1,378 @@
+#include <push/runtime/push.h>
+
+#include <push/detail/torch_compat.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include "runtime/runtime.h"
+
+namespace push {
+namespace detail {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Builds a module under `seed` without disturbing the global generator's sequence.
+// Serialized: LibTorch's initializers draw from the one global CPU generator.
+torch::nn::AnyModule build_module(const ModuleFactory& factory, uint64_t seed, Pid pid) {
+  static std::mutex init_mutex;
+  std::lock_guard<std::mutex> init_lock(init_mutex);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  torch::Tensor saved;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    saved = generator.get_state();
+    generator.set_current_seed(seed);
+  }
+  auto restore = [&] {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(saved);
+  };
+  torch::nn::AnyModule module;
+  try {
+    module = factory();
+  } catch (...) {
+    restore();
+    throw Error(c10::str("[push::Push::p_create] the module factory threw for particle ", pid,
+                         ": ", describe(std::current_exception())));
+  }
+  restore();
+  PUSH_CHECK(!module.is_empty(), "push::Push::p_create",
+             "the module factory returned an empty module for particle ", pid);
+  return module;
+}
+
+// Tensors in a message are moved to the receiver's device (a no-op when already there).
+c10::IValue to_device(const c10::IValue& value, const torch::Device& device) {
+  if (value.isTensor()) {
+    const auto& t = value.toTensor();
+    return t.defined() && t.device() != device ? c10::IValue(t.to(device)) : value;
+  }
+  if (value.isTensorList()) {
+    c10::List<torch::Tensor> out;
+    for (const torch::Tensor& t : value.toTensorList()) out.push_back(t.to(device));
+    return out;
+  }
+  if (value.isList()) {
+    auto list = value.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue& v : list) out.push_back(to_device(v, device));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> elements;
+    for (const auto& v : value.toTupleRef().elements()) elements.push_back(to_device(v, device));
+    return c10::ivalue::Tuple::create(std::move(elements));
+  }
+  if (value.isGenericDict()) {
+    auto dict = value.toGenericDict();
+    c10::impl::GenericDict out(dict.keyType(), dict.valueType());
+    for (const auto& entry : dict) out.insert(entry.key(), to_device(entry.value(), device));
+    return out;
+  }
+  return value;
+}
+
+bool has_tensor_off(const Args& args, const torch::Device& device) {
+  for (const auto& a : args) {
+    if (a.isTensor() && a.toTensor().defined() && a.toTensor().device() != device) return true;
+    if (a.isList() || a.isTuple() || a.isGenericDict() || a.isTensorList()) return true;
+  }
+  return false;
+}
+
+// An exception from particle code, with the particle and message in its text.
+std::exception_ptr wrap(Pid pid, const std::string& message, std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CancelledError& e) {
+    return std::make_exception_ptr(CancelledError(
+        c10::str("[push] particle ", pid, ", message '", message, "': ", e.what())));
+  } catch (...) {
+    return std::make_exception_ptr(ParticleError(pid, message, describe(error), error));
+  }
+}
+
+}  // namespace
+
+std::exception_ptr wrap_particle_error(Pid pid, const std::string& message,
+                                       std::exception_ptr error) {
+  return wrap(pid, message, std::move(error));
+}
+
+Runtime::Runtime(ModuleFactory factory, PushOptions options)
+    : factory_(std::move(factory)), options_(std::move(options)) {
+  PUSH_CHECK(factory_ != nullptr, "push::Push", "the module factory is empty");
+  PUSH_CHECK(options_.cache_size() >= 1, "push::Push", "cache_size must be at least 1, got ",
+             options_.cache_size());
+  PUSH_CHECK(options_.view_size() >= 1, "push::Push", "view_size must be at least 1, got ",
+             options_.view_size());
+  PUSH_CHECK(options_.stack_size() >= 64 * 1024, "push::Push",
+             "stack_size must be at least 64 KiB, got ", options_.stack_size());
+  const int cuda = compat::cuda_device_count();
+  const int lanes = options_.devices().value_or(cuda > 0 ? cuda : 1);
+  PUSH_CHECK(lanes >= 1, "push::Push", "devices must be at least 1, got ", lanes);
+  PUSH_CHECK(cuda == 0 || lanes <= cuda, "push::Push", "devices(", lanes,
+             ") is more than the ", cuda, " CUDA devices of this machine");
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = options_.intra_op_threads().value_or(std::max(1, cores / lanes));
+  PUSH_CHECK(threads >= 1, "push::Push", "intra_op_threads must be at least 1, got ", threads);
+  for (int i = 0; i < lanes; ++i) {
+    LaneConfig config;
+    config.index = i;
+    config.device = cuda > 0 ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i))
+                             : torch::Device(torch::kCPU);
+    config.cache_size = options_.cache_size();
+    config.view_size = options_.view_size();
+    config.intra_op_threads = threads;
+    config.stack_size = options_.stack_size();
+    lanes_.push_back(std::make_shared<Lane>(config));
+  }
+  for (auto& lane : lanes_) lane->start();
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+void Runtime::shutdown() {
+  stopping_.store(true);
+  for (auto& lane : lanes_) lane->stop();
+}
+
+void Runtime::check_open(const char* origin) const {
+  if (stopping_.load()) {
+    throw CancelledError(c10::str("[", origin, "] the distribution is shutting down"));
+  }
+}
+
+ParticleRecord& Runtime::find(Pid pid, const char* origin) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  auto it = records_.find(pid);
+  if (it == records_.end()) {
+    if (records_.empty()) {
+      throw Error(c10::str("[", origin, "] unknown particle id ", pid,
+                           " (the distribution has no particles)"));
+    }
+    throw Error(c10::str("[", origin, "] unknown particle id ", pid, " (the distribution has ",
+                         records_.size(), " particles, ids ", records_.begin()->first, "..",
+                         records_.rbegin()->first, ")"));
+  }
+  return *it->second;
+}
+
+std::vector<Pid> Runtime::particle_ids() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  std::vector<Pid> ids;
+  ids.reserve(records_.size());
+  for (const auto& entry : records_) ids.push_back(entry.first);
+  return ids;
+}
+
+int64_t Runtime::num_particles() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return static_cast<int64_t>(records_.size());
+}
+
+std::vector<ParticleRecord*> Runtime::records_on(int lane) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  std::vector<ParticleRecord*> out;
+  for (const auto& entry : records_) {
+    if (entry.second->lane == lane) out.push_back(entry.second.get());
+  }
+  return out;
+}
+
+Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
+  constexpr const char* origin = "push::Push::p_create";
+  check_open(origin);
+  Pid pid;
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    if (wanted) {
+      PUSH_CHECK(*wanted >= 0, origin, "particle ids are non-negative, got ", *wanted);
+      PUSH_CHECK(!records_.count(*wanted), origin, "particle ", *wanted, " already exists");
+      pid = *wanted;
+      next_pid_ = std::max(next_pid_, pid + 1);
+    } else {
+      pid = next_pid_++;
+    }
+  }
+  const int lane = options.device().value_or(static_cast<int>(pid % num_lanes()));
+  PUSH_CHECK(lane >= 0 && lane < num_lanes(), origin, "device ", lane,
+             " is out of range: the distribution has ", num_lanes(), " device",
+             num_lanes() == 1 ? "" : "s", " (0..", num_lanes() - 1, ")");
+
+  auto record = std::make_unique<ParticleRecord>();
+  record->pid = pid;
+  record->lane = lane;
+  record->seed = options.seed().value_or(splitmix64(options_.seed() ^ splitmix64(static_cast<uint64_t>(pid))));
+  record->module = build_module(factory_, record->seed, pid);
+  const torch::Device device = lanes_[lane]->device();
+  if (device != torch::kCPU) record->module.ptr()->to(device);
+  for (const auto& item : record->module.ptr()->named_parameters()) {
+    record->parameter_names.push_back(item.key());
+  }
+  if (options.optimizer()) {
+    record->optimizer = options.optimizer()(record->module.ptr()->parameters());
+    PUSH_CHECK(record->optimizer != nullptr, origin,
+               "the optimizer factory returned null for particle ", pid);
+  }
+  if (options.scheduler()) {
+    PUSH_CHECK(record->optimizer != nullptr, origin, "particle ", pid,
+               " has a scheduler factory but no optimizer factory");
+    record->make_scheduler = options.scheduler();
+    record->scheduler = record->make_scheduler(*record->optimizer);
+    PUSH_CHECK(record->scheduler != nullptr, origin,
+               "the scheduler factory returned null for particle ", pid);
+  }
+  record->handlers = options.receive();
+  record->state = options.state();
+  record->handle = std::make_unique<Particle>(*this, *record);
+
+  // Into the cache before anyone can address it, so no message overtakes the insert.
+  ParticleRecord* raw = record.get();
+  call_on_lane<bool>(lane, [this, raw] {
+    lanes_[raw->lane]->cache().insert(*raw);
+    return true;
+  }).wait();
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  records_.emplace(pid, std::move(record));
+  return pid;
+}
+
+PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char* origin) {
+  if (stopping_.load()) {
+    return PFuture::failed(std::make_exception_ptr(
+        CancelledError(c10::str("[", origin, "] the distribution is shutting down"))));
+  }
+  ParticleRecord* record = &find(pid, origin);
+  auto state = std::make_shared<FutureState<c10::IValue>>();
+  Lane::Job job;
+  job.kind = Lane::Job::Kind::kHandler;
+  job.owner = record;
+  job.run = [record, message, args = std::move(args), state] {
+    Lane& lane = *Lane::current();
+    try {
+      lane.pin_running();
+      auto it = record->handlers.find(message);
+      if (it == record->handlers.end()) {
+        std::string known;
+        for (const auto& h : record->handlers) known += (known.empty() ? "'" : ", '") + h.first + "'";
+        throw Error(c10::str("unknown message '", message, "' (particle ", record->pid,
+                             " handles ", known.empty() ? std::string("no messages") : known, ")"));
+      }
+      c10::IValue result;
+      if (has_tensor_off(args, lane.device())) {
+        Args local;
+        local.reserve(args.size());
+        for (const auto& a : args) local.push_back(to_device(a, lane.device()));
+        result = it->second(*record->handle, local);
+      } else {
+        result = it->second(*record->handle, args);
+      }
+      lane.unpin_running();
+      state->set_value(std::move(result));
+    } catch (...) {
+      lane.unpin_running();
+      state->set_error(wrap(record->pid, message, std::current_exception()));
+    }
+  };
+  job.cancel = [state](std::exception_ptr e) { state->set_error(std::move(e)); };
+  lanes_[record->lane]->post(std::move(job));
+  return PFuture(std::move(state));
+}
+
+ParticleView::Data Runtime::snapshot(ParticleRecord& record, const torch::Device& device) {
+  Lane& lane = *lanes_[record.lane];
+  torch::NoGradGuard no_grad;
+  ParticleView::Data data;
+  data.pid = record.pid;
+  data.version = record.version.load(std::memory_order_acquire);
+  data.names = record.parameter_names;
+  auto copy = [&](const torch::Tensor& t) {
+    return t.defined() ? t.to(device, t.scalar_type(), /*non_blocking=*/false, /*copy=*/true)
+                       : torch::Tensor();
+  };
+  for (const auto& p : lane.cache().parameters(record)) data.parameters.push_back(copy(p));
+  for (const auto& g : lane.cache().gradients(record)) data.gradients.push_back(copy(g));
+  compat::synchronize(lane.device());
+  return data;
+}
+
+}  // namespace detail
+
+// ---- Push -------------------------------------------------------------------------
+
+Push::Push(ModuleFactory module_factory, PushOptions options)
+    : runtime_(std::make_shared<detail::Runtime>(std::move(module_factory), std::move(options))) {}
+
+Push::~Push() { runtime_->shutdown(); }
+
+Pid Push::p_create(ParticleOptions options) { return runtime_->create(options); }
+
+PFuture Push::p_launch(Pid pid, const std::string& message, Args args) {
+  return runtime_->send(pid, message, std::move(args), "push::Push::p_launch");
+}
+
+std::vector<c10::IValue> Push::p_wait(const std::vector<PFuture>& futures) {
+  return wait_all(futures);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Push::p_named_parameters(Pid pid) {
+  auto& record = runtime_->find(pid, "push::Push::p_parameters");
+  auto* rt = runtime_.get();
+  auto data = rt->call_on_lane<ParticleView::Data>(record.lane, [rt, &record] {
+                    return rt->snapshot(record, torch::kCPU);
+                  }).wait();
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t i = 0; i < data.parameters.size(); ++i) {
+    out.emplace_back(data.names[i], data.parameters[i]);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> Push::p_parameters(Pid pid) {
+  std::vector<torch::Tensor> out;
+  for (auto& item : p_named_parameters(pid)) out.push_back(std::move(item.second));
+  return out;
+}
+
+std::vector<Pid> Push::particle_ids() const { return runtime_->particle_ids(); }
+int64_t Push::num_particles() const { return runtime_->num_particles(); }
+int Push::num_devices() const { return runtime_->num_lanes(); }
+
+torch::Device Push::device(int lane) const {
+  PUSH_CHECK(lane >= 0 && lane < runtime_->num_lanes(), "push::Push::device", "device ", lane,
+             " is out of range: the distribution has ", runtime_->num_lanes(), " devices");
+  return runtime_->lane(lane).device();
+}
+
+CacheStats Push::cache_stats(int lane) const {
+  device(lane);  // range check
+  const auto& l = runtime_->lane(lane);
+  CacheStats stats;
+  stats.resident = l.cache().resident();
+  stats.evictions = l.cache().evictions();
+  stats.restores = l.cache().restores();
+  stats.view_hits = l.views().hits();
+  stats.view_misses = l.views().misses();
+  return stats;
+}
+
+void Push::save(const std::filesystem::path& dir) { runtime_->save(dir); }
+
+void Push::load(const std::filesystem::path& dir,
+                const std::function<ParticleOptions(Pid)>& make_options) {
+  runtime_->load(dir, make_options);
+}
+
+}  // namespace push

@@ -1,0 +1,94 @@
+#pragma once
+// The internals behind push::Push: the device lanes and the particle registry.
+#include <push/runtime/errors.h>
+#include <push/runtime/future.h>
+#include <push/runtime/options.h>
+#include <push/runtime/view.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <vector>
+
+#include "runtime/lane.h"
+#include "runtime/particle_record.h"
+
+namespace push::detail {
+
+/// An exception from particle code, rewrapped with the particle and message in its text.
+std::exception_ptr wrap_particle_error(Pid pid, const std::string& message,
+                                       std::exception_ptr error);
+
+class Runtime {
+ public:
+  Runtime(ModuleFactory factory, PushOptions options);
+  ~Runtime();
+
+  /// Cancels pending work, unwinds suspended handlers, joins every lane. Idempotent.
+  void shutdown();
+
+  int num_lanes() const { return static_cast<int>(lanes_.size()); }
+  Lane& lane(int index) { return *lanes_.at(static_cast<size_t>(index)); }
+  const Lane& lane(int index) const { return *lanes_.at(static_cast<size_t>(index)); }
+
+  /// The particle `pid`; throws push::Error naming `origin` when there is none.
+  ParticleRecord& find(Pid pid, const char* origin) const;
+  std::vector<Pid> particle_ids() const;
+  int64_t num_particles() const;
+
+  Pid create(const ParticleOptions& options, std::optional<Pid> pid = std::nullopt);
+
+  /// Runs `pid`'s handler for `message` on its lane.
+  PFuture send(Pid pid, const std::string& message, Args args, const char* origin);
+
+  /// Runs `fn` on lane `lane`'s loop (at once if this thread is that lane).
+  template <class T>
+  Future<T> call_on_lane(int lane, std::function<T()> fn);
+
+  /// A copy of `record`'s parameters and gradients on `device`. On the record's lane.
+  ParticleView::Data snapshot(ParticleRecord& record, const torch::Device& device);
+
+  void save(const std::filesystem::path& dir);
+  void load(const std::filesystem::path& dir,
+            const std::function<ParticleOptions(Pid)>& make_options);
+
+ private:
+  void check_open(const char* origin) const;
+  std::vector<ParticleRecord*> records_on(int lane) const;
+
+  ModuleFactory factory_;
+  PushOptions options_;
+  std::vector<std::shared_ptr<Lane>> lanes_;
+  mutable std::shared_mutex mutex_;
+  std::map<Pid, std::unique_ptr<ParticleRecord>> records_;
+  Pid next_pid_ = 0;
+  std::atomic<bool> stopping_{false};
+};
+
+template <class T>
+Future<T> Runtime::call_on_lane(int lane, std::function<T()> fn) {
+  auto state = std::make_shared<FutureState<T>>();
+  auto run = [state, fn = std::move(fn)] {
+    try {
+      state->set_value(fn());
+    } catch (...) {
+      state->set_error(std::current_exception());
+    }
+  };
+  Lane& target = this->lane(lane);
+  if (Lane::current() == &target) {
+    run();
+  } else {
+    Lane::Job job;
+    job.kind = Lane::Job::Kind::kInline;
+    job.run = std::move(run);
+    job.cancel = [state](std::exception_ptr e) { state->set_error(std::move(e)); };
+    target.post(std::move(job));
+  }
+  return Future<T>(std::move(state));
+}
+
+}  // namespace push::detail

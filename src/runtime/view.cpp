@@ -1,0 +1,54 @@
+#include <push/runtime/errors.h>
+#include <push/runtime/view.h>
+
+#include <torch/torch.h>
+
+#include "runtime/view_cache.h"
+
+namespace push {
+
+const ParticleView::Data& ParticleView::data() const {
+  if (!data_) throw Error("[push::ParticleView] this view is empty (default-constructed)");
+  return *data_;
+}
+
+torch::Tensor ParticleView::flat_parameters() const {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : parameters()) flat.push_back(p.reshape(-1));
+  return flat.empty() ? torch::empty({0}) : torch::cat(flat);
+}
+
+torch::Tensor ParticleView::flat_gradients() const {
+  const auto& ps = parameters();
+  const auto& gs = gradients();
+  std::vector<torch::Tensor> flat;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    flat.push_back(gs[i].defined() ? gs[i].reshape(-1) : torch::zeros({ps[i].numel()}, ps[i].options()));
+  }
+  return flat.empty() ? torch::empty({0}) : torch::cat(flat);
+}
+
+namespace detail {
+
+std::optional<Future<ParticleView>> ViewCache::lookup(Pid pid, uint64_t version) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->pid != pid) continue;
+    if (it->version != version || it->view.has_error()) {
+      entries_.erase(it);
+      break;
+    }
+    entries_.splice(entries_.begin(), entries_, it);
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    return entries_.front().view;
+  }
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+void ViewCache::insert(Pid pid, uint64_t version, Future<ParticleView> view) {
+  entries_.push_front(Entry{pid, version, std::move(view)});
+  while (static_cast<int>(entries_.size()) > capacity_) entries_.pop_back();
+}
+
+}  // namespace detail
+}  // namespace push

@@ -1,0 +1,163 @@
+// save/load: exact resume, atomic replacement, and clear errors for bad checkpoints.
+#include <push/push.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace push {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::mse;
+using testing::tiny_mlp;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("push-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir.parent_path());
+  return dir;
+}
+
+ParticleOptions trainable() {
+  return ParticleOptions()
+      .optimizer(testing::adam(0.02))
+      .scheduler([](torch::optim::Optimizer& o) {
+        return std::make_unique<torch::optim::StepLR>(o, /*step_size=*/3, /*gamma=*/0.5);
+      })
+      .on("epoch", [](Particle& p, const Args&) {
+        auto x = torch::linspace(-1, 1, 16).unsqueeze(1);
+        for (int i = 0; i < 4; ++i) p.step(mse, x, torch::cos(x)).wait();
+        p.scheduler_step().wait();
+        auto& epochs = p.state()["epochs"];
+        epochs = (epochs.isNone() ? 0 : epochs.toInt()) + 1;
+        return c10::IValue();
+      });
+}
+
+void run_epochs(Push& dist, int epochs) {
+  for (int e = 0; e < epochs; ++e) {
+    std::vector<PFuture> fs;
+    for (Pid pid : dist.particle_ids()) fs.push_back(dist.p_launch(pid, "epoch"));
+    dist.p_wait(fs);
+  }
+}
+
+TEST(Checkpoint, LoadResumesBitwiseExactly) {
+  const fs::path dir = fresh_dir("resume");
+  std::vector<std::vector<torch::Tensor>> expected;
+  {
+    Push dist(tiny_mlp, PushOptions().devices(2).cache_size(1));
+    for (int i = 0; i < 3; ++i) dist.p_create(trainable());
+    run_epochs(dist, 4);
+    dist.save(dir);
+    run_epochs(dist, 4);
+    for (Pid pid : dist.particle_ids()) expected.push_back(dist.p_parameters(pid));
+  }
+  // Into existing particles (fresh weights, overwritten by the load) ...
+  {
+    Push dist(tiny_mlp, PushOptions().devices(2).cache_size(1).seed(99));
+    for (int i = 0; i < 3; ++i) dist.p_create(trainable());
+    dist.load(dir);
+    run_epochs(dist, 4);
+    for (Pid pid : dist.particle_ids()) {
+      auto params = dist.p_parameters(pid);
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], expected[pid][i]));
+    }
+  }
+  // ... and into an empty distribution that creates them.
+  {
+    Push dist(tiny_mlp, PushOptions().devices(1));
+    dist.load(dir, [](Pid) { return trainable(); });
+    EXPECT_EQ(dist.particle_ids(), (std::vector<Pid>{0, 1, 2}));
+    run_epochs(dist, 4);
+    for (Pid pid : dist.particle_ids()) {
+      auto params = dist.p_parameters(pid);
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], expected[pid][i]));
+    }
+  }
+}
+
+TEST(Checkpoint, UserStateAndIdsRoundTrip) {
+  const fs::path dir = fresh_dir("state");
+  auto opts = ParticleOptions().on("get", [](Particle& p, const Args&) { return p.state()["tag"]; });
+  {
+    Push dist(tiny_mlp);
+    dist.p_create(ParticleOptions(opts).state({{"tag", std::string("alpha")}}));
+    dist.p_create(ParticleOptions(opts).state({{"tag", torch::arange(3)}}));
+    dist.save(dir);
+  }
+  Push dist(tiny_mlp);
+  dist.load(dir, [&](Pid) { return opts; });
+  EXPECT_EQ(dist.p_launch(0, "get").wait().toStringRef(), "alpha");
+  EXPECT_TRUE(torch::equal(dist.p_launch(1, "get").wait().toTensor(), torch::arange(3)));
+  EXPECT_EQ(dist.p_create(), 2);  // new ids continue after the loaded ones
+}
+
+TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointInPlace) {
+  const fs::path dir = fresh_dir("atomic");
+  Push dist(tiny_mlp);
+  Pid pid = dist.p_create(ParticleOptions().on("poison", [](Particle& p, const Args&) {
+    // A value LibTorch's archive cannot serialize: the save fails midway.
+    p.state()["bad"] = c10::IValue(c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get()));
+    return c10::IValue();
+  }));
+  dist.p_create();
+  dist.save(dir);
+  auto before = dist.p_parameters(pid);
+  dist.p_launch(pid, "poison").wait();
+  EXPECT_THROW(dist.save(dir), Error);
+  // The old checkpoint is intact and loadable; no temporary directory is left behind.
+  Push other(tiny_mlp);
+  other.load(dir, [](Pid) { return ParticleOptions(); });
+  EXPECT_TRUE(torch::equal(other.p_parameters(pid)[0], before[0]));
+  for (const auto& entry : fs::directory_iterator(dir.parent_path())) {
+    EXPECT_EQ(entry.path().filename().string().find("atomic.tmp"), std::string::npos);
+  }
+}
+
+TEST(Checkpoint, MissingOrCorruptCheckpointsAreNamed) {
+  Push dist(tiny_mlp);
+  EXPECT_PUSH_ERROR(dist.load(fresh_dir("nothing-here")), "does not exist");
+
+  const fs::path dir = fresh_dir("corrupt");
+  {
+    Push saved(tiny_mlp);
+    saved.p_create();
+    saved.p_create();
+    saved.save(dir);
+  }
+  // Truncated particle file.
+  fs::resize_file(dir / "particle-1.pt", 100);
+  EXPECT_PUSH_ERROR(dist.load(dir, [](Pid) { return ParticleOptions(); }), "particle-1.pt");
+  EXPECT_EQ(dist.num_particles(), 0);  // nothing was half-loaded
+
+  // Garbage manifest.
+  std::ofstream(dir / "push.manifest") << "hello";
+  EXPECT_PUSH_ERROR(dist.load(dir), "corrupt");
+}
+
+TEST(Checkpoint, MismatchedParticlesAreNamed) {
+  const fs::path dir = fresh_dir("mismatch");
+  {
+    Push saved(tiny_mlp);
+    saved.p_create();
+    saved.save(dir);
+  }
+  Push bigger(tiny_mlp);
+  bigger.p_create();
+  bigger.p_create();
+  EXPECT_PUSH_ERROR(bigger.load(dir), "particles 1 exist here but not in checkpoint");
+  Push empty(tiny_mlp);
+  EXPECT_PUSH_ERROR(empty.load(dir), "pass make_options");
+  Push with_optimizer(tiny_mlp);
+  with_optimizer.p_create(ParticleOptions().optimizer(testing::adam()));
+  EXPECT_PUSH_ERROR(with_optimizer.load(dir), "saved without one");
+}
+
+}  // namespace
+}  // namespace push

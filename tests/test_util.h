@@ -1,0 +1,43 @@
+#pragma once
+// Shared helpers of the test suite.
+#include <push/push.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+namespace push::testing {
+
+/// The small network most tests use: 1 -> 8 -> 1.
+inline torch::nn::AnyModule tiny_mlp() {
+  return to_any_module(torch::nn::Sequential(torch::nn::Linear(1, 8), torch::nn::Tanh(),
+                                             torch::nn::Linear(8, 1)));
+}
+
+inline OptimizerFactory adam(double lr = 1e-2) {
+  return [lr](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(lr));
+  };
+}
+
+inline torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& label) {
+  return torch::mse_loss(out, label);
+}
+
+/// Expects `statement` to throw a push::Error (or subclass) whose text contains `needle`.
+#define EXPECT_PUSH_ERROR(statement, needle)                                            \
+  do {                                                                                  \
+    try {                                                                               \
+      statement;                                                                        \
+      ADD_FAILURE() << "expected a push::Error containing '" << (needle) << "'";        \
+    } catch (const ::push::Error& e) {                                                  \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                  \
+          << "message was: " << e.what();                                               \
+    }                                                                                   \
+  } while (false)
+
+/// Lane counts the concurrency tests run at.
+inline std::vector<int> lane_counts() { return {1, 2, 4}; }
+
+}  // namespace push::testing
