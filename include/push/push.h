@@ -1,5 +1,8 @@
 #pragma once
 // The push library: many networks trained together, concurrently, on LibTorch.
+// Includes all of LibTorch's C++ frontend, as a push program uses it throughout.
+#include <torch/torch.h>
+
 #include <push/runtime/errors.h>
 #include <push/runtime/future.h>
 #include <push/runtime/options.h>

@@ -1,0 +1,224 @@
+// Runtime benchmarks. Each compares push against plain LibTorch / memcpy doing the same
+// work in the same run, and reports the ratio as a counter (absolute times are noisy).
+//
+//   ./build/bench/push_bench_runtime                       # everything
+//   ./build/bench/push_bench_runtime --benchmark_filter=Ensemble
+//
+// Counters:
+//   BM_MessageRoundTrip   median_us, p99_us, msgs_per_s: a handler sends to a sibling
+//                         (same lane or the other lane) and waits for the reply.
+//   BM_LaunchRoundTrip    the same, from the main thread through p_launch + wait.
+//   BM_CacheSwap          swap_GBps vs memcpy_GBps of the same bytes; ratio (>= 0.5).
+//   BM_EnsembleOverhead   push_s vs plain_s for 16 MLPs x 20 epochs; ratio (<= 1.10).
+#include <push/push.h>
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void report_latencies(benchmark::State& state, std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  state.counters["median_us"] = us[us.size() / 2];
+  state.counters["p99_us"] = us[us.size() * 99 / 100];
+  state.counters["msgs_per_s"] = 1e6 / (std::accumulate(us.begin(), us.end(), 0.0) / us.size());
+}
+
+// ---- message round trip ---------------------------------------------------------------
+
+void BM_MessageRoundTrip(benchmark::State& state) {
+  const bool cross_lane = state.range(0) != 0;
+  const int64_t rounds = 20000;
+  push::Push dist([] { return torch::nn::Linear(1, 1); },
+                  push::PushOptions().devices(cross_lane ? 2 : 1).intra_op_threads(1));
+  auto opts = push::ParticleOptions()
+                  .on("pong", [](push::Particle&, const push::Args&) { return c10::IValue(); })
+                  .on("loop", [rounds](push::Particle& p, const push::Args& a) {
+                    const push::Pid peer = a[0].toInt();
+                    std::vector<double> us;
+                    us.reserve(rounds);
+                    for (int64_t i = 0; i < rounds; ++i) {
+                      auto t0 = Clock::now();
+                      p.send(peer, "pong").wait();
+                      us.push_back(seconds_since(t0) * 1e6);
+                    }
+                    return c10::IValue(us);
+                  });
+  push::Pid a = dist.p_create(push::ParticleOptions(opts).device(0));
+  push::Pid b = dist.p_create(push::ParticleOptions(opts).device(cross_lane ? 1 : 0));
+  std::vector<double> all;
+  for (auto _ : state) {
+    auto us = dist.p_launch(a, "loop", b).wait().toDoubleVector();
+    all.insert(all.end(), us.begin(), us.end());
+  }
+  report_latencies(state, all);
+}
+BENCHMARK(BM_MessageRoundTrip)->Arg(0)->Arg(1)->ArgName("cross_lane")->Iterations(3)->Unit(benchmark::kMillisecond);
+
+void BM_LaunchRoundTrip(benchmark::State& state) {
+  push::Push dist([] { return torch::nn::Linear(1, 1); }, push::PushOptions().intra_op_threads(1));
+  push::Pid a = dist.p_create(push::ParticleOptions().on(
+      "pong", [](push::Particle&, const push::Args&) { return c10::IValue(); }));
+  std::vector<double> us;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    dist.p_launch(a, "pong").wait();
+    us.push_back(seconds_since(t0) * 1e6);
+  }
+  report_latencies(state, us);
+}
+BENCHMARK(BM_LaunchRoundTrip)->Iterations(20000);
+
+// ---- cache swap -----------------------------------------------------------------------
+
+// Two particles of `width`^2 parameters with Adam state on one lane. With cache_size 1
+// every message to the other particle evicts one and restores the other; the same
+// message sequence with cache_size 2 gives the cost without swapping.
+void BM_CacheSwap(benchmark::State& state) {
+  const int64_t width = state.range(0);
+  const int swaps = 20;
+  auto factory = [width] { return torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)); };
+  auto opts = push::ParticleOptions()
+                  .optimizer([](std::vector<torch::Tensor> ps) {
+                    return std::make_unique<torch::optim::Adam>(ps, torch::optim::AdamOptions(1e-3));
+                  })
+                  .on("prime", [width](push::Particle& p, const push::Args&) {
+                    auto x = torch::ones({1, width});
+                    p.step([](const torch::Tensor& o, const torch::Tensor&) { return o.sum(); }, x, x).wait();
+                    return c10::IValue();
+                  })
+                  .on("touch", [](push::Particle&, const push::Args&) { return c10::IValue(); });
+  auto run = [&](int cache_size) {
+    push::Push dist(factory, push::PushOptions().cache_size(cache_size).intra_op_threads(1));
+    dist.p_create(opts);
+    dist.p_create(opts);
+    dist.p_launch(0, "prime").wait();
+    dist.p_launch(1, "prime").wait();
+    auto t0 = Clock::now();
+    for (int i = 0; i < swaps; ++i) dist.p_launch(i % 2, "touch").wait();
+    return seconds_since(t0);
+  };
+  // Parameters + gradients + Adam's two moments, moved out and back per swap.
+  const double bytes_per_swap = 2.0 * 4 * width * width * sizeof(float);
+  std::vector<char> src(static_cast<size_t>(bytes_per_swap)), dst(src.size());
+  std::memset(src.data(), 1, src.size());
+  std::memset(dst.data(), 2, dst.size());
+  double swap_s = 0, base_s = 0, memcpy_s = 0;
+  for (auto _ : state) {
+    swap_s += run(1);
+    base_s += run(2);
+    auto t0 = Clock::now();
+    for (int i = 0; i < swaps; ++i) {
+      std::memcpy(dst.data(), src.data(), src.size());
+      benchmark::DoNotOptimize(dst.data());
+    }
+    memcpy_s += seconds_since(t0);
+  }
+  const double n = static_cast<double>(state.iterations()) * swaps;
+  const double swap_gbps = bytes_per_swap * n / std::max(1e-9, swap_s - base_s) / 1e9;
+  const double memcpy_gbps = bytes_per_swap * n / memcpy_s / 1e9;
+  state.counters["MiB_per_swap"] = bytes_per_swap / (1 << 20);
+  state.counters["swap_GBps"] = swap_gbps;
+  state.counters["memcpy_GBps"] = memcpy_gbps;
+  state.counters["ratio"] = swap_gbps / memcpy_gbps;
+}
+BENCHMARK(BM_CacheSwap)->Arg(512)->Arg(2048)->ArgName("width")->Iterations(5)->Unit(benchmark::kMillisecond);
+
+// ---- ensemble overhead ----------------------------------------------------------------
+
+// 16 MLPs 1->64->64->1, Adam(0.01), y = sin x + 0.1 eps on 1,024 points, batch 128,
+// 20 epochs: through push (one message per particle per epoch) vs a plain loop doing
+// the same steps on the main thread, with the same intra-op threads.
+struct Workload {
+  static constexpr int kParticles = 16, kEpochs = 20, kBatch = 128, kPoints = 1024;
+  torch::Tensor x, y;
+  Workload() {
+    torch::manual_seed(0);
+    x = torch::rand({kPoints, 1}) * 8 - 4;
+    y = torch::sin(x) + 0.1 * torch::randn({kPoints, 1});
+  }
+};
+
+torch::nn::Sequential mlp() {
+  return torch::nn::Sequential(torch::nn::Linear(1, 64), torch::nn::ReLU(), torch::nn::Linear(64, 64),
+                               torch::nn::ReLU(), torch::nn::Linear(64, 1));
+}
+
+torch::Tensor mse(const torch::Tensor& o, const torch::Tensor& y) { return torch::mse_loss(o, y); }
+
+double plain_loop(const Workload& w, int threads) {
+  at::set_num_threads(threads);
+  std::vector<torch::nn::Sequential> nets;
+  std::vector<std::unique_ptr<torch::optim::Adam>> opts;
+  for (int i = 0; i < Workload::kParticles; ++i) {
+    nets.push_back(mlp());
+    opts.push_back(std::make_unique<torch::optim::Adam>(nets.back()->parameters(), torch::optim::AdamOptions(0.01)));
+  }
+  auto t0 = Clock::now();
+  for (int e = 0; e < Workload::kEpochs; ++e) {
+    for (int i = 0; i < Workload::kParticles; ++i) {
+      for (int b = 0; b < Workload::kPoints; b += Workload::kBatch) {
+        auto xb = w.x.narrow(0, b, Workload::kBatch), yb = w.y.narrow(0, b, Workload::kBatch);
+        opts[i]->zero_grad();
+        auto loss = mse(nets[i]->forward(xb), yb);
+        loss.backward();
+        opts[i]->step();
+      }
+    }
+  }
+  return seconds_since(t0);
+}
+
+double through_push(const Workload& w, int lanes, int threads) {
+  push::Push dist(mlp, push::PushOptions().devices(lanes).intra_op_threads(threads).cache_size(16));
+  auto opts = push::ParticleOptions()
+                  .optimizer([](std::vector<torch::Tensor> ps) {
+                    return std::make_unique<torch::optim::Adam>(ps, torch::optim::AdamOptions(0.01));
+                  })
+                  .on("epoch", [&w](push::Particle& p, const push::Args&) {
+                    for (int b = 0; b < Workload::kPoints; b += Workload::kBatch) {
+                      p.step(mse, w.x.narrow(0, b, Workload::kBatch), w.y.narrow(0, b, Workload::kBatch));
+                    }
+                    return c10::IValue();
+                  });
+  for (int i = 0; i < Workload::kParticles; ++i) dist.p_create(opts);
+  auto t0 = Clock::now();
+  for (int e = 0; e < Workload::kEpochs; ++e) {
+    std::vector<push::PFuture> fs;
+    for (push::Pid pid = 0; pid < Workload::kParticles; ++pid) fs.push_back(dist.p_launch(pid, "epoch"));
+    dist.p_wait(fs);
+  }
+  return seconds_since(t0);
+}
+
+void BM_EnsembleOverhead(benchmark::State& state) {
+  const int lanes = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  Workload w;
+  double push_s = 0, plain_s = 0;
+  for (auto _ : state) {
+    plain_s += plain_loop(w, threads * lanes);
+    push_s += through_push(w, lanes, threads);
+  }
+  state.counters["push_s"] = push_s / state.iterations();
+  state.counters["plain_s"] = plain_s / state.iterations();
+  state.counters["ratio"] = push_s / plain_s;
+}
+// (lanes, intra-op threads per lane): the plain loop gets lanes x threads threads.
+BENCHMARK(BM_EnsembleOverhead)->Args({1, 1})->Args({1, 2})->Args({2, 1})->ArgNames({"lanes", "threads"})
+    ->Iterations(3)->Unit(benchmark::kSecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

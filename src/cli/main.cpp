@@ -1,0 +1,38 @@
+// push: the command-line tool. `push <command> [options]`; `push help` lists commands.
+#include <exception>
+#include <iostream>
+
+#include "command.h"
+
+namespace push::cli {
+
+std::map<std::string, Command>& commands() {
+  static std::map<std::string, Command> registry;
+  return registry;
+}
+
+}  // namespace push::cli
+
+int main(int argc, char** argv) {
+  auto& commands = push::cli::commands();
+  auto usage = [&](std::ostream& out) {
+    out << "usage: push <command> [options]\ncommands:\n";
+    for (const auto& [name, command] : commands) out << "  " << name << "  " << command.summary << "\n";
+  };
+  if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help") {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  auto it = commands.find(argv[1]);
+  if (it == commands.end()) {
+    std::cerr << "push: unknown command '" << argv[1] << "'\n";
+    usage(std::cerr);
+    return 2;
+  }
+  try {
+    return it->second.run(argc - 1, argv + 1);
+  } catch (const std::exception& e) {
+    std::cerr << "push " << argv[1] << ": " << e.what() << "\n";
+    return 1;
+  }
+}
