@@ -87,7 +87,7 @@ BENCHMARK(BM_LaunchRoundTrip)->Iterations(20000);
 // message sequence with cache_size 2 gives the cost without swapping.
 void BM_CacheSwap(benchmark::State& state) {
   const int64_t width = state.range(0);
-  const int swaps = 20;
+  const int swaps = 100;
   auto factory = [width] { return torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)); };
   auto opts = push::ParticleOptions()
                   .optimizer([](std::vector<torch::Tensor> ps) {
@@ -207,9 +207,13 @@ void BM_EnsembleOverhead(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(1));
   Workload w;
   double push_s = 0, plain_s = 0;
+  bool push_first = false;
   for (auto _ : state) {
+    // Alternate the order so that neither side always runs on a warm allocator.
+    if (push_first) push_s += through_push(w, lanes, threads);
     plain_s += plain_loop(w, threads * lanes);
-    push_s += through_push(w, lanes, threads);
+    if (!push_first) push_s += through_push(w, lanes, threads);
+    push_first = !push_first;
   }
   state.counters["push_s"] = push_s / state.iterations();
   state.counters["plain_s"] = plain_s / state.iterations();
@@ -217,7 +221,7 @@ void BM_EnsembleOverhead(benchmark::State& state) {
 }
 // (lanes, intra-op threads per lane): the plain loop gets lanes x threads threads.
 BENCHMARK(BM_EnsembleOverhead)->Args({1, 1})->Args({1, 2})->Args({2, 1})->ArgNames({"lanes", "threads"})
-    ->Iterations(3)->Unit(benchmark::kSecond);
+    ->Iterations(4)->Unit(benchmark::kSecond);
 
 }  // namespace
 

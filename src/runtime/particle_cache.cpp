@@ -65,6 +65,11 @@ bool same_layout(const torch::Tensor& a, const torch::Tensor& b) {
   return a.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type();
 }
 
+int64_t bytes_of(const torch::Tensor& t) {
+  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+}
+
+
 }  // namespace
 
 void ParticleCache::insert(ParticleRecord& record) {
@@ -117,7 +122,11 @@ void ParticleCache::evict(ParticleRecord& r) {
     r.host[i].copy_(t, /*non_blocking=*/pinned);
   }
   compat::synchronize(device_);
+  // Spares the last restore did not use are dropped: the pool never holds more than
+  // one evicted particle's storage.
+  spare_.clear();
   for (const torch::Tensor& t : r.slots) {
+    if (device_.is_cpu()) keep_buffer(t.detach());
     t.set_data(torch::empty({0}, t.options()));
   }
   lru_.erase(r.lru_position);
@@ -132,7 +141,7 @@ void ParticleCache::restore(ParticleRecord& r) {
   const bool pinned = compat::wants_pinned_host(device_);
   for (size_t i = 0; i < r.slots.size(); ++i) {
     const torch::Tensor& host = r.host[i];
-    torch::Tensor on_device = torch::empty(host.sizes(), host.options().device(device_).pinned_memory(false));
+    torch::Tensor on_device = take_buffer(host);
     on_device.copy_(host, /*non_blocking=*/pinned);
     r.slots[i].set_data(on_device);
   }
@@ -143,6 +152,27 @@ void ParticleCache::restore(ParticleRecord& r) {
   r.resident = true;
   resident_.fetch_add(1, std::memory_order_relaxed);
   restores_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ParticleCache::keep_buffer(torch::Tensor buffer) {
+  const int64_t bytes = bytes_of(buffer);
+  if (bytes == 0 || !buffer.is_contiguous()) return;
+  spare_.push_back(std::move(buffer));
+}
+
+torch::Tensor ParticleCache::take_buffer(const torch::Tensor& like) {
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    torch::Tensor& candidate = spare_[i];
+    // Reuse only storage nobody else holds: a view the user kept of an evicted
+    // tensor must never start aliasing another particle.
+    if (same_layout(candidate, like) && candidate.storage().use_count() == 1) {
+      torch::Tensor buffer = std::move(candidate);
+      spare_[i] = std::move(spare_.back());
+      spare_.pop_back();
+      return buffer;
+    }
+  }
+  return torch::empty(like.sizes(), like.options().device(device_).pinned_memory(false));
 }
 
 std::vector<torch::Tensor> ParticleCache::parameters(ParticleRecord& r) const {

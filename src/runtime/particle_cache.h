@@ -44,10 +44,15 @@ class ParticleCache {
 
  private:
   void make_room();
+  // CPU lanes: device storage freed by an eviction is kept for the next restore, so a
+  // swap costs two copies and no allocation (a fresh large allocation page-faults).
+  torch::Tensor take_buffer(const torch::Tensor& like);
+  void keep_buffer(torch::Tensor buffer);
 
   torch::Device device_;
   int capacity_;
   std::list<ParticleRecord*> lru_;  // front: least recently used
+  std::vector<torch::Tensor> spare_;  // CPU only: the last evicted particle's storage
   std::atomic<int64_t> resident_{0};
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> restores_{0};
