@@ -1,0 +1,103 @@
+// Regression and classification metrics of predictive distributions.
+#include <push/metrics/metrics.h>
+#include <push/runtime/errors.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <numbers>
+
+namespace push::metrics {
+namespace {
+
+void check_probs(const torch::Tensor& probs, const torch::Tensor& labels, const char* origin) {
+  PUSH_CHECK(probs.dim() == 2 && labels.dim() == 1 && probs.size(0) == labels.size(0) && probs.size(0) > 0, origin,
+             "expected probs [N, C] and labels [N] with N > 0, got ", probs.sizes(), " and ", labels.sizes());
+}
+
+}  // namespace
+
+double rmse(const torch::Tensor& mean, const torch::Tensor& y) {
+  PUSH_CHECK(mean.sizes() == y.sizes(), "push::metrics::rmse", "mean ", mean.sizes(), " vs y ", y.sizes());
+  return torch::sqrt((mean.to(torch::kFloat64) - y.to(torch::kFloat64)).pow(2).mean()).item<double>();
+}
+
+double gaussian_nll(const torch::Tensor& mean, const torch::Tensor& variance, const torch::Tensor& y) {
+  PUSH_CHECK(mean.sizes() == y.sizes() && variance.sizes() == y.sizes(), "push::metrics::gaussian_nll",
+             "mean ", mean.sizes(), ", variance ", variance.sizes(), " and y ", y.sizes(), " differ");
+  auto m = mean.to(torch::kFloat64), v = variance.to(torch::kFloat64), t = y.to(torch::kFloat64);
+  auto per = 0.5 * (torch::log(2 * std::numbers::pi * v) + (t - m).pow(2) / v);
+  if (per.dim() > 1) per = per.flatten(1).sum(1);
+  return per.mean().item<double>();
+}
+
+RegressionMetrics regression(const torch::Tensor& mean, const torch::Tensor& variance, const torch::Tensor& y) {
+  return {rmse(mean, y), gaussian_nll(mean, variance, y)};
+}
+
+double accuracy(const torch::Tensor& probs, const torch::Tensor& labels) {
+  check_probs(probs, labels, "push::metrics::accuracy");
+  return probs.argmax(1).eq(labels.to(torch::kLong)).to(torch::kFloat64).mean().item<double>();
+}
+
+double nll(const torch::Tensor& probs, const torch::Tensor& labels) {
+  check_probs(probs, labels, "push::metrics::nll");
+  auto p = probs.to(torch::kFloat64).gather(1, labels.to(torch::kLong).unsqueeze(1)).squeeze(1);
+  return -torch::log(torch::clamp_min(p, 1e-12)).mean().item<double>();
+}
+
+double brier(const torch::Tensor& probs, const torch::Tensor& labels) {
+  check_probs(probs, labels, "push::metrics::brier");
+  auto onehot = torch::one_hot(labels.to(torch::kLong), probs.size(1)).to(torch::kFloat64);
+  return (probs.to(torch::kFloat64) - onehot).pow(2).sum(1).mean().item<double>();
+}
+
+std::vector<ReliabilityBin> reliability_bins(const torch::Tensor& probs, const torch::Tensor& labels, int bins) {
+  check_probs(probs, labels, "push::metrics::reliability_bins");
+  PUSH_CHECK(bins >= 1, "push::metrics::reliability_bins", "bins must be >= 1, got ", bins);
+  auto [conf_t, pred_t] = probs.to(torch::kFloat64).max(1);
+  auto correct_t = pred_t.eq(labels.to(torch::kLong)).to(torch::kFloat64).contiguous();
+  conf_t = conf_t.contiguous();
+  const double* conf = conf_t.data_ptr<double>();
+  const double* correct = correct_t.data_ptr<double>();
+  std::vector<ReliabilityBin> out(bins);
+  for (int b = 0; b < bins; ++b) {
+    out[b].lower = static_cast<double>(b) / bins;
+    out[b].upper = static_cast<double>(b + 1) / bins;
+  }
+  for (int64_t i = 0; i < conf_t.numel(); ++i) {
+    // Bin b holds (b/B, (b+1)/B]; confidence 0 goes to the first bin.
+    int b = static_cast<int>(std::ceil(conf[i] * bins)) - 1;
+    b = std::clamp(b, 0, bins - 1);
+    out[b].count += 1;
+    out[b].accuracy += correct[i];
+    out[b].confidence += conf[i];
+  }
+  for (auto& bin : out) {
+    if (bin.count > 0) {
+      bin.accuracy /= static_cast<double>(bin.count);
+      bin.confidence /= static_cast<double>(bin.count);
+    }
+  }
+  return out;
+}
+
+double ece(const torch::Tensor& probs, const torch::Tensor& labels, int bins) {
+  auto rb = reliability_bins(probs, labels, bins);
+  double total = 0, n = static_cast<double>(probs.size(0));
+  for (const auto& b : rb) total += static_cast<double>(b.count) / n * std::abs(b.accuracy - b.confidence);
+  return total;
+}
+
+ClassificationMetrics classification(const torch::Tensor& probs, const torch::Tensor& labels, int bins) {
+  ClassificationMetrics m;
+  m.accuracy = accuracy(probs, labels);
+  m.nll = nll(probs, labels);
+  m.brier = brier(probs, labels);
+  m.bins = reliability_bins(probs, labels, bins);
+  double n = static_cast<double>(probs.size(0));
+  for (const auto& b : m.bins) m.ece += static_cast<double>(b.count) / n * std::abs(b.accuracy - b.confidence);
+  return m;
+}
+
+}  // namespace push::metrics
