@@ -11,3 +11,4 @@
 #include <push/runtime/types.h>
 #include <push/runtime/view.h>
 #include <push/version.h>
+#include <push/bayes.h>

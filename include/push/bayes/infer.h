@@ -1,0 +1,161 @@
+#pragma once
+// Infer: the common interface of push's Bayesian deep-learning algorithms. Each one is a
+// set of particle programs (receive handlers) on a push::Push distribution.
+//
+//   auto model = push::bayes::make_model("mlp:64,64", {1}, 2);   // 2: mean + variance
+//   push::bayes::Ensemble ens(model, push::bayes::InferOptions()
+//       .particles(8).likelihood(push::bayes::Likelihood::heteroscedastic).lr(1e-2));
+//   ens.fit(train, 50);
+//   push::bayes::Predictive p = ens.predict(test.x);   // p.mean, p.variance
+//   ens.save("ckpt");   /* later */   ens.load("ckpt");
+//
+// Objective. With N training points, every algorithm works with the negative log
+// posterior U(θ) = N · mean_nll(batch; θ) + ||θ||² / (2 σ_p²): the ensemble, SWAG and
+// MC dropout take optimizer steps on U/N; SVGD uses ∇log p(θ|D) = -∇U.
+// Seeds. Initialisation, shuffling, bootstrap, dropout masks and posterior samples all
+// come from generators seeded by (seed, particle id, epoch / purpose), so a run is
+// reproducible whatever the number of lanes and the scheduling.
+// Thread-safety: an Infer object is used from one thread at a time.
+#include <push/data/dataset.h>
+#include <push/runtime/push.h>
+
+#include <ATen/core/Generator.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace push::bayes {
+
+using data::Task;
+
+enum class Likelihood {
+  gaussian,         // y ~ N(f(x), noise_std²), one output per target
+  heteroscedastic,  // the network outputs [mean, v] per target, variance = softplus(v) + 1e-6
+  categorical,      // the network outputs logits
+};
+const char* to_string(Likelihood likelihood);
+/// Network outputs needed for `targets` regression targets / `classes` classes.
+int64_t output_units(Likelihood likelihood, int64_t targets_or_classes);
+
+/// Reported after each particle finishes an epoch (from the thread that called fit).
+struct Progress {
+  int64_t epoch = 0;        // epochs done by this Infer, this one included
+  int64_t last_epoch = 0;   // the epoch this fit() call stops after
+  int64_t particles_done = 0, particles = 0;
+  double loss = 0;          // running mean training loss (mean nll per point) this epoch
+};
+
+struct InferOptions {
+  TORCH_ARG(int, particles) = 4;
+  /// Device lanes of the distribution (see PushOptions::devices).
+  TORCH_ARG(int, devices) = 1;
+  /// Particles resident per lane.
+  TORCH_ARG(int, cache_size) = 16;
+  TORCH_ARG(std::optional<int>, intra_op_threads) = std::nullopt;
+  TORCH_ARG(Likelihood, likelihood) = Likelihood::gaussian;
+  /// σ of the gaussian likelihood (in the units of the targets the model sees).
+  TORCH_ARG(double, noise_std) = 1.0;
+  /// σ_p of the Gaussian prior N(0, σ_p² I) on every parameter.
+  TORCH_ARG(double, prior_std) = 1.0;
+  TORCH_ARG(int64_t, batch_size) = 128;
+  TORCH_ARG(double, lr) = 1e-3;
+  /// Optimizer of each particle; default Adam(lr).
+  TORCH_ARG(OptimizerFactory, optimizer) = nullptr;
+  TORCH_ARG(uint64_t, seed) = 0;
+  TORCH_ARG(std::function<void(const Progress&)>, on_progress) = nullptr;
+};
+
+/// A predictive distribution on M points.
+struct Predictive {
+  Task task = Task::regression;
+  /// Regression: [M, targets]. variance = aleatoric + epistemic (law of total variance
+  /// over the members); aleatoric = the members' mean noise variance.
+  torch::Tensor mean, variance, aleatoric;
+  /// Classification: [M, classes], the members' mean softmax.
+  torch::Tensor probs;
+  /// Each member's prediction (regression means or class probabilities): [S, M, ·].
+  torch::Tensor members;
+};
+
+class Infer {
+ public:
+  virtual ~Infer();
+  Infer(const Infer&) = delete;
+  Infer& operator=(const Infer&) = delete;
+
+  /// "ensemble", "mswag", "svgd", "mcdropout".
+  virtual std::string name() const = 0;
+
+  /// Trains `epochs` more epochs on `train` (normalised data; see data::Standardizer).
+  void fit(const data::Dataset& train, int64_t epochs);
+  /// The predictive distribution at inputs x.
+  Predictive predict(const torch::Tensor& x);
+
+  /// Writes particles (parameters, optimizer state, per-particle algorithm state) and
+  /// this object's counters to `dir`.
+  void save(const std::filesystem::path& dir);
+  /// Restores what save wrote; the algorithm and the number of particles must match.
+  void load(const std::filesystem::path& dir);
+
+  int64_t epochs_done() const { return epochs_done_; }
+  /// Mean training loss (nll per point) of each epoch.
+  const std::vector<double>& losses() const { return losses_; }
+  const InferOptions& options() const { return options_; }
+  /// The particle distribution (created on first use).
+  Push& dist();
+
+ protected:
+  Infer(ModuleFactory model, InferOptions options);
+
+  /// The algorithm's handlers. Every particle also gets "predict"(x) -> [S, M, out],
+  /// which calls predict_particle.
+  virtual ParticleOptions particle_options() = 0;
+  /// One epoch over (x, y); returns each particle's mean loss. Default: "epoch"(x, y,
+  /// epoch) on every particle, concurrently.
+  virtual std::vector<double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
+  /// A particle's raw network outputs at x: [S, M, out]. Default: one forward pass.
+  virtual torch::Tensor predict_particle(Particle& p, const torch::Tensor& x);
+
+  /// Mean negative log-likelihood per point of network output `out` for targets `y`.
+  torch::Tensor mean_nll(const torch::Tensor& out, const torch::Tensor& y) const;
+  /// ||θ||² / (2 σ_p²) over the module's parameters.
+  torch::Tensor neg_log_prior(torch::nn::Module& module) const;
+  /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll.
+  double sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t dataset_size) const;
+  /// One epoch of sgd_step over seeded minibatches of (x, y); after_step runs after
+  /// every step. Returns the mean nll per point.
+  double train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                     const std::function<void()>& after_step = nullptr) const;
+  /// Minibatch index order of `particle` in `epoch` (seeded), over n rows.
+  torch::Tensor epoch_order(Pid particle, int64_t epoch, int64_t n) const;
+  /// A generator seeded by (options.seed, a, b, c).
+  at::Generator generator(uint64_t a, uint64_t b = 0, uint64_t c = 0) const;
+  /// Forward in chunks without autograd.
+  static torch::Tensor forward_chunked(Particle& p, const torch::Tensor& x);
+  /// Reports a particle's epoch loss to on_progress.
+  void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
+
+  int64_t dataset_size_ = 0;
+  int64_t fit_last_epoch_ = 0;
+
+ private:
+  void ensure_created();
+
+  ModuleFactory model_;
+  InferOptions options_;
+  int64_t epochs_done_ = 0;
+  std::vector<double> losses_;
+  std::unique_ptr<Push> dist_;  // last: destroyed (handlers joined) before the rest
+};
+
+/// A regression / classification predictive distribution from raw member outputs
+/// [S, M, out] under `likelihood` (noise_std for the gaussian one).
+Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, double noise_std);
+
+/// splitmix64-style mixing of seeds.
+uint64_t mix_seed(uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0);
+
+}  // namespace push::bayes

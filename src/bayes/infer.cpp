@@ -1,0 +1,444 @@
+// The common machinery of the Bayesian algorithms (objective, epochs, prediction,
+// save/load), the deep ensemble, MC dropout and the model factories.
+#include <push/bayes/ensemble.h>
+#include <push/bayes/infer.h>
+#include <push/bayes/mc_dropout.h>
+#include <push/bayes/models.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <numbers>
+#include <sstream>
+
+namespace push::bayes {
+namespace {
+
+constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL, kDropoutTag = 0x44524f50ULL,
+                   kPredictTag = 0x50524544ULL;
+
+torch::Tensor variance_of(const torch::Tensor& raw) { return torch::softplus(raw) + 1e-6; }
+
+}  // namespace
+
+uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (uint64_t v : {a, b, c, d}) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
+const char* to_string(Likelihood likelihood) {
+  switch (likelihood) {
+    case Likelihood::gaussian: return "gaussian";
+    case Likelihood::heteroscedastic: return "heteroscedastic";
+    case Likelihood::categorical: return "categorical";
+  }
+  return "?";
+}
+
+int64_t output_units(Likelihood likelihood, int64_t n) {
+  return likelihood == Likelihood::heteroscedastic ? 2 * n : n;
+}
+
+Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, double noise_std) {
+  PUSH_CHECK(outputs.dim() == 3, "push::bayes::make_predictive", "expected outputs [S, M, out], got ",
+             outputs.sizes());
+  Predictive p;
+  auto out = outputs.to(torch::kFloat64);
+  if (likelihood == Likelihood::categorical) {
+    p.task = Task::classification;
+    p.members = torch::softmax(out, -1);
+    p.probs = p.members.mean(0);
+    return p;
+  }
+  torch::Tensor means = out, noise;
+  if (likelihood == Likelihood::heteroscedastic) {
+    const int64_t t = out.size(2) / 2;
+    PUSH_CHECK(out.size(2) == 2 * t, "push::bayes::make_predictive",
+               "a heteroscedastic model needs an even number of outputs (means, variances), got ", out.size(2));
+    means = out.narrow(2, 0, t);
+    noise = variance_of(out.narrow(2, t, t));
+  } else {
+    noise = torch::full_like(out, noise_std * noise_std);
+  }
+  p.members = means;
+  p.mean = means.mean(0);
+  p.aleatoric = noise.mean(0);
+  p.variance = p.aleatoric + means.var(0, /*unbiased=*/false);
+  return p;
+}
+
+// ---- Infer ------------------------------------------------------------------------------
+
+Infer::Infer(ModuleFactory model, InferOptions options) : model_(std::move(model)), options_(std::move(options)) {
+  PUSH_CHECK(options_.particles() >= 1, "push::bayes::Infer", "particles must be >= 1, got ", options_.particles());
+  PUSH_CHECK(options_.batch_size() >= 1, "push::bayes::Infer", "batch_size must be >= 1, got ",
+             options_.batch_size());
+  PUSH_CHECK(options_.noise_std() > 0 && options_.prior_std() > 0, "push::bayes::Infer",
+             "noise_std and prior_std must be positive");
+}
+
+Infer::~Infer() = default;
+
+Push& Infer::dist() {
+  ensure_created();
+  return *dist_;
+}
+
+void Infer::ensure_created() {
+  if (dist_) return;
+  auto po = PushOptions().devices(options_.devices()).cache_size(options_.cache_size()).seed(options_.seed());
+  if (options_.intra_op_threads()) po.intra_op_threads(*options_.intra_op_threads());
+  dist_ = std::make_unique<Push>(model_, po);
+  auto opts = particle_options();
+  if (!opts.optimizer()) {
+    double lr = options_.lr();
+    opts.optimizer(options_.optimizer() ? options_.optimizer()
+                                        : OptimizerFactory([lr](std::vector<torch::Tensor> ps) {
+                                            return std::make_unique<torch::optim::Adam>(
+                                                std::move(ps), torch::optim::AdamOptions(lr));
+                                          }));
+  }
+  opts.on("predict", [this](Particle& p, const Args& a) {
+    torch::NoGradGuard no_grad;
+    return c10::IValue(predict_particle(p, a[0].toTensor()));
+  });
+  for (int i = 0; i < options_.particles(); ++i) dist_->p_create(opts);
+}
+
+void Infer::fit(const data::Dataset& train, int64_t epochs) {
+  const char* origin = "push::bayes::Infer::fit";
+  PUSH_CHECK(epochs >= 0, origin, "epochs must be >= 0, got ", epochs);
+  PUSH_CHECK(train.size() > 0, origin, "the training set is empty");
+  const bool classify = options_.likelihood() == Likelihood::categorical;
+  PUSH_CHECK(classify == (train.task == Task::classification), origin, "a ", to_string(options_.likelihood()),
+             " likelihood does not fit a ", data::to_string(train.task), " data set");
+  ensure_created();
+  dataset_size_ = train.size();
+  auto x = train.x.contiguous();
+  auto y = classify ? train.y.to(torch::kLong).contiguous() : train.y.to(torch::kFloat32).contiguous();
+  if (!classify && y.dim() == 1) y = y.unsqueeze(1);
+  fit_last_epoch_ = epochs_done_ + epochs;
+  for (int64_t e = 0; e < epochs; ++e) {
+    auto per_particle = run_epoch(x, y, epochs_done_);
+    double mean = 0;
+    for (double l : per_particle) mean += l / static_cast<double>(per_particle.size());
+    ++epochs_done_;
+    losses_.push_back(mean);
+  }
+}
+
+std::vector<double> Infer::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  std::vector<PFuture> fs;
+  for (Pid pid : dist_->particle_ids()) fs.push_back(dist_->p_launch(pid, "epoch", x, y, epoch));
+  std::vector<double> losses;
+  double running = 0;
+  for (auto& f : fs) {
+    losses.push_back(f.wait().toDouble());
+    running += losses.back();
+    report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), running / losses.size());
+  }
+  dist_->p_wait(fs);
+  return losses;
+}
+
+void Infer::report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const {
+  if (!options_.on_progress()) return;
+  Progress p;
+  p.epoch = epoch;
+  p.last_epoch = last_epoch;
+  p.particles_done = done;
+  p.particles = options_.particles();
+  p.loss = running_loss;
+  options_.on_progress()(p);
+}
+
+Predictive Infer::predict(const torch::Tensor& x) {
+  ensure_created();
+  std::vector<PFuture> fs;
+  for (Pid pid : dist_->particle_ids()) fs.push_back(dist_->p_launch(pid, "predict", x.contiguous()));
+  std::vector<torch::Tensor> outs;
+  for (auto& v : dist_->p_wait(fs)) outs.push_back(v.toTensor());
+  return make_predictive(torch::cat(outs, 0), options_.likelihood(), options_.noise_std());
+}
+
+torch::Tensor Infer::predict_particle(Particle& p, const torch::Tensor& x) {
+  return forward_chunked(p, x).unsqueeze(0);
+}
+
+torch::Tensor Infer::forward_chunked(Particle& p, const torch::Tensor& x) {
+  constexpr int64_t chunk = 8192;
+  std::vector<torch::Tensor> outs;
+  for (int64_t b = 0; b < x.size(0); b += chunk) {
+    outs.push_back(p.any_module().forward(x.narrow(0, b, std::min(chunk, x.size(0) - b))));
+  }
+  return torch::cat(outs, 0);
+}
+
+torch::Tensor Infer::mean_nll(const torch::Tensor& out, const torch::Tensor& y) const {
+  static const double half_log_2pi = 0.5 * std::log(2 * std::numbers::pi);
+  switch (options_.likelihood()) {
+    case Likelihood::categorical:
+      return torch::nn::functional::cross_entropy(out, y);
+    case Likelihood::heteroscedastic: {
+      const int64_t t = out.size(1) / 2;
+      PUSH_CHECK(t == y.size(1) && out.size(1) == 2 * t, "push::bayes::Infer",
+                 "a heteroscedastic model needs 2 outputs per target (", y.size(1), " targets), it has ",
+                 out.size(1));
+      auto mu = out.narrow(1, 0, t), var = variance_of(out.narrow(1, t, t));
+      return (0.5 * (torch::log(var) + (y - mu).pow(2) / var) + half_log_2pi).sum(1).mean();
+    }
+    case Likelihood::gaussian: {
+      PUSH_CHECK(out.sizes() == y.sizes(), "push::bayes::Infer", "model outputs ", out.sizes(),
+                 " do not match targets ", y.sizes());
+      const double s = options_.noise_std();
+      return ((y - out).pow(2) * (0.5 / (s * s))).sum(1).mean() + y.size(1) * (std::log(s) + half_log_2pi);
+    }
+  }
+  return {};
+}
+
+torch::Tensor Infer::neg_log_prior(torch::nn::Module& module) const {
+  torch::Tensor sum;
+  for (const auto& p : module.parameters()) {
+    auto s = p.pow(2).sum();
+    sum = sum.defined() ? sum + s : s;
+  }
+  const double v = options_.prior_std() * options_.prior_std();
+  return sum.defined() ? sum / (2 * v) : torch::zeros({});
+}
+
+double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n) const {
+  auto& opt = p.optimizer();
+  opt.zero_grad();
+  auto nll = mean_nll(p.any_module().forward(x), y);
+  auto loss = nll + neg_log_prior(p.module()) / static_cast<double>(n);
+  loss.backward();
+  opt.step();
+  return nll.item<double>();
+}
+
+double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                          const std::function<void()>& after_step) const {
+  const int64_t n = x.size(0), bs = options_.batch_size();
+  auto order = epoch_order(p.pid(), epoch, n);
+  double total = 0;
+  int64_t batches = 0;
+  for (int64_t b = 0; b < n; b += bs, ++batches) {
+    auto idx = order.narrow(0, b, std::min(bs, n - b));
+    total += sgd_step(p, x.index_select(0, idx), y.index_select(0, idx), dataset_size_);
+    if (after_step) after_step();
+  }
+  return total / static_cast<double>(batches);
+}
+
+torch::Tensor Infer::epoch_order(Pid particle, int64_t epoch, int64_t n) const {
+  auto gen = generator(static_cast<uint64_t>(particle), static_cast<uint64_t>(epoch), kShuffleTag);
+  return torch::randperm(n, gen, torch::kLong);
+}
+
+at::Generator Infer::generator(uint64_t a, uint64_t b, uint64_t c) const {
+  return at::make_generator<at::CPUGeneratorImpl>(mix_seed(options_.seed(), a, b, c));
+}
+
+void Infer::save(const std::filesystem::path& dir) {
+  ensure_created();
+  std::filesystem::create_directories(dir);
+  dist_->save(dir / "particles");
+  auto meta = dir / "infer.meta";
+  auto tmp = dir / "infer.meta.tmp";
+  {
+    std::ofstream out(tmp);
+    PUSH_CHECK(out, "push::bayes::Infer::save", "cannot write ", tmp);
+    out << std::setprecision(17) << "algorithm " << name() << "\nparticles " << options_.particles()
+        << "\nepochs " << epochs_done_ << "\nlosses";
+    for (double l : losses_) out << ' ' << l;
+    out << "\n";
+    PUSH_CHECK(out.good(), "push::bayes::Infer::save", "cannot write ", tmp);
+  }
+  std::filesystem::rename(tmp, meta);
+}
+
+void Infer::load(const std::filesystem::path& dir) {
+  const char* origin = "push::bayes::Infer::load";
+  std::ifstream in(dir / "infer.meta");
+  PUSH_CHECK(in, origin, "no checkpoint at ", dir, " (missing infer.meta)");
+  std::string key, algorithm;
+  int64_t particles = -1, epochs = -1;
+  std::vector<double> losses;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    ls >> key;
+    if (key == "algorithm") ls >> algorithm;
+    if (key == "particles") ls >> particles;
+    if (key == "epochs") ls >> epochs;
+    if (key == "losses") {
+      double l;
+      while (ls >> l) losses.push_back(l);
+    }
+  }
+  PUSH_CHECK(algorithm == name(), origin, "checkpoint ", dir, " holds algorithm '", algorithm, "', not '", name(),
+             "'");
+  PUSH_CHECK(particles == options_.particles(), origin, "checkpoint ", dir, " holds ", particles,
+             " particles, not ", options_.particles());
+  PUSH_CHECK(epochs >= 0 && static_cast<int64_t>(losses.size()) == epochs, origin, "checkpoint ", dir,
+             " has a damaged infer.meta");
+  ensure_created();
+  dist_->load(dir / "particles");
+  epochs_done_ = epochs;
+  losses_ = std::move(losses);
+}
+
+// ---- Ensemble ---------------------------------------------------------------------------
+
+Ensemble::Ensemble(ModuleFactory model, InferOptions options, EnsembleOptions ensemble)
+    : Infer(std::move(model), std::move(options)), ensemble_(ensemble) {}
+
+ParticleOptions Ensemble::particle_options() {
+  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
+    auto x = a[0].toTensor(), y = a[1].toTensor();
+    if (ensemble_.bootstrap()) {
+      // The same resample every epoch: the particle's own view of the data.
+      auto idx = torch::randint(x.size(0), {x.size(0)}, generator(p.pid(), kBootstrapTag), torch::kLong);
+      x = x.index_select(0, idx);
+      y = y.index_select(0, idx);
+    }
+    return c10::IValue(train_epoch(p, x, y, a[2].toInt()));
+  });
+}
+
+// ---- MC dropout -------------------------------------------------------------------------
+
+DropoutImpl::DropoutImpl(double p) : p_(p) {
+  PUSH_CHECK(p >= 0 && p < 1, "push::bayes::Dropout", "p must be in [0, 1), got ", p);
+  // Drawn from the generator the module is built under (a particle's seed).
+  reseed(static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>()));
+}
+
+void DropoutImpl::reseed(uint64_t seed) { generator_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
+  if (p_ == 0) return x;
+  auto mask = torch::empty_like(x).bernoulli_(1 - p_, generator_);
+  return x * mask / (1 - p_);
+}
+
+namespace {
+void reseed_dropouts(torch::nn::Module& module, uint64_t seed) {
+  uint64_t i = 0;
+  for (const auto& m : module.modules()) {
+    if (auto* d = dynamic_cast<DropoutImpl*>(m.get())) d->reseed(mix_seed(seed, i++));
+  }
+}
+}  // namespace
+
+MCDropout::MCDropout(ModuleFactory model, InferOptions options, McDropoutOptions mc)
+    : Infer(std::move(model), std::move(options)), mc_(mc) {
+  PUSH_CHECK(mc_.samples() >= 1, "push::bayes::MCDropout", "samples must be >= 1, got ", mc_.samples());
+}
+
+ParticleOptions MCDropout::particle_options() {
+  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
+    const int64_t epoch = a[2].toInt();
+    reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
+    return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch));
+  });
+}
+
+torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {
+  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), kPredictTag, kDropoutTag));
+  std::vector<torch::Tensor> outs;
+  for (int64_t s = 0; s < mc_.samples(); ++s) outs.push_back(forward_chunked(p, x));
+  return torch::stack(outs);
+}
+
+// ---- models -----------------------------------------------------------------------------
+
+ModelSpec parse_model_spec(const std::string& spec) {
+  const char* origin = "push::bayes::parse_model_spec";
+  ModelSpec m;
+  auto colon = spec.find(':');
+  m.kind = spec.substr(0, colon);
+  PUSH_CHECK(m.kind == "mlp" || m.kind == "cnn", origin, "unknown model '", spec,
+             "' (expected mlp:W1,W2,... or cnn[:C1,C2])");
+  if (colon != std::string::npos) {
+    std::stringstream ss(spec.substr(colon + 1));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      size_t used = 0;
+      long long w = 0;
+      try {
+        w = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      PUSH_CHECK(used == item.size() && !item.empty() && w >= 1 && w <= 1 << 20, origin, "bad width '", item,
+                 "' in model '", spec, "' (expected positive whole numbers)");
+      m.widths.push_back(w);
+    }
+    PUSH_CHECK(!m.widths.empty(), origin, "model '", spec, "' lists no widths");
+  }
+  if (m.kind == "cnn") {
+    if (m.widths.empty()) m.widths = {16, 32};
+    PUSH_CHECK(m.widths.size() == 2, origin, "cnn takes two channel counts (cnn:16,32), got '", spec, "'");
+  }
+  return m;
+}
+
+ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
+                         double dropout) {
+  const char* origin = "push::bayes::make_model";
+  PUSH_CHECK(outputs >= 1, origin, "outputs must be >= 1, got ", outputs);
+  int64_t features = 1;
+  for (int64_t d : input_shape) features *= d;
+  if (spec.kind == "cnn") {
+    PUSH_CHECK(input_shape.size() == 3 && input_shape[1] >= 4 && input_shape[2] >= 4, origin,
+               "cnn needs image inputs [C, H, W] of at least 4x4, got ", c10::IntArrayRef(input_shape));
+  }
+  return [=]() -> torch::nn::AnyModule {
+    namespace nn = torch::nn;
+    nn::Sequential seq;
+    auto hidden = [&](int64_t in, int64_t out) {
+      seq->push_back(nn::Linear(in, out));
+      seq->push_back(nn::ReLU());
+      if (dropout > 0) seq->push_back(Dropout(dropout));
+    };
+    if (spec.kind == "mlp") {
+      seq->push_back(nn::Flatten());
+      int64_t in = features;
+      for (int64_t w : spec.widths) {
+        hidden(in, w);
+        in = w;
+      }
+      seq->push_back(nn::Linear(in, outputs));
+    } else {
+      const int64_t c1 = spec.widths[0], c2 = spec.widths[1];
+      seq->push_back(nn::Conv2d(nn::Conv2dOptions(input_shape[0], c1, 3).padding(1)));
+      seq->push_back(nn::ReLU());
+      seq->push_back(nn::MaxPool2d(2));
+      seq->push_back(nn::Conv2d(nn::Conv2dOptions(c1, c2, 3).padding(1)));
+      seq->push_back(nn::ReLU());
+      seq->push_back(nn::MaxPool2d(2));
+      seq->push_back(nn::Flatten());
+      hidden(c2 * (input_shape[1] / 4) * (input_shape[2] / 4), 64);
+      seq->push_back(nn::Linear(64, outputs));
+    }
+    return to_any_module(seq);
+  };
+}
+
+ModuleFactory make_model(const std::string& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
+                         double dropout) {
+  return make_model(parse_model_spec(spec), input_shape, outputs, dropout);
+}
+
+}  // namespace push::bayes

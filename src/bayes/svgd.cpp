@@ -1,0 +1,147 @@
+// SVGD as particle programs: the leader (the first particle) drives each step with
+// "svgd_grad" messages; see svgd.h.
+#include <push/bayes/svgd.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace push::bayes {
+
+torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& grad_log_p,
+                             std::optional<double> bandwidth, bool repulsive) {
+  const char* origin = "push::bayes::svgd_direction";
+  PUSH_CHECK(theta.dim() == 2 && theta.sizes() == grad_log_p.sizes(), origin,
+             "expected theta and grad_log_p of one shape [n, D], got ", theta.sizes(), " and ", grad_log_p.sizes());
+  const int64_t n = theta.size(0);
+  auto sq_norms = theta.pow(2).sum(1, /*keepdim=*/true);
+  auto sq_dist = torch::clamp_min(sq_norms + sq_norms.t() - 2 * theta.mm(theta.t()), 0);
+  double h = 1.0;
+  if (bandwidth) {
+    PUSH_CHECK(*bandwidth > 0, origin, "bandwidth must be positive, got ", *bandwidth);
+    h = *bandwidth;
+  } else if (n > 1) {
+    auto upper = torch::triu_indices(n, n, 1, torch::kLong);
+    auto pairs = sq_dist.index({upper[0], upper[1]});
+    double med = pairs.median().item<double>();
+    h = med > 0 ? med / std::log(static_cast<double>(n) + 1) : 1.0;
+  }
+  auto k = torch::exp(-sq_dist / h);
+  auto phi = k.mm(grad_log_p);
+  if (repulsive) {
+    // Σ_j ∇_{θ_j} k(θ_j, θ_i) = (2/h) Σ_j (θ_i - θ_j) k_ij: away from the neighbours.
+    phi = phi + (2.0 / h) * (theta * k.sum(1, /*keepdim=*/true) - k.mm(theta));
+  }
+  return phi / static_cast<double>(n);
+}
+
+namespace {
+
+constexpr uint64_t kLeaderTag = 0x4c454144ULL;
+
+torch::Tensor flat_parameters(torch::nn::Module& m) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : m.parameters()) flat.push_back(p.detach().reshape(-1));
+  return torch::cat(flat);
+}
+
+/// θ += step along φ through the particle's optimizer (gradient -φ).
+void apply_direction(Particle& p, const torch::Tensor& phi) {
+  int64_t offset = 0;
+  for (auto& param : p.module().parameters()) {
+    param.mutable_grad() = -phi.narrow(0, offset, param.numel()).view_as(param).to(param.dtype());
+    offset += param.numel();
+  }
+  p.optimizer().step();
+}
+
+}  // namespace
+
+SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
+    : Infer(std::move(model), std::move(options)), svgd_(svgd) {
+  if (svgd_.bandwidth()) {
+    PUSH_CHECK(*svgd_.bandwidth() > 0, "push::bayes::SVGD", "bandwidth must be positive, got ", *svgd_.bandwidth());
+  }
+}
+
+ParticleOptions SVGD::particle_options() {
+  // Applies the previous step's φ, then returns (θ, ∇log p(θ | D), nll) at the new θ.
+  auto grad_step = [this](Particle& p, const torch::Tensor& phi, const torch::Tensor& x, const torch::Tensor& y) {
+    if (phi.numel() > 0) apply_direction(p, phi);
+    auto& module = p.module();
+    p.optimizer().zero_grad();
+    auto nll = mean_nll(p.any_module().forward(x), y);
+    auto u = nll * static_cast<double>(dataset_size_) + neg_log_prior(module);
+    u.backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& param : module.parameters()) grads.push_back(-param.grad().reshape(-1));
+    return std::make_tuple(flat_parameters(module), torch::cat(grads), nll.item<double>());
+  };
+  return ParticleOptions()
+      .on("svgd_grad",
+          [grad_step](Particle& p, const Args& a) {
+            auto [theta, g, nll] = grad_step(p, a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+            return c10::IValue(c10::ivalue::Tuple::create({theta, g, nll}));
+          })
+      .on("svgd_apply",
+          [](Particle& p, const Args& a) {
+            apply_direction(p, a[0].toTensor());
+            return c10::IValue();
+          })
+      .on("svgd_epoch", [this, grad_step](Particle& p, const Args& a) {
+        auto x = a[0].toTensor(), y = a[1].toTensor();
+        const int64_t epoch = a[2].toInt(), n = x.size(0), bs = options().batch_size();
+        auto ids = p.particle_ids();
+        // Every particle sees the same minibatches: the leader's order.
+        auto order = epoch_order(static_cast<Pid>(kLeaderTag), epoch, n);
+        std::vector<torch::Tensor> phi(ids.size(), torch::zeros({0}));
+        std::vector<double> loss(ids.size(), 0.0);
+        int64_t batches = 0;
+        for (int64_t b = 0; b < n; b += bs, ++batches) {
+          auto idx = order.narrow(0, b, std::min(bs, n - b));
+          auto xb = x.index_select(0, idx), yb = y.index_select(0, idx);
+          std::vector<PFuture> replies(ids.size());
+          for (size_t i = 0; i < ids.size(); ++i) {
+            if (ids[i] != p.pid()) replies[i] = p.send(ids[i], "svgd_grad", phi[i], xb, yb);
+          }
+          std::vector<torch::Tensor> thetas(ids.size()), grads(ids.size());
+          for (size_t i = 0; i < ids.size(); ++i) {
+            if (ids[i] == p.pid()) {
+              auto [theta, g, nll] = grad_step(p, phi[i], xb, yb);
+              thetas[i] = theta;
+              grads[i] = g;
+              loss[i] += nll;
+            } else {
+              auto reply = replies[i].wait().toTuple();
+              thetas[i] = reply->elements()[0].toTensor();
+              grads[i] = reply->elements()[1].toTensor();
+              loss[i] += reply->elements()[2].toDouble();
+            }
+          }
+          auto all_phi = svgd_direction(torch::stack(thetas), torch::stack(grads), svgd_.bandwidth(), svgd_.repulsive());
+          for (size_t i = 0; i < ids.size(); ++i) phi[i] = all_phi[i];
+        }
+        std::vector<PFuture> applied;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i] == p.pid()) {
+            apply_direction(p, phi[i]);
+          } else {
+            applied.push_back(p.send(ids[i], "svgd_apply", phi[i]));
+          }
+        }
+        p.wait(applied);
+        for (double& l : loss) l /= static_cast<double>(batches);
+        return c10::IValue(loss);
+      });
+}
+
+std::vector<double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  auto& d = dist();
+  auto losses = d.p_launch(d.particle_ids().front(), "svgd_epoch", x, y, epoch).wait().toDoubleVector();
+  double mean = 0;
+  for (double l : losses) mean += l / static_cast<double>(losses.size());
+  report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), mean);
+  return losses;
+}
+
+}  // namespace push::bayes

@@ -1,0 +1,150 @@
+// MultiSWAG as particle programs: "epoch" trains and collects moments into the
+// particle's own state; "predict" samples weights from them.
+#include <push/bayes/swag.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace push::bayes {
+namespace {
+
+constexpr uint64_t kSampleTag = 0x53574147ULL;
+
+torch::Tensor flat_parameters(torch::nn::Module& m) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : m.parameters()) flat.push_back(p.detach().reshape(-1));
+  return torch::cat(flat);
+}
+
+void set_flat_parameters(torch::nn::Module& m, const torch::Tensor& flat) {
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto& p : m.parameters()) {
+    p.copy_(flat.narrow(0, offset, p.numel()).view_as(p));
+    offset += p.numel();
+  }
+}
+
+SWAGMoments read_state(const State& s) {
+  SWAGMoments m;
+  auto it = s.find("swag_count");
+  if (it == s.end()) return m;
+  m.count = it->second.toInt();
+  m.mean = s.at("swag_mean").toTensor();
+  m.sq_mean = s.at("swag_sq_mean").toTensor();
+  m.deviations = s.at("swag_deviations").toTensor();
+  return m;
+}
+
+void write_state(State& s, const SWAGMoments& m) {
+  s["swag_count"] = m.count;
+  s["swag_mean"] = m.mean;
+  s["swag_sq_mean"] = m.sq_mean;
+  s["swag_deviations"] = m.deviations;
+}
+
+}  // namespace
+
+MultiSWAG::MultiSWAG(ModuleFactory model, InferOptions options, SWAGOptions swag)
+    : Infer(std::move(model), std::move(options)), swag_(swag) {
+  const char* origin = "push::bayes::MultiSWAG";
+  PUSH_CHECK(swag_.rank() >= 1, origin, "rank must be >= 1, got ", swag_.rank());
+  PUSH_CHECK(swag_.samples() >= 1, origin, "samples must be >= 1, got ", swag_.samples());
+  PUSH_CHECK(swag_.pretrain_epochs() >= 0 && swag_.collect_every_steps() >= 0, origin,
+             "pretrain_epochs and collect_every_steps must be >= 0");
+}
+
+void MultiSWAG::collect(SWAGMoments& m, const torch::Tensor& theta, int64_t rank) {
+  auto t = theta.detach().to(torch::kFloat64).reshape(-1);
+  const double n = static_cast<double>(m.count);
+  if (m.count == 0) {
+    m.mean = t.clone();
+    m.sq_mean = t * t;
+    m.deviations = torch::zeros({0, t.numel()}, t.options());
+  } else {
+    m.mean = (m.mean * n + t) / (n + 1);
+    m.sq_mean = (m.sq_mean * n + t * t) / (n + 1);
+  }
+  // The deviation from the running mean that includes this iterate (SWAG, Maddox et al.).
+  m.deviations = torch::cat({m.deviations, (t - m.mean).unsqueeze(0)});
+  if (m.deviations.size(0) > rank) m.deviations = m.deviations.narrow(0, m.deviations.size(0) - rank, rank).clone();
+  ++m.count;
+}
+
+torch::Tensor MultiSWAG::sample(const SWAGMoments& m, int64_t samples, double min_variance, at::Generator& gen) {
+  PUSH_CHECK(m.count >= 1, "push::bayes::MultiSWAG::sample", "no moments collected yet");
+  auto var = torch::clamp_min(m.sq_mean - m.mean * m.mean, min_variance);
+  auto z1 = torch::randn({samples, m.mean.numel()}, gen, m.mean.options());
+  auto theta = var.sqrt() * z1;
+  const int64_t k = m.deviations.size(0);
+  if (k >= 2) {
+    auto z2 = torch::randn({samples, k}, gen, m.mean.options());
+    theta = theta + z2.mm(m.deviations) / std::sqrt(static_cast<double>(k - 1));
+  }
+  return m.mean + theta / std::sqrt(2.0);
+}
+
+ParticleOptions MultiSWAG::particle_options() {
+  return ParticleOptions()
+      .on("epoch",
+          [this](Particle& p, const Args& a) {
+            const int64_t epoch = a[2].toInt();
+            const bool collecting = epoch >= swag_.pretrain_epochs();
+            if (collecting && swag_.swag_lr()) {
+              for (auto& g : p.optimizer().param_groups()) g.options().set_lr(*swag_.swag_lr());
+            }
+            auto collect_now = [&] {
+              auto m = read_state(p.state());
+              collect(m, flat_parameters(p.module()), swag_.rank());
+              write_state(p.state(), m);
+            };
+            std::function<void()> after_step;
+            if (collecting && swag_.collect_every_steps() > 0) {
+              after_step = [&] {
+                auto& steps = p.state()["swag_steps"];
+                int64_t s = (steps.isInt() ? steps.toInt() : 0) + 1;
+                steps = s;
+                if (s % swag_.collect_every_steps() == 0) collect_now();
+              };
+            }
+            double loss = train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch, after_step);
+            if (collecting && swag_.collect_every_steps() == 0) collect_now();
+            return c10::IValue(loss);
+          })
+      .on("swag_moments", [](Particle& p, const Args&) {
+        auto m = read_state(p.state());
+        if (m.count == 0) return c10::IValue(std::vector<torch::Tensor>{torch::zeros({0})});
+        return c10::IValue(std::vector<torch::Tensor>{torch::tensor(m.count), m.mean.clone(), m.sq_mean.clone(),
+                                                      m.deviations.clone()});
+      });
+}
+
+SWAGMoments MultiSWAG::moments(Pid pid) {
+  auto v = dist().p_launch(pid, "swag_moments").wait().toTensorVector();
+  SWAGMoments m;
+  if (v.size() < 4) return m;
+  m.count = v[0].item<int64_t>();
+  m.mean = v[1];
+  m.sq_mean = v[2];
+  m.deviations = v[3];
+  return m;
+}
+
+torch::Tensor MultiSWAG::predict_particle(Particle& p, const torch::Tensor& x) {
+  auto m = read_state(p.state());
+  // Before any moments are collected the particle is a point estimate.
+  if (m.count == 0) return forward_chunked(p, x).unsqueeze(0);
+  auto gen = generator(static_cast<uint64_t>(p.pid()), kSampleTag);
+  auto thetas = sample(m, swag_.samples(), swag_.min_variance(), gen);
+  auto saved = flat_parameters(p.module()).clone();
+  std::vector<torch::Tensor> outs;
+  for (int64_t s = 0; s < thetas.size(0); ++s) {
+    set_flat_parameters(p.module(), thetas[s].to(saved.dtype()));
+    outs.push_back(forward_chunked(p, x));
+  }
+  set_flat_parameters(p.module(), saved);
+  return torch::stack(outs);
+}
+
+}  // namespace push::bayes

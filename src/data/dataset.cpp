@@ -1,0 +1,345 @@
+// Data sets: CSV and IDX loaders, the built-in sets, splits and standardisation.
+#include <push/data/dataset.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace push::data {
+namespace fs = std::filesystem;
+namespace {
+
+struct Table {
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> rows;
+};
+
+std::string trim(std::string s) {
+  auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+std::vector<std::string> cells_of(const std::string& line, char sep) {
+  std::vector<std::string> cells;
+  if (sep == ' ') {
+    std::istringstream ss(line);
+    std::string c;
+    while (ss >> c) cells.push_back(c);
+  } else {
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, sep)) cells.push_back(trim(c));
+    if (!line.empty() && line.back() == sep) cells.push_back("");
+  }
+  return cells;
+}
+
+/// Reads a numeric table: `skip` lines, then a header row (if `header`), then rows.
+Table read_table(const fs::path& path, char sep, int skip, bool header, const char* origin) {
+  PUSH_CHECK(fs::exists(path), origin, "cannot open '", path.string(), "': no such file");
+  PUSH_CHECK(!fs::is_directory(path), origin, "'", path.string(), "' is a directory, not a CSV file");
+  std::ifstream in(path);
+  PUSH_CHECK(in, origin, "cannot open '", path.string(), "'");
+  Table t;
+  std::string line;
+  int64_t lineno = 0;
+  while (lineno < skip && std::getline(in, line)) ++lineno;
+  if (header) {
+    PUSH_CHECK(std::getline(in, line), origin, "'", path.string(), "' is empty (expected a header row)");
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    t.names = cells_of(line, sep);
+  }
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (trim(line).empty()) continue;
+    auto cells = cells_of(line, sep);
+    if (t.names.empty()) {
+      for (size_t i = 0; i < cells.size(); ++i) t.names.push_back("column" + std::to_string(i));
+    }
+    PUSH_CHECK(cells.size() == t.names.size(), origin, path.string(), " line ", lineno, " has ", cells.size(),
+               " cells, the header has ", t.names.size());
+    std::vector<double> row(cells.size());
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const std::string& c = cells[i];
+      char* end = nullptr;
+      double v = c.empty() ? 0 : std::strtod(c.c_str(), &end);
+      PUSH_CHECK(!c.empty() && end == c.c_str() + c.size(), origin, path.string(), " line ", lineno, ", column '",
+                 t.names[i], "': '", c, "' is not a number");
+      PUSH_CHECK(std::isfinite(v), origin, path.string(), " line ", lineno, ", column '", t.names[i], "': ", c,
+                 " (NaN or Inf) is not allowed");
+      row[i] = v;
+    }
+    t.rows.push_back(std::move(row));
+  }
+  PUSH_CHECK(!t.rows.empty(), origin, "'", path.string(), "' has no data rows");
+  return t;
+}
+
+/// Turns a table into a data set with column `target` as the label.
+Dataset from_table(const Table& t, int64_t target, Task task, const std::string& name, const char* origin) {
+  const int64_t n = static_cast<int64_t>(t.rows.size()), cols = static_cast<int64_t>(t.names.size());
+  PUSH_CHECK(cols >= 2, origin, "'", name, "' needs at least one feature column and a target column");
+  Dataset d;
+  d.name = name;
+  d.task = task;
+  d.target_name = t.names[target];
+  auto x = torch::empty({n, cols - 1}, torch::kFloat32);
+  std::vector<double> ys(n);
+  auto xa = x.accessor<float, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0, k = 0; c < cols; ++c) {
+      if (c == target) {
+        ys[i] = t.rows[i][c];
+      } else {
+        xa[i][k++] = static_cast<float>(t.rows[i][c]);
+      }
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    if (c != target) d.feature_names.push_back(t.names[c]);
+  }
+  d.x = x;
+  if (task == Task::regression) {
+    d.y = torch::tensor(ys, torch::kFloat64).to(torch::kFloat32).unsqueeze(1);
+  } else {
+    std::set<double> distinct;
+    for (int64_t i = 0; i < n; ++i) {
+      PUSH_CHECK(ys[i] == std::floor(ys[i]), origin, "classification target '", d.target_name, "' of '", name,
+                 "' has the non-integer value ", ys[i], " (row ", i + 1, ")");
+      distinct.insert(ys[i]);
+    }
+    std::map<double, int64_t> code;
+    for (double v : distinct) code.emplace(v, static_cast<int64_t>(code.size()));
+    std::vector<int64_t> labels(n);
+    for (int64_t i = 0; i < n; ++i) labels[i] = code[ys[i]];
+    d.y = torch::tensor(labels, torch::kLong);
+    d.num_classes = static_cast<int64_t>(code.size());
+    PUSH_CHECK(d.num_classes >= 2, origin, "classification target '", d.target_name, "' of '", name,
+               "' has only one class");
+  }
+  return d;
+}
+
+at::Generator make_gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+Dataset sklearn_set(const std::string& name) {
+  const char* origin = "push::data::load";
+  auto dir = data_dir() / "sklearn";
+  auto file = [&](const std::string& f) {
+    auto p = dir / f;
+    PUSH_CHECK(fs::exists(p), origin, "built-in data set '", name, "' is not installed (no ", p.string(),
+               "); run scripts/fetch-data");
+    return p;
+  };
+  if (name == "iris" || name == "wine" || name == "breast_cancer") {
+    auto t = read_table(file(name == "wine" ? "wine_data.csv" : name + ".csv"), ',', 1, false, origin);
+    auto d = from_table(t, static_cast<int64_t>(t.names.size()) - 1, Task::classification, name, origin);
+    d.target_name = "class";
+    return d;
+  }
+  if (name == "digits") {
+    auto t = read_table(file("digits.csv"), ',', 0, false, origin);
+    auto d = from_table(t, static_cast<int64_t>(t.names.size()) - 1, Task::classification, name, origin);
+    d.target_name = "digit";
+    d.x = d.x.reshape({-1, 1, 8, 8});
+    return d;
+  }
+  if (name == "boston_house_prices") {
+    auto t = read_table(file("boston_house_prices.csv"), ',', 1, true, origin);
+    return from_table(t, static_cast<int64_t>(t.names.size()) - 1, Task::regression, name, origin);
+  }
+  // diabetes: features and target in two whitespace-separated files.
+  auto t = read_table(file("diabetes_data_raw.csv"), ' ', 0, false, origin);
+  auto target = read_table(file("diabetes_target.csv"), ' ', 0, false, origin);
+  PUSH_CHECK(t.rows.size() == target.rows.size(), origin, "diabetes: ", t.rows.size(), " rows of features but ",
+             target.rows.size(), " targets");
+  t.names = {"age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6", "progression"};
+  for (size_t i = 0; i < t.rows.size(); ++i) t.rows[i].push_back(target.rows[i].at(0));
+  return from_table(t, 10, Task::regression, name, origin);
+}
+
+}  // namespace
+
+const char* to_string(Task task) { return task == Task::regression ? "regression" : "classification"; }
+
+Task parse_task(const std::string& text) {
+  if (text == "regression") return Task::regression;
+  if (text == "classification") return Task::classification;
+  throw Error("[push::data::parse_task] unknown task '" + text + "' (expected regression or classification)");
+}
+
+std::vector<int64_t> Dataset::input_shape() const {
+  auto s = x.sizes().vec();
+  s.erase(s.begin());
+  return s;
+}
+
+Dataset Dataset::subset(const torch::Tensor& index) const {
+  Dataset d = *this;
+  d.x = x.index_select(0, index);
+  d.y = y.index_select(0, index);
+  return d;
+}
+
+Dataset load_csv(const fs::path& path, const CsvOptions& options) {
+  const char* origin = "push::data::load_csv";
+  auto t = read_table(path, ',', 0, true, origin);
+  int64_t target = static_cast<int64_t>(t.names.size()) - 1;
+  if (!options.target.empty()) {
+    auto it = std::find(t.names.begin(), t.names.end(), options.target);
+    if (it == t.names.end()) {
+      std::string cols;
+      for (const auto& n : t.names) cols += (cols.empty() ? "" : ", ") + n;
+      throw Error(c10::str("[", origin, "] unknown target column '", options.target, "' in ", path.string(),
+                           " (columns: ", cols, ")"));
+    }
+    target = it - t.names.begin();
+  }
+  return from_table(t, target, options.task.value_or(Task::regression), path.stem().string(), origin);
+}
+
+Dataset load_idx(const fs::path& dir, bool train) {
+  const char* origin = "push::data::load_idx";
+  const char* images = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
+  PUSH_CHECK(fs::exists(dir / images), origin, "no IDX file ", (dir / images).string());
+  torch::data::datasets::MNIST mnist(
+      dir.string(), train ? torch::data::datasets::MNIST::Mode::kTrain : torch::data::datasets::MNIST::Mode::kTest);
+  Dataset d;
+  d.name = dir.filename().string();
+  d.task = Task::classification;
+  d.x = mnist.images().to(torch::kFloat32);
+  d.y = mnist.targets().to(torch::kLong);
+  d.num_classes = d.y.max().item<int64_t>() + 1;
+  d.target_name = "label";
+  return d;
+}
+
+Dataset synthetic_gap(int64_t points, uint64_t seed, double noise) {
+  auto gen = make_gen(seed);
+  const int64_t half = points / 2;
+  auto u = torch::rand({points, 1}, gen, torch::kFloat32) * 2.5;
+  auto x = torch::cat({u.narrow(0, 0, half) - 4.0, u.narrow(0, half, points - half) + 1.5});
+  auto y = torch::sin(x) + noise * torch::randn({points, 1}, gen, torch::kFloat32);
+  Dataset d;
+  d.name = "sine-gap";
+  d.x = x;
+  d.y = y;
+  d.feature_names = {"x"};
+  d.target_name = "y";
+  return d;
+}
+
+std::vector<std::string> builtin_names() {
+  return {"sine-gap", "boston_house_prices", "diabetes", "iris", "wine", "breast_cancer", "digits", "fashion-mnist"};
+}
+
+fs::path data_dir() {
+  if (const char* d = std::getenv("PUSH_DATA_DIR"); d && *d) return d;
+  if (const char* c = std::getenv("XDG_CACHE_HOME"); c && *c) return fs::path(c) / "push" / "data";
+  const char* home = std::getenv("HOME");
+  return fs::path(home && *home ? home : "/tmp") / ".cache" / "push" / "data";
+}
+
+Dataset load(const std::string& spec, const CsvOptions& options, uint64_t seed) {
+  const char* origin = "push::data::load";
+  auto names = builtin_names();
+  if (std::find(names.begin(), names.end(), spec) != names.end()) {
+    PUSH_CHECK(options.target.empty(), origin, "--target applies to CSV files, not the built-in set '", spec, "'");
+    if (spec == "sine-gap") return synthetic_gap(512, seed);
+    if (spec == "fashion-mnist") {
+      auto dir = data_dir() / "fashion-mnist";
+      PUSH_CHECK(fs::exists(dir), origin, "built-in data set 'fashion-mnist' is not installed (no ", dir.string(),
+                 "); run scripts/fetch-data");
+      return load_idx(dir, true);
+    }
+    return sklearn_set(spec == "boston" ? "boston_house_prices" : spec);
+  }
+  fs::path p(spec);
+  if (fs::is_directory(p)) return load_idx(p, true);
+  if (!fs::exists(p)) {
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    throw Error(c10::str("[", origin, "] no data set or file named '", spec, "' (built-in: ", all, ")"));
+  }
+  return load_csv(p, options);
+}
+
+std::pair<Dataset, Dataset> split(const Dataset& all, double test_fraction, uint64_t seed) {
+  const char* origin = "push::data::split";
+  PUSH_CHECK(test_fraction > 0 && test_fraction < 1, origin, "test fraction must be in (0, 1), got ", test_fraction);
+  const int64_t n = all.size();
+  const int64_t n_test = static_cast<int64_t>(std::llround(test_fraction * static_cast<double>(n)));
+  PUSH_CHECK(n_test >= 1 && n_test < n, origin, "test fraction ", test_fraction, " of ", n,
+             " rows leaves an empty training or test set");
+  auto gen = make_gen(seed ^ 0x53504c4954ULL);
+  auto perm = torch::randperm(n, gen, torch::kLong);
+  return {all.subset(perm.narrow(0, n_test, n - n_test)), all.subset(perm.narrow(0, 0, n_test))};
+}
+
+std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions& options, double test_fraction,
+                                       uint64_t seed) {
+  fs::path idx_dir;
+  if (spec == "fashion-mnist") idx_dir = data_dir() / "fashion-mnist";
+  else if (fs::is_directory(spec)) idx_dir = spec;
+  if (!idx_dir.empty()) {
+    auto train = load(spec, options, seed);
+    auto test = load_idx(idx_dir, false);
+    test.name = train.name;
+    return {train, test};
+  }
+  return split(load(spec, options, seed), test_fraction, seed);
+}
+
+Dataset subsample(const Dataset& d, int64_t rows, uint64_t seed) {
+  if (rows <= 0 || rows >= d.size()) return d;
+  auto gen = make_gen(seed ^ 0x53554253ULL);
+  return d.subset(torch::randperm(d.size(), gen, torch::kLong).narrow(0, 0, rows));
+}
+
+Standardizer Standardizer::fit(const Dataset& train) {
+  Standardizer s;
+  s.images = train.x.dim() > 2;
+  if (s.images) {
+    s.x_mean = train.x.mean();
+    s.x_std = train.x.std();
+  } else {
+    s.x_mean = train.x.mean(0);
+    s.x_std = train.x.std(0);
+  }
+  s.x_std = torch::where(s.x_std > 1e-12, s.x_std, torch::ones_like(s.x_std));
+  if (train.task == Task::regression) {
+    s.y_mean = train.y.mean(0);
+    s.y_std = train.y.std(0);
+    s.y_std = torch::where(s.y_std > 1e-12, s.y_std, torch::ones_like(s.y_std));
+  }
+  return s;
+}
+
+Dataset Standardizer::apply(const Dataset& d) const {
+  Dataset out = d;
+  out.x = (d.x - x_mean) / x_std;
+  if (d.task == Task::regression && y_mean.defined()) out.y = (d.y - y_mean) / y_std;
+  return out;
+}
+
+torch::Tensor Standardizer::unscale_mean(const torch::Tensor& mean) const {
+  return y_mean.defined() ? mean * y_std.to(mean.dtype()) + y_mean.to(mean.dtype()) : mean;
+}
+
+torch::Tensor Standardizer::unscale_variance(const torch::Tensor& variance) const {
+  return y_std.defined() ? variance * y_std.to(variance.dtype()).pow(2) : variance;
+}
+
+}  // namespace push::data

@@ -1,0 +1,112 @@
+// CSV loading, bad input, splits and standardisation.
+#include <push/data/dataset.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace push::data {
+namespace {
+namespace fs = std::filesystem;
+
+class Csv : public ::testing::Test {
+ protected:
+  fs::path dir_ = fs::temp_directory_path() / ("push_data_test_" + std::to_string(::getpid()));
+  void SetUp() override { fs::create_directories(dir_); }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path write(const std::string& name, const std::string& text) {
+    auto p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+};
+
+TEST_F(Csv, ReadsHeaderAndNumbers) {
+  auto p = write("a.csv", "a,b,\"target\"\n1,2,3\n4,5.5,-6e-1\n\n");
+  auto d = load_csv(p);
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(d.target_name, "target");
+  EXPECT_TRUE(torch::allclose(d.x, torch::tensor({1.f, 2.f, 4.f, 5.5f}).view({2, 2})));
+  EXPECT_TRUE(torch::allclose(d.y, torch::tensor({3.f, -0.6f}).view({2, 1})));
+  auto by_name = load_csv(p, CsvOptions{"a", Task::regression});
+  EXPECT_EQ(by_name.feature_names, (std::vector<std::string>{"b", "target"}));
+  EXPECT_TRUE(torch::allclose(by_name.y, torch::tensor({1.f, 4.f}).view({2, 1})));
+}
+
+TEST_F(Csv, ClassificationLabelsAreCodedInOrder) {
+  auto d = load_csv(write("c.csv", "x,k\n0.5,7\n1.5,3\n2.5,7\n"), CsvOptions{"", Task::classification});
+  EXPECT_EQ(d.num_classes, 2);
+  EXPECT_TRUE(torch::equal(d.y, torch::tensor({1, 0, 1}, torch::kLong)));
+  EXPECT_PUSH_ERROR(load_csv(write("d.csv", "x,k\n0.5,1.5\n1,2\n"), CsvOptions{"", Task::classification}),
+                    "non-integer value 1.5");
+}
+
+TEST_F(Csv, BadInputNamesTheProblem) {
+  EXPECT_PUSH_ERROR(load_csv(dir_ / "missing.csv"), "no such file");
+  EXPECT_PUSH_ERROR(load_csv(write("n.csv", "a,b\n1,2\n3,x\n")), "line 3, column 'b': 'x' is not a number");
+  EXPECT_PUSH_ERROR(load_csv(write("nan.csv", "a,b\n1,nan\n")), "(NaN or Inf) is not allowed");
+  EXPECT_PUSH_ERROR(load_csv(write("inf.csv", "a,b\n1,2\n-inf,3\n")), "column 'a'");
+  EXPECT_PUSH_ERROR(load_csv(write("t.csv", "a,b\n1,2\n"), CsvOptions{"zz", std::nullopt}),
+                    "unknown target column 'zz'");
+  EXPECT_PUSH_ERROR(load_csv(write("r.csv", "a,b\n1,2\n3\n")), "line 3 has 1 cells, the header has 2");
+  EXPECT_PUSH_ERROR(load_csv(write("e.csv", "")), "is empty");
+  EXPECT_PUSH_ERROR(load("no-such-set"), "no data set or file named 'no-such-set'");
+}
+
+TEST(Data, SplitIsSeededAndDisjoint) {
+  auto d = synthetic_gap(100, 1);
+  auto [train, test] = split(d, 0.2, 5);
+  EXPECT_EQ(train.size(), 80);
+  EXPECT_EQ(test.size(), 20);
+  auto [train2, test2] = split(d, 0.2, 5);
+  EXPECT_TRUE(torch::equal(test.x, test2.x));
+  auto [train3, test3] = split(d, 0.2, 6);
+  EXPECT_FALSE(torch::equal(test.x, test3.x));
+  // Together the two parts are the whole set.
+  auto all = std::get<0>(torch::cat({train.x, test.x}).view(-1).sort());
+  EXPECT_TRUE(torch::equal(all, std::get<0>(d.x.view(-1).sort())));
+  EXPECT_PUSH_ERROR(split(d, 1.0, 0), "test fraction");
+}
+
+TEST(Data, SyntheticSetHasAGap) {
+  auto d = synthetic_gap(200, 3);
+  EXPECT_EQ(d.size(), 200);
+  EXPECT_EQ((d.x.abs() < 1.5).sum().item<int64_t>(), 0);
+  EXPECT_TRUE(torch::equal(d.x, synthetic_gap(200, 3).x));
+}
+
+TEST(Data, StandardizerUsesTrainingStatistics) {
+  auto d = synthetic_gap(100, 2);
+  auto [train, test] = split(d, 0.3, 0);
+  auto s = Standardizer::fit(train);
+  auto tr = s.apply(train), te = s.apply(test);
+  EXPECT_NEAR(tr.x.mean().item<double>(), 0.0, 1e-5);
+  EXPECT_NEAR(tr.x.std().item<double>(), 1.0, 1e-5);
+  EXPECT_TRUE(torch::allclose(te.x, (test.x - train.x.mean(0)) / train.x.std(0), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(s.unscale_mean(te.y), test.y, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(s.unscale_variance(torch::ones({1, 1})), train.y.var(0).view({1, 1}), 1e-5, 1e-5));
+}
+
+TEST(Data, BuiltinSetsLoadWhenInstalled) {
+  if (!fs::exists(data_dir() / "sklearn" / "iris.csv")) GTEST_SKIP() << "run scripts/fetch-data";
+  auto iris = load("iris");
+  EXPECT_EQ(iris.size(), 150);
+  EXPECT_EQ(iris.num_classes, 3);
+  EXPECT_EQ(iris.x.size(1), 4);
+  auto boston = load("boston_house_prices");
+  EXPECT_EQ(boston.size(), 506);
+  EXPECT_EQ(boston.target_name, "MEDV");
+  auto diabetes = load("diabetes");
+  EXPECT_EQ(diabetes.size(), 442);
+  EXPECT_EQ(diabetes.x.size(1), 10);
+  auto digits = load("digits");
+  EXPECT_EQ(digits.input_shape(), (std::vector<int64_t>{1, 8, 8}));
+  EXPECT_EQ(digits.num_classes, 10);
+}
+
+}  // namespace
+}  // namespace push::data
