@@ -1,0 +1,171 @@
+// `push train` end to end: the default run, every algorithm on a tiny configuration,
+// save/resume, and bad input (one-line error, non-zero exit, nothing in --out).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  fs::path dir_ = fs::temp_directory_path() / ("push_cli_test_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && '" PUSH_CLI_BINARY "' train " + args + " > stdout.txt 2> stderr.txt";
+    Result r;
+    int status = std::system(cmd.c_str());
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(dir_ / "stdout.txt");
+    r.err = slurp(dir_ / "stderr.txt");
+    fs::remove(dir_ / "stdout.txt");
+    fs::remove(dir_ / "stderr.txt");
+    return r;
+  }
+  json metrics(const std::string& out) { return json::parse(slurp(dir_ / out / "metrics.json")); }
+  fs::path write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+  /// A small two-class CSV: the class is the sign of a + b.
+  void write_classes(const std::string& name) {
+    std::ostringstream s;
+    s << "a,b,label\n";
+    for (int i = 0; i < 80; ++i) {
+      double a = std::sin(i * 1.3), b = std::cos(i * 0.7);
+      s << a << ',' << b << ',' << (a + b > 0 ? 1 : 0) << "\n";
+    }
+    write(name, s.str());
+  }
+  bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+};
+
+TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
+  auto r = run("");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("rmse"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("ETA"), std::string::npos) << "no progress bar: " << r.err;
+  auto m = metrics("push-out");
+  EXPECT_EQ(m["algorithm"], "ensemble");
+  EXPECT_EQ(m["data"]["name"], "sine-gap");
+  // y = sin x + 0.1 ε: a trained ensemble gets close to the noise level.
+  EXPECT_LT(m["metrics"]["rmse"].get<double>(), 0.25);
+  EXPECT_LT(m["metrics"]["nll"].get<double>(), 0.5);
+  const int64_t test_size = m["data"]["test_size"];
+  auto csv = slurp(dir_ / "push-out" / "predictions.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), test_size + 1);
+  EXPECT_EQ(m["loss_curve"].size(), m["run"]["epochs"].get<size_t>());
+  EXPECT_LT(m["timings"]["total_s"].get<double>(), 60.0);
+  if (has_gnuplot()) {
+    EXPECT_TRUE(fs::exists(dir_ / "push-out" / "predictive.png"));
+    EXPECT_TRUE(fs::exists(dir_ / "push-out" / "loss.png"));
+  }
+  // Only the outputs are left behind, no staging folders or gnuplot scratch files.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) entries += e.path().filename() != "push-out";
+  EXPECT_EQ(entries, 0);
+  EXPECT_FALSE(fs::exists(dir_ / "push-out" / "band.dat"));
+}
+
+TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
+  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
+    auto r = run("--algo " + algo + " --particles 3 --devices 2 --epochs 4 --samples 3 --quiet --out " + algo);
+    ASSERT_EQ(r.code, 0) << algo << ": " << r.err;
+    auto m = metrics(algo);
+    EXPECT_EQ(m["algorithm"], algo);
+    EXPECT_EQ(m["run"]["epochs"], 4);
+    EXPECT_GT(m["metrics"]["mean_predictive_sd"].get<double>(), 0.0);
+    EXPECT_TRUE(std::isfinite(m["metrics"]["nll"].get<double>()));
+  }
+}
+
+TEST_F(Cli, ClassificationCsvWritesCalibration) {
+  write_classes("two.csv");
+  auto r = run("--data two.csv --task classification --particles 2 --epochs 20 --quiet --out cls");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto m = metrics("cls");
+  EXPECT_GT(m["metrics"]["accuracy"].get<double>(), 0.7);
+  EXPECT_EQ(m["metrics"]["reliability_bins"].size(), 15u);
+  int64_t count = 0;
+  for (const auto& b : m["metrics"]["reliability_bins"]) count += b["count"].get<int64_t>();
+  EXPECT_EQ(count, m["data"]["test_size"].get<int64_t>());
+  if (has_gnuplot()) EXPECT_TRUE(fs::exists(dir_ / "cls" / "reliability.png"));
+}
+
+TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
+  auto a = run("--particles 2 --epochs 3 --quiet --save ck --out a");
+  ASSERT_EQ(a.code, 0) << a.err;
+  auto b = run("--particles 2 --epochs 5 --quiet --resume ck --out b");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(metrics("b")["run"]["epochs"], 5);
+  EXPECT_EQ(metrics("b")["loss_curve"].size(), 5u);
+  // The same as five epochs in one go.
+  auto c = run("--particles 2 --epochs 5 --quiet --out c");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(metrics("b")["metrics"]["rmse"], metrics("c")["metrics"]["rmse"]);
+
+  auto bad = run("--particles 2 --epochs 5 --algo svgd --quiet --resume ck --out d");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("algo=\"ensemble\""), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir_ / "d"));
+}
+
+TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
+  write("letters.csv", "a,b\n1,2\n3,oops\n");
+  write("nan.csv", "a,b\n1,2\nnan,3\n");
+  write("ok.csv", "a,b\n1,2\n3,4\n5,6\n7,8\n9,10\n");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--data missing.csv", "no data set or file named 'missing.csv'"},
+      {"--data letters.csv", "'oops' is not a number"},
+      {"--data nan.csv", "NaN or Inf"},
+      {"--data ok.csv --target nope", "unknown target column 'nope'"},
+      {"--algo sgld", "--algo"},
+      {"--model transformer", "unknown model 'transformer'"},
+      {"--model mlp:64,abc", "bad width 'abc'"},
+      {"--epochs -3", "--epochs"},
+      {"--resume no-such-dir", "no checkpoint to resume"},
+      {"--data sine-gap --task classification", "not classification"},
+  };
+  for (const auto& [args, needle] : cases) {
+    auto r = run(args + " --quiet --out should-not-exist");
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << " -> " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << " -> " << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "should-not-exist")) << args;
+  }
+}
+
+TEST_F(Cli, BuiltinIrisWhenInstalled) {
+  auto r = run("--data iris --particles 2 --epochs 30 --quiet --out iris");
+  if (r.code != 0 && r.err.find("fetch-data") != std::string::npos) GTEST_SKIP() << "run scripts/fetch-data";
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(metrics("iris")["metrics"]["accuracy"].get<double>(), 0.8);
+}
+
+}  // namespace
