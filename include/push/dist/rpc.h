@@ -1,0 +1,182 @@
+#pragma once
+// RpcGroup: named services, paired values and direct calls between the members of a group.
+//
+//   // In every process (same binary): a function callable by name.
+//   c10::IValue add(const push::dist::RpcArgs& a) { return a[0].toTensor() + a[1].toTensor(); }
+//   PUSH_RPC_FUNCTION(add);
+//
+//   auto rpc = world.rpc_group("trainers", {"worker0", "worker1"});   // members only
+//   auto y = rpc.rpc_sync("worker1", "add", {torch::ones(2), torch::ones(2)});
+//   push::Future<c10::IValue> f = rpc.rpc_async(1, "add", {x, x});   // by global rank
+//   push::dist::RRef r = rpc.remote("worker1", "add", {x, x});        // value stays on worker1
+//   r.to_here();
+//
+//   if (world.rank() == 0) rpc.register_service("count", [](const RpcArgs&) { ... });
+//   rpc.barrier();
+//   rpc.registered_sync("count", {});            // runs on whoever registered "count"
+//   rpc.pair("weights", w);  rpc.get_paired("weights").to_here();
+//
+// Arguments and results are c10::IValues, pickled with LibTorch's pickler; an exception in
+// the callee comes back as push::dist::RemoteError (rank and message). Every call has a
+// timeout (RpcGroupOptions::timeout, or per call). All members are thread-safe. Handlers
+// run on the group's handler threads; a handler may call other members, but a chain of
+// nested calls deeper than the handler threads can deadlock a process's own pool.
+// The group leaves with shutdown() (a barrier of all members, then the threads stop);
+// the destructor does it if you did not.
+#include <ATen/core/ivalue.h>
+#include <torch/arg.h>
+
+#include <push/dist/world.h>
+#include <push/runtime/future.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace push::dist {
+
+using RpcArgs = std::vector<c10::IValue>;
+/// A callable service or function: arguments in, one value out (None for "nothing").
+using RpcFunction = std::function<c10::IValue(const RpcArgs&)>;
+
+/// An exception raised by the callee, carried back to the caller.
+class RemoteError : public Error {
+ public:
+  RemoteError(int rank, std::string name, std::string message, const std::string& what)
+      : Error(what), rank_(rank), name_(std::move(name)), message_(std::move(message)) {}
+  int rank() const { return rank_; }
+  const std::string& worker() const { return name_; }
+  const std::string& remote_message() const { return message_; }
+
+ private:
+  int rank_;
+  std::string name_;
+  std::string message_;
+};
+
+/// Registers `fn` under `name` in this process (throws push::Error on a duplicate). Do it
+/// identically in every process, before calls arrive: a name stands for the function.
+void register_function(const std::string& name, RpcFunction fn);
+bool is_function_registered(const std::string& name);
+
+struct FunctionRegistrar {
+  FunctionRegistrar(const char* name, RpcFunction fn) { register_function(name, std::move(fn)); }
+};
+
+/// A worker named by its name ("worker1") or its global rank.
+class Target {
+ public:
+  Target(int rank) : value_(rank) {}  // NOLINT: implicit on purpose
+  Target(std::string name) : value_(std::move(name)) {}  // NOLINT
+  Target(const char* name) : value_(std::string(name)) {}  // NOLINT
+  const std::variant<int, std::string>& value() const { return value_; }
+
+ private:
+  std::variant<int, std::string> value_;
+};
+
+struct RpcGroupOptions {
+  /// Default timeout of each call; unset: the world's rpc_timeout.
+  TORCH_ARG(std::optional<Milliseconds>, timeout) = std::nullopt;
+  /// Threads that run incoming calls.
+  TORCH_ARG(int, handler_threads) = 4;
+};
+
+namespace detail {
+struct RpcState;
+struct RRefState;
+class RpcTestAccess;
+}  // namespace detail
+
+/// A value owned by one member (the result of remote(), or a paired value). Copies share
+/// one reference; the owner drops a remote() result when the last copy is gone. A paired
+/// value lives until it is unpaired.
+class RRef {
+ public:
+  RRef() = default;
+  /// Fetches the value (a copy) from its owner.
+  c10::IValue to_here(std::optional<Milliseconds> timeout = std::nullopt) const;
+  /// Global rank of the owner.
+  int owner() const;
+  const std::string& owner_name() const;
+  /// Waits until the owner holds the value (or rethrows why it never will).
+  void wait_confirmed(std::optional<Milliseconds> timeout = std::nullopt) const;
+
+ private:
+  friend class RpcGroup;
+  explicit RRef(std::shared_ptr<detail::RRefState> state) : state_(std::move(state)) {}
+  std::shared_ptr<detail::RRefState> state_;
+};
+
+class RpcGroup {
+ public:
+  RpcGroup() = default;
+
+  const std::string& name() const;
+  /// Member names, ascending.
+  std::vector<std::string> members() const;
+  bool is_member(const std::string& name) const;
+
+  // Services: a handler registered by one member, callable by every member by key.
+  void register_service(const std::string& key, RpcFunction handler) const;
+  void deregister(const std::string& key) const;
+  bool is_registered(const std::string& key) const;
+  c10::IValue registered_sync(const std::string& key, RpcArgs args = {},
+                              std::optional<Milliseconds> timeout = std::nullopt) const;
+  Future<c10::IValue> registered_async(const std::string& key, RpcArgs args = {},
+                                       std::optional<Milliseconds> timeout = std::nullopt) const;
+  RRef registered_remote(const std::string& key, RpcArgs args = {},
+                         std::optional<Milliseconds> timeout = std::nullopt) const;
+
+  // Paired values: a value one member publishes under a key.
+  void pair(const std::string& key, c10::IValue value) const;
+  void unpair(const std::string& key) const;
+  bool is_paired(const std::string& key) const;
+  RRef get_paired(const std::string& key) const;
+
+  // Direct calls of a function registered with register_function / PUSH_RPC_FUNCTION.
+  c10::IValue rpc_sync(const Target& to, const std::string& function, RpcArgs args = {},
+                       std::optional<Milliseconds> timeout = std::nullopt) const;
+  Future<c10::IValue> rpc_async(const Target& to, const std::string& function, RpcArgs args = {},
+                                std::optional<Milliseconds> timeout = std::nullopt) const;
+  RRef remote(const Target& to, const std::string& function, RpcArgs args = {},
+              std::optional<Milliseconds> timeout = std::nullopt) const;
+
+  /// Blocks until every member calls barrier(); correct under any number of repetitions.
+  void barrier(std::optional<Milliseconds> timeout = std::nullopt) const;
+  /// Barrier of all members, then stops this process's threads. Idempotent.
+  void shutdown() const;
+
+  /// Values this member holds for remote() handles elsewhere (released with their last copy).
+  size_t owned_count() const;
+
+  /// Global rank of a member; push::Error for a non-member.
+  int rank_of(const Target& member) const;
+
+ private:
+  friend class World;
+  friend class detail::RpcTestAccess;
+  explicit RpcGroup(std::shared_ptr<detail::RpcState> state) : state_(std::move(state)) {}
+  detail::RpcState& check(const char* origin) const;
+  std::shared_ptr<detail::RpcState> state_;
+};
+
+namespace detail {
+/// Tests of the wire protocol: sends `payload` as a message of type `kind` to `to` and
+/// returns the future of its reply, bypassing the checks of the public calls.
+class RpcTestAccess {
+ public:
+  static constexpr int64_t kCall = 1;  // payload: pickled ("function", (args...))
+  static Future<c10::IValue> call_raw(const RpcGroup& group, const Target& to, int64_t kind,
+                                      std::vector<char> payload, Milliseconds timeout);
+};
+}  // namespace detail
+
+}  // namespace push::dist
+
+/// Registers the function `fn` under its own name at program start.
+#define PUSH_RPC_FUNCTION(fn) \
+  static ::push::dist::FunctionRegistrar push_rpc_function_##fn(#fn, fn)

@@ -1,0 +1,113 @@
+#pragma once
+// World: the processes of one job, found through c10d's TCPStore (rank 0 hosts it).
+//
+//   auto world = push::dist::World(push::dist::WorldOptions::from_env().timeout(std::chrono::seconds(30)));
+//   world.rank(); world.size(); world.name();          // "worker<rank>" unless named
+//   push::dist::CollectiveGroup all = world.collective();
+//   push::dist::CollectiveGroup pair = world.new_group({0, 1});   // only ranks 0 and 1 call this
+//
+// A World is a cheap, copyable handle; groups keep it alive. Its members are thread-safe.
+// The constructor blocks until every rank has joined (or throws after init_timeout).
+#include <torch/arg.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <push/runtime/errors.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+namespace push::dist {
+
+using Milliseconds = std::chrono::milliseconds;
+
+/// How a process joins the job: `WorldOptions().rank(1).world_size(4).master_port(29500)`.
+struct WorldOptions {
+  TORCH_ARG(int, rank) = 0;
+  TORCH_ARG(int, world_size) = 1;
+  TORCH_ARG(int, local_rank) = 0;
+  /// Host of rank 0, which runs the TCPStore every rank meets at.
+  TORCH_ARG(std::string, master_addr) = "127.0.0.1";
+  TORCH_ARG(int, master_port) = 29500;
+  /// This rank's name; empty means "worker<rank>".
+  TORCH_ARG(std::string, name) = "";
+  /// Rendezvous: connecting to the store, every rank joining, connecting the groups.
+  TORCH_ARG(Milliseconds, init_timeout) = std::chrono::seconds(120);
+  /// Default of every collective, point-to-point transfer and barrier.
+  TORCH_ARG(Milliseconds, timeout) = std::chrono::seconds(300);
+  /// Default of every RPC call (from sending the request to receiving the answer).
+  TORCH_ARG(Milliseconds, rpc_timeout) = std::chrono::seconds(60);
+  /// How long rank 0 waits, when it leaves, for the others to leave (it hosts the store).
+  TORCH_ARG(Milliseconds, shutdown_timeout) = std::chrono::seconds(30);
+  /// Network interface Gloo binds to (GLOO_SOCKET_IFNAME); empty: loopback when the
+  /// master is local, else the address this host's name resolves to.
+  TORCH_ARG(std::string, interface) = "";
+  /// Gloo's worker threads per process group.
+  TORCH_ARG(int, gloo_threads) = 2;
+
+ public:
+  /// Reads an environment variable; the default is std::getenv.
+  using Lookup = std::function<std::optional<std::string>(const std::string&)>;
+  /// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; falling back to
+  /// OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK} and Slurm's SLURM_{PROCID,NTASKS,
+  /// LOCALID}. Also GLOO_SOCKET_IFNAME. Throws push::Error naming what is missing/wrong.
+  static WorldOptions from_env(const Lookup& lookup = {});
+  /// Throws push::Error when the options cannot describe a job (rank >= world size, ...).
+  void validate() const;
+};
+
+namespace detail {
+struct WorldState;
+}
+class CollectiveGroup;
+struct CollectiveGroupOptions;
+class RpcGroup;
+struct RpcGroupOptions;
+
+class World {
+ public:
+  /// Joins the job: rank 0 starts the store, everyone connects, names are exchanged and
+  /// the default Gloo group is built. Throws push::Error on a bad address, a port nobody
+  /// listens on, or a rank missing after init_timeout.
+  explicit World(WorldOptions options);
+  /// World(WorldOptions::from_env()).
+  static World from_env();
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  const std::string& name() const;
+  /// Every rank's name, indexed by rank.
+  const std::vector<std::string>& names() const;
+  /// The rank called `name`; throws push::Error for an unknown name.
+  int rank_of(const std::string& name) const;
+  const WorldOptions& options() const;
+
+  /// The group of every rank (built once, shared by every caller).
+  CollectiveGroup collective() const;
+  /// A group over `ranks` (global ranks, any order). Only the members call this, and
+  /// they create their groups over the same rank set in the same order.
+  CollectiveGroup new_group(std::vector<int> ranks) const;
+  CollectiveGroup new_group(std::vector<int> ranks, const CollectiveGroupOptions& options) const;
+  /// An RPC group named `name` over `members` (names). Only the members call this.
+  RpcGroup rpc_group(const std::string& name, std::vector<std::string> members) const;
+  RpcGroup rpc_group(const std::string& name, std::vector<std::string> members,
+                     const RpcGroupOptions& options) const;
+
+  /// Blocks until every rank calls barrier() (through the store; any number of times).
+  void barrier(std::optional<Milliseconds> timeout = std::nullopt) const;
+
+  /// The job's key-value store (c10d::TCPStore), for control-plane data.
+  c10::intrusive_ptr<c10d::Store> store() const;
+
+  const std::shared_ptr<detail::WorldState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<detail::WorldState> state_;
+};
+
+}  // namespace push::dist

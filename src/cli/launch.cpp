@@ -1,0 +1,235 @@
+// push launch: N local ranks of one program, with torchrun's environment.
+//   push launch --nproc 4 [--master-addr 127.0.0.1] [--master-port 0] -- ./train --epochs 3
+// Each output line is prefixed "[rank r] ". SIGINT/SIGTERM are forwarded to every rank.
+// When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and the launcher exits
+// with the first failure's code (128 + signal for a rank killed by a signal).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+extern char** environ;
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+int pick_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(errno));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Rank {
+  pid_t pid = -1;
+  int out = -1;         // read end of its stdout+stderr
+  std::string partial;  // output after the last newline
+  bool running = true;
+  int code = 0;
+};
+
+int usage() {
+  std::cerr << "usage: push launch --nproc N [--master-addr A] [--master-port P] -- PROGRAM [ARGS...]\n"
+               "  Starts N ranks of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+               "  MASTER_ADDR, MASTER_PORT set (as torchrun --no-python). --master-port 0 (the\n"
+               "  default) picks a free port.\n";
+  return 2;
+}
+
+void flush_lines(int rank, Rank& r, bool all) {
+  size_t start = 0;
+  for (size_t nl; (nl = r.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::cout << "[rank " << rank << "] " << r.partial.substr(start, nl - start + 1);
+  }
+  r.partial.erase(0, start);
+  if (all && !r.partial.empty()) {
+    std::cout << "[rank " << rank << "] " << r.partial << "\n";
+    r.partial.clear();
+  }
+  std::cout.flush();
+}
+
+int launch_main(int argc, char** argv) {
+  int nproc = -1, port = 0;
+  std::string addr = "127.0.0.1";
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (i + 1 >= argc) return usage();
+    try {
+      if (a == "--nproc") nproc = std::stoi(argv[++i]);
+      else if (a == "--master-addr") addr = argv[++i];
+      else if (a == "--master-port") port = std::stoi(argv[++i]);
+      else return usage();
+    } catch (const std::exception&) {
+      std::cerr << "push launch: " << a << " needs an integer, got '" << argv[i] << "'\n";
+      return 2;
+    }
+  }
+  if (nproc < 1 || i >= argc || port < 0 || port > 65535) return usage();
+  if (port == 0) port = pick_free_port();
+
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<char*> program(argv + i, argv + argc);
+  program.push_back(nullptr);
+  std::vector<Rank> ranks(nproc);
+  for (int r = 0; r < nproc; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      std::string entry(*e);
+      const auto key = entry.substr(0, entry.find('='));
+      if (key == "RANK" || key == "LOCAL_RANK" || key == "WORLD_SIZE" || key == "LOCAL_WORLD_SIZE" ||
+          key == "MASTER_ADDR" || key == "MASTER_PORT" || key == "GROUP_RANK") {
+        continue;
+      }
+      env.push_back(entry);
+    }
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)},
+             {"WORLD_SIZE", std::to_string(nproc)}, {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+             {"GROUP_RANK", "0"}, {"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(port)}}) {
+      env.push_back(k + "=" + v);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+    if (pid == 0) {
+      setpgid(0, 0);  // signals reach the rank's whole process tree through its group
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      execvpe(program[0], program.data(), envp.data());
+      std::fprintf(stderr, "push launch: cannot run %s: %s\n", program[0], std::strerror(errno));
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    ranks[r].pid = pid;
+    ranks[r].out = fds[0];
+  }
+
+  int first_failure = 0;
+  int forwarded = 0;
+  std::chrono::steady_clock::time_point kill_at{};
+  auto stop_all = [&](int sig) {
+    for (auto& r : ranks) {
+      if (r.running) kill(-r.pid, sig);
+    }
+    if (kill_at == std::chrono::steady_clock::time_point{}) {
+      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    }
+  };
+  for (;;) {
+    if (g_signal && !forwarded) {
+      forwarded = g_signal;
+      stop_all(forwarded);
+    }
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int r = 0; r < nproc; ++r) {
+      if (ranks[r].out >= 0) {
+        fds.push_back({ranks[r].out, POLLIN, 0});
+        owners.push_back(r);
+      }
+    }
+    if (!fds.empty() && poll(fds.data(), fds.size(), 50) > 0) {
+      for (size_t k = 0; k < fds.size(); ++k) {
+        if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        auto& r = ranks[owners[k]];
+        char buffer[8192];
+        const ssize_t got = read(r.out, buffer, sizeof(buffer));
+        if (got > 0) {
+          r.partial.append(buffer, static_cast<size_t>(got));
+          flush_lines(owners[k], r, false);
+        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+          flush_lines(owners[k], r, true);
+          close(r.out);
+          r.out = -1;
+        }
+      }
+    } else if (fds.empty()) {
+      usleep(50 * 1000);
+    }
+    bool any_running = false;
+    for (int r = 0; r < nproc; ++r) {
+      auto& rank = ranks[r];
+      int status = 0;
+      if (rank.running && waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
+        rank.running = false;
+        rank.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (rank.code != 0 && first_failure == 0 && !forwarded) {
+          first_failure = rank.code;
+          std::cerr << "push launch: rank " << r
+                    << (WIFEXITED(status) ? " exited with code " : " was killed by signal ")
+                    << (WIFEXITED(status) ? rank.code : WTERMSIG(status))
+                    << "; stopping the other ranks\n";
+          stop_all(SIGTERM);
+        }
+      }
+      any_running |= rank.running;
+    }
+    if (!any_running) break;
+    if (kill_at != std::chrono::steady_clock::time_point{} && std::chrono::steady_clock::now() > kill_at) {
+      stop_all(SIGKILL);
+    }
+  }
+  for (int r = 0; r < nproc; ++r) {
+    if (ranks[r].out >= 0) {
+      char buffer[8192];
+      for (ssize_t got; (got = read(ranks[r].out, buffer, sizeof(buffer))) > 0;) {
+        ranks[r].partial.append(buffer, static_cast<size_t>(got));
+      }
+      flush_lines(r, ranks[r], true);
+      close(ranks[r].out);
+    }
+  }
+  if (forwarded) return 128 + forwarded;
+  return first_failure;
+}
+
+}  // namespace
+
+PUSH_CLI_COMMAND(launch, "start N local ranks of a program for push::dist (like torchrun --no-python)",
+                 launch_main);

@@ -1,0 +1,190 @@
+#include "dist_test_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <thread>
+
+extern char** environ;
+
+namespace push::testing {
+
+std::map<std::string, WorkerBody>& worker_registry() {
+  static std::map<std::string, WorkerBody> registry;
+  return registry;
+}
+
+std::string self_path() {
+  char buffer[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("free_port: cannot bind a socket");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+namespace {
+
+int status_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+/// fork + execve with everything allocated before the fork (the parent has threads).
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    if (out_fd >= 0) {
+      dup2(out_fd, STDOUT_FILENO);
+      dup2(out_fd, STDERR_FILENO);
+    }
+    execve(args[0], args.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry(*e);
+    const auto key = entry.substr(0, entry.find('=') + 1);
+    bool overridden = false;
+    for (const auto& x : extra) overridden |= x.rfind(key, 0) == 0;
+    if (!overridden) env.push_back(entry);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+}  // namespace
+
+std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seconds deadline,
+                             const std::vector<std::string>& extra_env) {
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> vars = {"PUSH_DIST_WORKER=" + worker,
+                                     "RANK=" + std::to_string(r),
+                                     "LOCAL_RANK=" + std::to_string(r),
+                                     "WORLD_SIZE=" + std::to_string(n),
+                                     "MASTER_ADDR=127.0.0.1",
+                                     "MASTER_PORT=" + std::to_string(port)};
+    vars.insert(vars.end(), extra_env.begin(), extra_env.end());
+    pids.push_back(spawn({self_path(), "--gtest_filter=DistWorker.DISABLED_Run",
+                          "--gtest_also_run_disabled_tests", "--gtest_brief=1"},
+                         environment_with(vars), -1));
+  }
+  std::vector<int> codes(n, -1);
+  std::vector<bool> done(n, false);
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  int left = n;
+  while (left > 0 && std::chrono::steady_clock::now() < end) {
+    for (int r = 0; r < n; ++r) {
+      int status = 0;
+      if (!done[r] && waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        codes[r] = status_code(status);
+        done[r] = true;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int r = 0; r < n; ++r) {
+    if (done[r]) continue;
+    ADD_FAILURE() << "rank " << r << " of worker '" << worker << "' still ran after "
+                  << deadline.count() << " s: killed";
+    kill(pids[r], SIGKILL);
+    waitpid(pids[r], nullptr, 0);
+  }
+  return codes;
+}
+
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
+                                        const std::vector<std::string>& extra_env,
+                                        std::chrono::seconds deadline) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("run_program: pipe failed");
+  const pid_t pid = spawn(argv, environment_with(extra_env), fds[1]);
+  close(fds[1]);
+  std::string output;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  char buffer[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) > 0) {
+      const ssize_t got = read(fds[0], buffer, sizeof(buffer));
+      if (got <= 0) break;
+      output.append(buffer, static_cast<size_t>(got));
+    }
+  }
+  close(fds[0]);
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    // Output closed (or deadline) but still running: give it the rest of the deadline.
+    while (std::chrono::steady_clock::now() < end && waitpid(pid, &status, WNOHANG) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+      ADD_FAILURE() << argv[0] << " still ran after " << deadline.count() << " s: killed";
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return {-1, output};
+    }
+  }
+  return {status_code(status), output};
+}
+
+push::dist::World test_world(std::chrono::milliseconds timeout) {
+  return push::dist::World(push::dist::WorldOptions::from_env()
+                               .timeout(timeout)
+                               .rpc_timeout(timeout)
+                               .init_timeout(std::chrono::seconds(30))
+                               .shutdown_timeout(std::chrono::seconds(10)));
+}
+
+}  // namespace push::testing
+
+// The entry point of every child process.
+TEST(DistWorker, DISABLED_Run) {
+  const char* name = std::getenv("PUSH_DIST_WORKER");
+  ASSERT_NE(name, nullptr) << "PUSH_DIST_WORKER is not set";
+  auto& registry = push::testing::worker_registry();
+  auto it = registry.find(name);
+  ASSERT_NE(it, registry.end()) << "no worker named " << name;
+  it->second();
+}

@@ -1,0 +1,51 @@
+#pragma once
+// Multi-process tests. A test in the parent process calls run_workers(n, "name"), which
+// starts this same binary n times (fork + execve of /proc/self/exe) on 127.0.0.1 with a
+// free port and torchrun's variables, filtered to DistWorker.DISABLED_Run, which runs the
+// body registered under "name" with PUSH_DIST_WORKER(name). Children die with the parent
+// (PR_SET_PDEATHSIG) and are killed when the deadline passes, so no test hangs.
+#include <push/dist.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace push::testing {
+
+using WorkerBody = std::function<void()>;
+std::map<std::string, WorkerBody>& worker_registry();
+struct WorkerRegistrar {
+  WorkerRegistrar(const std::string& name, WorkerBody body) { worker_registry()[name] = std::move(body); }
+};
+
+/// A port nobody listens on right now (the kernel's pick for port 0).
+int free_port();
+
+/// Exit status of each rank: the exit code, or 128 + signal; -1 when killed at the deadline.
+std::vector<int> run_workers(int n, const std::string& worker,
+                             std::chrono::seconds deadline = std::chrono::seconds(90),
+                             const std::vector<std::string>& extra_env = {});
+
+/// Runs `argv` (absolute program path first) with extra environment; returns the exit
+/// status (as above) and everything it printed (stdout and stderr).
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
+                                        const std::vector<std::string>& extra_env,
+                                        std::chrono::seconds deadline);
+
+/// The World of a worker, with test-sized timeouts.
+push::dist::World test_world(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+/// The path of this test binary.
+std::string self_path();
+
+}  // namespace push::testing
+
+#define PUSH_DIST_WORKER(name)                                                              \
+  static void push_dist_worker_##name();                                                   \
+  static ::push::testing::WorkerRegistrar push_dist_worker_registrar_##name(#name,         \
+                                                                            push_dist_worker_##name); \
+  static void push_dist_worker_##name()
