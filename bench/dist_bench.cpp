@@ -1,0 +1,186 @@
+// push::dist benchmarks at 2 ranks on 127.0.0.1. The binary starts its own second rank
+// (fork + exec of itself with RANK=1), so it runs like any other benchmark:
+//   push_bench_dist --benchmark_counters_tabular=true
+// AllReduce/<bytes>: bus bandwidth (2(n-1)/n * bytes / time) through CollectiveGroup and
+// through the same c10d ProcessGroupGloo called directly, in the same run; `ratio` is
+// push / raw (target >= 0.95). Rpc/<bytes>: round-trip latency and calls/s of rpc_sync
+// with a float tensor argument echoed back.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <benchmark/benchmark.h>
+#include <push/dist.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+
+namespace {
+
+c10::IValue bench_echo(const push::dist::RpcArgs& a) { return a.at(0); }
+PUSH_RPC_FUNCTION(bench_echo);
+
+constexpr int kWorldSize = 2;
+// Commands from rank 0 to rank 1, which mirrors every measured call.
+enum Command : int64_t { kStop = 0, kAllReducePush = 1, kAllReduceRaw = 2, kRpc = 3 };
+
+struct Job {
+  push::dist::World world;
+  push::dist::CollectiveGroup group;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> raw;  // a second Gloo group, called directly
+  push::dist::RpcGroup rpc;
+};
+Job* g_job = nullptr;
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> make_raw(const push::dist::World& world) {
+  auto options = c10d::ProcessGroupGloo::Options::create(world.options().timeout());
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  options->threads = world.options().gloo_threads();
+  auto store = c10::make_intrusive<c10d::PrefixStore>("bench/raw/", world.store());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, world.rank(), world.size(), options);
+}
+
+/// Rank 0 tells rank 1 what to run next: [command, bytes, iterations].
+void command(int64_t what, int64_t bytes, int64_t iterations) {
+  auto c = torch::tensor({what, bytes, iterations}, torch::kLong);
+  g_job->group.broadcast(c, 0);
+}
+
+/// Exactly `count` all_reduces of `bytes` through push (or the raw Gloo group).
+void all_reduce_loop(bool raw, int64_t bytes, int64_t count) {
+  auto t = torch::ones({bytes / 4}, torch::kFloat);
+  std::vector<at::Tensor> v{t};
+  for (int64_t i = 0; i < count; ++i) {
+    if (raw) g_job->raw->allreduce(v)->wait();
+    else g_job->group.all_reduce(t);
+  }
+}
+
+double g_raw_busbw[64] = {};
+
+void BM_AllReduce(benchmark::State& state, bool raw) {
+  const int64_t bytes = state.range(0);
+  // Rank 1 needs the iteration count before the loop starts: measure in fixed batches.
+  const int64_t iterations = std::max<int64_t>(3, std::min<int64_t>(200, (int64_t{64} << 20) / bytes));
+  double seconds = 0;
+  int64_t total = 0;
+  for (auto _ : state) {
+    command(raw ? kAllReduceRaw : kAllReducePush, bytes, iterations);
+    all_reduce_loop(raw, bytes, 1);  // warm-up (rank 1 does the same)
+    const auto start = std::chrono::steady_clock::now();
+    all_reduce_loop(raw, bytes, iterations);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    total += iterations;
+  }
+  const double per_call = seconds / static_cast<double>(total);
+  const double busbw = 2.0 * (kWorldSize - 1) / kWorldSize * static_cast<double>(bytes) / per_call;
+  state.counters["busbw_GBps"] = busbw / 1e9;
+  state.counters["us_per_call"] = per_call * 1e6;
+  const int slot = static_cast<int>(std::log2(static_cast<double>(bytes)));
+  if (raw) {
+    g_raw_busbw[slot] = busbw;
+  } else if (g_raw_busbw[slot] > 0) {
+    state.counters["ratio"] = busbw / g_raw_busbw[slot];
+  }
+}
+
+void BM_Rpc(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  command(kRpc, bytes, 0);
+  auto arg = torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat);
+  g_job->rpc.rpc_sync(1, "bench_echo", {arg});
+  for (auto _ : state) {
+    auto back = g_job->rpc.rpc_sync(1, "bench_echo", {arg});
+    benchmark::DoNotOptimize(back);
+  }
+  state.counters["calls_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
+                                                     benchmark::Counter::kIsRate);
+}
+
+// Rank 1: mirror rank 0's collectives until told to stop (RPCs are served by its threads).
+void follow() {
+  for (;;) {
+    auto c = torch::zeros({3}, torch::kLong);
+    g_job->group.broadcast(c, 0);
+    const int64_t what = c[0].item<int64_t>(), bytes = c[1].item<int64_t>(), n = c[2].item<int64_t>();
+    if (what == kStop) return;
+    if (what == kRpc) continue;
+    all_reduce_loop(what == kAllReduceRaw, bytes, 1);
+    all_reduce_loop(what == kAllReduceRaw, bytes, n);
+  }
+}
+
+}  // namespace
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("push_bench_dist: cannot find a free port");
+    std::exit(1);
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int main(int argc, char** argv) {
+  const bool child = std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr;
+  pid_t peer = -1;
+  if (!child) {
+    const int port = free_port();
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    setenv("WORLD_SIZE", "2", 1);
+    peer = fork();
+    if (peer == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      setenv("RANK", "1", 1);
+      setenv("PUSH_DIST_BENCH_CHILD", "1", 1);
+      execl("/proc/self/exe", argv[0], static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    setenv("RANK", "0", 1);
+  }
+  Job job{push::dist::World::from_env(), {}, {}, {}};
+  job.group = job.world.collective();
+  job.raw = make_raw(job.world);
+  job.rpc = job.world.rpc_group("bench", job.world.names());
+  g_job = &job;
+  if (child) {
+    follow();
+    job.rpc.shutdown();
+    return 0;
+  }
+  for (int64_t bytes = 1 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
+    benchmark::RegisterBenchmark(("AllReduce/raw_gloo/" + std::to_string(bytes)).c_str(), BM_AllReduce, true)
+        ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("AllReduce/push/" + std::to_string(bytes)).c_str(), BM_AllReduce, false)
+        ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark("Rpc/small", BM_Rpc)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/1MiB", BM_Rpc)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  command(kStop, 0, 0);
+  job.rpc.shutdown();
+  int status = 0;
+  waitpid(peer, &status, 0);
+  benchmark::Shutdown();
+  return 0;
+}
