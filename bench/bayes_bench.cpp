@@ -1,0 +1,168 @@
+// Bayesian algorithms through push vs plain LibTorch loops doing the same arithmetic, on
+// the runtime issue's workload: 16 particles, MLP 1->64->64->1, 1,024 points, batch 128,
+// 20 epochs, Adam(0.01), Gaussian likelihood + Gaussian prior.
+//
+//   ./build/bench/push_bench_bayes
+//   ./build/bench/push_bench_bayes --benchmark_filter=SVGD
+//
+// Counters: push_s, plain_s and ratio = push_s / plain_s (targets: ensemble <= 1.1,
+// SVGD <= 1.3). The plain ensemble loop trains each network in turn with the same
+// seeded shuffles; the plain SVGD loop is vectorised: per step every network's
+// gradient, then the particles' flat parameters stacked, one kernel matrix, one update.
+#include <push/push.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <numbers>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kParticles = 16, kEpochs = 20, kBatch = 128, kPoints = 1024;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Workload {
+  push::data::Dataset data;
+  Workload() {
+    torch::manual_seed(0);
+    data.x = torch::rand({kPoints, 1}) * 8 - 4;
+    data.y = torch::sin(data.x) + 0.1 * torch::randn({kPoints, 1});
+  }
+};
+
+torch::nn::Sequential mlp() {
+  return torch::nn::Sequential(torch::nn::Linear(1, 64), torch::nn::ReLU(), torch::nn::Linear(64, 64),
+                               torch::nn::ReLU(), torch::nn::Linear(64, 1));
+}
+
+push::bayes::InferOptions options(int lanes, int threads) {
+  return push::bayes::InferOptions()
+      .particles(kParticles)
+      .devices(lanes)
+      .intra_op_threads(threads)
+      .cache_size(kParticles)
+      .batch_size(kBatch)
+      .lr(0.01);
+}
+
+// The objective push::bayes uses: gaussian nll (σ = 1, with its constant) + prior / N.
+torch::Tensor nll(const torch::Tensor& out, const torch::Tensor& y) {
+  static const double c = 0.5 * std::log(2 * std::numbers::pi);
+  return ((y - out).pow(2) * 0.5).sum(1).mean() + c;
+}
+torch::Tensor prior(torch::nn::Module& m) {
+  torch::Tensor s;
+  for (const auto& p : m.parameters()) s = s.defined() ? s + p.pow(2).sum() : p.pow(2).sum();
+  return s / 2.0;
+}
+at::Generator gen(uint64_t a, uint64_t b, uint64_t c) {
+  return at::make_generator<at::CPUGeneratorImpl>(push::bayes::mix_seed(0, a, b, c));
+}
+
+struct Nets {
+  std::vector<torch::nn::Sequential> nets;
+  std::vector<std::unique_ptr<torch::optim::Adam>> opts;
+  Nets() {
+    for (int i = 0; i < kParticles; ++i) {
+      nets.push_back(mlp());
+      opts.push_back(std::make_unique<torch::optim::Adam>(nets.back()->parameters(), torch::optim::AdamOptions(0.01)));
+    }
+  }
+};
+
+double plain_ensemble(const Workload& w, int threads) {
+  at::set_num_threads(threads);
+  Nets n;
+  auto t0 = Clock::now();
+  for (int e = 0; e < kEpochs; ++e) {
+    for (int i = 0; i < kParticles; ++i) {
+      auto order = torch::randperm(kPoints, gen(i, e, 1), torch::kLong);
+      double total = 0;
+      for (int b = 0; b < kPoints; b += kBatch) {
+        auto idx = order.narrow(0, b, kBatch);
+        n.opts[i]->zero_grad();
+        auto l = nll(n.nets[i]->forward(w.data.x.index_select(0, idx)), w.data.y.index_select(0, idx));
+        (l + prior(*n.nets[i]) / kPoints).backward();
+        n.opts[i]->step();
+        total += l.item<double>();
+      }
+      benchmark::DoNotOptimize(total);
+    }
+  }
+  return seconds_since(t0);
+}
+
+double plain_svgd(const Workload& w, int threads) {
+  at::set_num_threads(threads);
+  Nets n;
+  auto t0 = Clock::now();
+  for (int e = 0; e < kEpochs; ++e) {
+    auto order = torch::randperm(kPoints, gen(2, e, 3), torch::kLong);
+    for (int b = 0; b < kPoints; b += kBatch) {
+      auto idx = order.narrow(0, b, kBatch);
+      auto xb = w.data.x.index_select(0, idx), yb = w.data.y.index_select(0, idx);
+      std::vector<torch::Tensor> thetas, grads;
+      for (int i = 0; i < kParticles; ++i) {
+        n.opts[i]->zero_grad();
+        auto l = nll(n.nets[i]->forward(xb), yb);
+        (l * kPoints + prior(*n.nets[i])).backward();
+        std::vector<torch::Tensor> t, g;
+        for (const auto& p : n.nets[i]->parameters()) {
+          t.push_back(p.detach().reshape(-1));
+          g.push_back(-p.grad().reshape(-1));
+        }
+        thetas.push_back(torch::cat(t));
+        grads.push_back(torch::cat(g));
+        benchmark::DoNotOptimize(l.item<double>());
+      }
+      auto phi = push::bayes::svgd_direction(torch::stack(thetas), torch::stack(grads), std::nullopt);
+      for (int i = 0; i < kParticles; ++i) {
+        int64_t off = 0;
+        for (auto& p : n.nets[i]->parameters()) {
+          p.mutable_grad() = -phi[i].narrow(0, off, p.numel()).view_as(p);
+          off += p.numel();
+        }
+        n.opts[i]->step();
+      }
+    }
+  }
+  return seconds_since(t0);
+}
+
+template <class Algo>
+double through_push(const Workload& w, int lanes, int threads) {
+  Algo algo([] { return push::to_any_module(mlp()); }, options(lanes, threads));
+  algo.dist();  // create the particles outside the timed region, as the plain loop does
+  auto t0 = Clock::now();
+  algo.fit(w.data, kEpochs);
+  return seconds_since(t0);
+}
+
+template <class Algo>
+void run(benchmark::State& state, double (*plain)(const Workload&, int)) {
+  const int lanes = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
+  Workload w;
+  double push_s = 0, plain_s = 0;
+  for (auto _ : state) {
+    plain_s += plain(w, lanes * threads);
+    push_s += through_push<Algo>(w, lanes, threads);
+  }
+  state.counters["push_s"] = push_s / state.iterations();
+  state.counters["plain_s"] = plain_s / state.iterations();
+  state.counters["ratio"] = push_s / plain_s;
+}
+
+void BM_Ensemble(benchmark::State& state) { run<push::bayes::Ensemble>(state, plain_ensemble); }
+void BM_SVGD(benchmark::State& state) { run<push::bayes::SVGD>(state, plain_svgd); }
+
+BENCHMARK(BM_Ensemble)->Args({1, 1})->Args({2, 1})->ArgNames({"lanes", "threads"})->Iterations(3)->Unit(benchmark::kSecond);
+BENCHMARK(BM_SVGD)->Args({1, 1})->Args({2, 1})->ArgNames({"lanes", "threads"})->Iterations(3)->Unit(benchmark::kSecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
