@@ -190,7 +190,9 @@ using PFuture = Future<c10::IValue>;
 /// rethrows the first error (no work is left running behind an early throw).
 template <class T>
 std::vector<T> wait_all(const std::vector<Future<T>>& futures) {
-  for (const auto& f : futures) f.wait_for(std::chrono::hours(24 * 365));
+  for (const auto& f : futures) {
+    if (f.valid()) f.state()->wait_ready();
+  }
   std::vector<T> out;
   out.reserve(futures.size());
   for (const auto& f : futures) out.push_back(f.wait());
