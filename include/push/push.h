@@ -12,3 +12,4 @@
 #include <push/runtime/view.h>
 #include <push/version.h>
 #include <push/bayes.h>
+#include <push/dist.h>
