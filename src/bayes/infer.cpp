@@ -141,12 +141,17 @@ std::vector<double> Infer::run_epoch(const torch::Tensor& x, const torch::Tensor
   for (Pid pid : dist_->particle_ids()) fs.push_back(dist_->p_launch(pid, "epoch", x, y, epoch));
   std::vector<double> losses;
   double running = 0;
+  std::exception_ptr error;  // rethrown once every particle is done: nothing left running
   for (auto& f : fs) {
-    losses.push_back(f.wait().toDouble());
-    running += losses.back();
-    report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), running / losses.size());
+    try {
+      losses.push_back(f.wait().toDouble());
+      running += losses.back();
+      report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), running / losses.size());
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
   }
-  dist_->p_wait(fs);
+  if (error) std::rethrow_exception(error);
   return losses;
 }
 

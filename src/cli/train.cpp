@@ -31,9 +31,9 @@ using Clock = std::chrono::steady_clock;
 struct TrainConfig {
   std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
   std::string out = "push-out", save, resume;
-  int particles = 8, devices = 1;
-  int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0;
-  double lr = 1e-2, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
+  int particles = 8, devices = 2, threads = 1;
+  int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0, collect_every = 0;
+  double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
   uint64_t seed = 0;
   bool bootstrap = false, quiet = false;
 
@@ -45,6 +45,7 @@ struct TrainConfig {
                 {"test_fraction", test_fraction}, {"seed", seed},   {"limit", limit},
                 {"dropout", algo == "mcdropout" ? dropout : 0.0},
                 {"rank", algo == "mswag" ? rank : 0}, {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
+                {"swag_lr", algo == "mswag" ? swag_lr : 0.0}, {"collect_every", algo == "mswag" ? collect_every : 0},
                 {"bootstrap", bootstrap}, {"bandwidth", bandwidth}, {"noise_std", noise_std},
                 {"prior_std", prior_std}};
   }
@@ -85,9 +86,10 @@ class ProgressBar {
 std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
   if (c.algo == "ensemble") return std::make_unique<bayes::Ensemble>(model, options, bayes::EnsembleOptions().bootstrap(c.bootstrap));
   if (c.algo == "mswag") {
-    return std::make_unique<bayes::MultiSWAG>(
-        model, options,
-        bayes::SWAGOptions().pretrain_epochs(c.pretrain_epochs).rank(c.rank).samples(c.samples));
+    auto s = bayes::SWAGOptions().pretrain_epochs(c.pretrain_epochs).rank(c.rank).samples(c.samples)
+                 .collect_every_steps(c.collect_every);
+    if (c.swag_lr > 0) s.swag_lr(c.swag_lr);
+    return std::make_unique<bayes::MultiSWAG>(model, options, s);
   }
   if (c.algo == "svgd") {
     auto s = bayes::SVGDOptions();
@@ -130,7 +132,20 @@ void publish(const fs::path& staging, const fs::path& out) {
   fs::remove_all(staging);
 }
 
+int run_train(int argc, char** argv);
+
+/// LibTorch's own errors carry a C++ backtrace: report their first line only.
 int train_main(int argc, char** argv) {
+  try {
+    return run_train(argc, argv);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    std::cerr << "push train: " << msg.substr(0, msg.find('\n')) << "\n";
+    return 1;
+  }
+}
+
+int run_train(int argc, char** argv) {
   const auto t_start = Clock::now();
   TrainConfig c;
   CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
@@ -138,7 +153,10 @@ int train_main(int argc, char** argv) {
       ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout"}))
       ->capture_default_str();
   app.add_option("--particles", c.particles, "networks in the distribution")->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--devices", c.devices, "device lanes (event loops)")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--devices", c.devices, "device lanes (event loops; CPU lanes without CUDA)")->check(CLI::Range(1, 256))->capture_default_str();
+  // Small networks gain nothing from intra-op parallelism, and on a busy machine its
+  // spinning threads cost more than they give: one per lane unless asked.
+  app.add_option("--threads", c.threads, "intra-op threads per lane")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--epochs", c.epochs, "training epochs (in all, counting resumed ones)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "minibatch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   app.add_option("--lr", c.lr, "learning rate (Adam)")->check(CLI::PositiveNumber)->capture_default_str();
@@ -161,6 +179,8 @@ int train_main(int argc, char** argv) {
   app.add_option("--samples", c.samples, "mswag / mcdropout: samples per particle at prediction")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
   app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
   app.add_option("--pretrain-epochs", c.pretrain_epochs, "mswag: epochs before collecting moments (default: half of --epochs)");
+  app.add_option("--swag-lr", c.swag_lr, "mswag: learning rate while collecting (default: --lr)")->check(CLI::PositiveNumber);
+  app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")->check(CLI::NonNegativeNumber);
   app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")->check(CLI::Range(0.0, 0.95))->capture_default_str();
   app.add_flag("--bootstrap", c.bootstrap, "ensemble: train each particle on a bootstrap resample");
   app.add_option("--bandwidth", c.bandwidth, "svgd: RBF bandwidth h (default: median heuristic)")->check(CLI::PositiveNumber);
@@ -228,6 +248,7 @@ int train_main(int argc, char** argv) {
   bayes::InferOptions options;
   options.particles(c.particles)
       .devices(c.devices)
+      .intra_op_threads(c.threads)
       .cache_size(std::max(1, (c.particles + c.devices - 1) / c.devices))
       .likelihood(likelihood)
       .noise_std(c.noise_std)
@@ -337,11 +358,13 @@ int train_main(int argc, char** argv) {
     auto grid = (grid_raw - scaler.x_mean) / scaler.x_std;
     auto gp = infer->predict(grid);
     auto gm = scaler.unscale_mean(gp.mean), gs = scaler.unscale_variance(gp.variance).sqrt();
+    auto ge = scaler.unscale_variance(torch::clamp_min(gp.variance - gp.aleatoric, 0)).sqrt();
     {
       std::ofstream band(staging / "band.dat");
       for (int64_t i = 0; i < grid_raw.size(0); ++i) {
-        double m = gm[i][0].item<double>(), s = gs[i][0].item<double>();
-        band << grid_raw[i][0].item<double>() << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << "\n";
+        double m = gm[i][0].item<double>(), s = gs[i][0].item<double>(), e = ge[i][0].item<double>();
+        band << grid_raw[i][0].item<double>() << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << ' '
+             << m - 2 * e << ' ' << m + 2 * e << "\n";
       }
       std::ofstream pts(staging / "points.dat");
       for (int64_t i = 0; i < train_raw.size(); ++i) {
@@ -351,7 +374,8 @@ int train_main(int argc, char** argv) {
     if (gnuplot(staging, "predictive",
                 "set xlabel '" + train_raw.feature_names.at(0) + "'\nset ylabel '" + train_raw.target_name + "'\n"
                 "plot 'band.dat' using 1:3:4 with filledcurves fc rgb '#9ecae1' fs transparent solid 0.6 title "
-                "'mean ± 2σ', '' using 1:2 with lines lw 2 lc rgb '#08519c' title 'predictive mean', "
+                "'mean ± 2σ (total)', '' using 1:5:6 with filledcurves fc rgb '#3182bd' fs transparent solid 0.5 "
+                "title '± 2σ epistemic (members disagree)', '' using 1:2 with lines lw 2 lc rgb '#08519c' title 'predictive mean', "
                 "'points.dat' using 1:2 with points pt 7 ps 0.4 lc rgb '#d95f02' title 'training data'\n")) {
       pictures.push_back("predictive.png");
     }
@@ -376,7 +400,7 @@ int train_main(int argc, char** argv) {
   const double total_s = seconds_since(t_start);
   json doc = {{"algorithm", c.algo},
               {"config", c.identity()},
-              {"run", {{"epochs", infer->epochs_done()}, {"devices", c.devices}, {"resumed_from", c.resume}}},
+              {"run", {{"epochs", infer->epochs_done()}, {"devices", c.devices}, {"threads", c.threads}, {"resumed_from", c.resume}}},
               {"data",
                {{"name", c.data},
                 {"task", c.task},

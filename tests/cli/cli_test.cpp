@@ -168,4 +168,22 @@ TEST_F(Cli, BuiltinIrisWhenInstalled) {
   EXPECT_GT(metrics("iris")["metrics"]["accuracy"].get<double>(), 0.8);
 }
 
+TEST_F(Cli, FashionMnistCnnWhenInstalled) {
+  auto r = run("--data fashion-mnist --model cnn:4,8 --limit 300 --epochs 1 --particles 2 --batch-size 50 --quiet --out fm");
+  if (r.code != 0 && r.err.find("fetch-data") != std::string::npos) GTEST_SKIP() << "run scripts/fetch-data";
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto m = metrics("fm");
+  EXPECT_EQ(m["data"]["input_shape"], json({1, 28, 28}));
+  EXPECT_EQ(m["data"]["classes"], 10);
+  EXPECT_EQ(m["data"]["test_size"], 300);
+  EXPECT_GT(m["metrics"]["accuracy"].get<double>(), 0.2);  // one short epoch, ten classes
+}
+
+TEST_F(Cli, CnnOnTabularDataIsABadModelSpec) {
+  auto r = run("--model cnn --quiet --out nope");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cnn needs image inputs"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "nope"));
+}
+
 }  // namespace
