@@ -183,7 +183,8 @@ torch::Tensor Infer::forward_chunked(Particle& p, const torch::Tensor& x) {
   constexpr int64_t chunk = 8192;
   std::vector<torch::Tensor> outs;
   for (int64_t b = 0; b < x.size(0); b += chunk) {
-    outs.push_back(p.any_module().forward(x.narrow(0, b, std::min(chunk, x.size(0) - b))));
+    auto part = x.narrow(0, b, std::min(chunk, x.size(0) - b)).to(p.device());
+    outs.push_back(p.any_module().forward(part).to(torch::kCPU));
   }
   return torch::cat(outs, 0);
 }
@@ -239,7 +240,9 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
   int64_t batches = 0;
   for (int64_t b = 0; b < n; b += bs, ++batches) {
     auto idx = order.narrow(0, b, std::min(bs, n - b));
-    total += sgd_step(p, x.index_select(0, idx), y.index_select(0, idx), dataset_size_);
+    // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
+    total += sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
+                      dataset_size_);
     if (after_step) after_step();
   }
   return total / static_cast<double>(batches);

@@ -49,7 +49,7 @@ torch::Tensor flat_parameters(torch::nn::Module& m) {
 void apply_direction(Particle& p, const torch::Tensor& phi) {
   int64_t offset = 0;
   for (auto& param : p.module().parameters()) {
-    param.mutable_grad() = -phi.narrow(0, offset, param.numel()).view_as(param).to(param.dtype());
+    param.mutable_grad() = -phi.narrow(0, offset, param.numel()).view_as(param).to(param.device(), param.dtype());
     offset += param.numel();
   }
   p.optimizer().step();
@@ -70,7 +70,7 @@ ParticleOptions SVGD::particle_options() {
     if (phi.numel() > 0) apply_direction(p, phi);
     auto& module = p.module();
     p.optimizer().zero_grad();
-    auto nll = mean_nll(p.any_module().forward(x), y);
+    auto nll = mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
     auto u = nll * static_cast<double>(dataset_size_) + neg_log_prior(module);
     u.backward();
     std::vector<torch::Tensor> grads;
@@ -113,8 +113,8 @@ ParticleOptions SVGD::particle_options() {
               loss[i] += nll;
             } else {
               auto reply = replies[i].wait().toTuple();
-              thetas[i] = reply->elements()[0].toTensor();
-              grads[i] = reply->elements()[1].toTensor();
+              thetas[i] = reply->elements()[0].toTensor().to(p.device());
+              grads[i] = reply->elements()[1].toTensor().to(p.device());
               loss[i] += reply->elements()[2].toDouble();
             }
           }

@@ -21,7 +21,7 @@ void set_flat_parameters(torch::nn::Module& m, const torch::Tensor& flat) {
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
   for (auto& p : m.parameters()) {
-    p.copy_(flat.narrow(0, offset, p.numel()).view_as(p));
+    p.copy_(flat.narrow(0, offset, p.numel()).view_as(p));  // copy_ crosses devices
     offset += p.numel();
   }
 }
@@ -56,7 +56,8 @@ MultiSWAG::MultiSWAG(ModuleFactory model, InferOptions options, SWAGOptions swag
 }
 
 void MultiSWAG::collect(SWAGMoments& m, const torch::Tensor& theta, int64_t rank) {
-  auto t = theta.detach().to(torch::kFloat64).reshape(-1);
+  // Moments live on the host in double precision: long averages lose nothing.
+  auto t = theta.detach().to(torch::kCPU, torch::kFloat64).reshape(-1);
   const double n = static_cast<double>(m.count);
   if (m.count == 0) {
     m.mean = t.clone();
