@@ -132,6 +132,18 @@ TEST(SVGD, SameSeedSameResultOnAnyNumberOfLanes) {
   EXPECT_TRUE(torch::equal(particle_matrix(a.dist()), particle_matrix(b.dist())));
 }
 
+TEST(SVGD, SameResultWithParticlesSwappedOutOfTheCache) {
+  auto p = linear_problem(40, 1.0, 1.0, 4);
+  auto make = [&](int cache) {
+    return SVGD(linear_model(), InferOptions().particles(5).devices(2).cache_size(cache).batch_size(10).lr(1e-2).seed(2));
+  };
+  auto all = make(5), swapped = make(1);  // one resident particle per lane: every message swaps
+  all.fit(p.data, 3);
+  swapped.fit(p.data, 3);
+  EXPECT_TRUE(torch::equal(particle_matrix(all.dist()), particle_matrix(swapped.dist())));
+  EXPECT_GT(swapped.dist().cache_stats(0).restores, 0);
+}
+
 // ---- MultiSWAG --------------------------------------------------------------------------
 
 TEST(MultiSWAG, PosteriorMeanOfLinearRegression) {
