@@ -3,7 +3,7 @@
 // trajectory: running mean θ̄, running second moment θ̄², and the last K deviations
 // D = [θ_i - θ̄_i] (a rank-K covariance factor). Prediction draws S weight vectors per
 // particle,
-//   θ = θ̄ + (sqrt(diag(θ̄² - θ̄²)) ⊙ z₁ + D z₂ / sqrt(K - 1)) / sqrt(2),  z₁, z₂ ~ N(0, I),
+//   θ = θ̄ + (sqrt(mean(θ²) - θ̄²) ⊙ z₁ + D z₂ / sqrt(K - 1)) / sqrt(2),  z₁, z₂ ~ N(0, I),
 // and averages the predictions of all particles' samples. Each particle keeps its own
 // counters in its state (saved with it).
 //
