@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 #include "command.h"
@@ -31,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 struct TrainConfig {
   std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
   std::string out = "push-out", save, resume;
-  int particles = 8, devices = 2, threads = 1;
+  int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
   int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0, collect_every = 0;
   double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
   uint64_t seed = 0;
@@ -153,7 +154,8 @@ int run_train(int argc, char** argv) {
       ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout"}))
       ->capture_default_str();
   app.add_option("--particles", c.particles, "networks in the distribution")->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--devices", c.devices, "device lanes (event loops; CPU lanes without CUDA)")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--devices", c.devices, "device lanes: GPUs, or CPU event loops without CUDA (default: every GPU, else 2)")
+      ->check(CLI::Range(1, 256));
   // Small networks gain nothing from intra-op parallelism, and on a busy machine its
   // spinning threads cost more than they give: one per lane unless asked.
   app.add_option("--threads", c.threads, "intra-op threads per lane")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -196,6 +198,11 @@ int run_train(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "push train: " << e.what() << " (see push train --help)\n";
     return 2;
+  }
+
+  if (c.devices == 0) {
+    c.devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
+                                            : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 2);
   }
 
   // ---- check everything before anything is written ----
