@@ -105,6 +105,22 @@ TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
   }
 }
 
+TEST_F(Cli, AlgorithmOptionsReachTheRun) {
+  const std::pair<std::string, json> cases[] = {
+      {"--algo ensemble --bootstrap", json{{"bootstrap", true}}},
+      {"--algo svgd --bandwidth 0.5", json{{"bandwidth", 0.5}}},
+      {"--algo mswag --pretrain-epochs 2 --rank 3 --collect-every 2 --swag-lr 0.005",
+       json{{"pretrain_epochs", 2}, {"rank", 3}, {"collect_every", 2}, {"swag_lr", 0.005}}},
+      {"--algo mcdropout --dropout 0.3", json{{"dropout", 0.3}}},
+  };
+  for (const auto& [args, expected] : cases) {
+    auto r = run(args + " --particles 2 --epochs 4 --samples 2 --quiet --out o");
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    auto config = metrics("o")["config"];
+    for (const auto& [key, value] : expected.items()) EXPECT_EQ(config[key], value) << args << " " << key;
+  }
+}
+
 TEST_F(Cli, ClassificationCsvWritesCalibration) {
   write_classes("two.csv");
   auto r = run("--data two.csv --task classification --particles 2 --epochs 20 --quiet --out cls");
@@ -166,6 +182,13 @@ TEST_F(Cli, BuiltinIrisWhenInstalled) {
   if (r.code != 0 && r.err.find("fetch-data") != std::string::npos) GTEST_SKIP() << "run scripts/fetch-data";
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_GT(metrics("iris")["metrics"]["accuracy"].get<double>(), 0.8);
+  auto d = run("--data diabetes --particles 2 --epochs 20 --quiet --out diabetes");
+  ASSERT_EQ(d.code, 0) << d.err;
+  auto m = metrics("diabetes");
+  EXPECT_EQ(m["data"]["train_size"].get<int64_t>() + m["data"]["test_size"].get<int64_t>(), 442);
+  // In the target's units (disease progression, sd ≈ 77): far better than predicting the mean.
+  EXPECT_LT(m["metrics"]["rmse"].get<double>(), 70.0);
+  EXPECT_GT(m["metrics"]["rmse"].get<double>(), 30.0);
 }
 
 TEST_F(Cli, FashionMnistCnnWhenInstalled) {
