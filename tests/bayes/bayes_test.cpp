@@ -290,6 +290,24 @@ TEST(MCDropout, SamplesDifferButRunsRepeat) {
   EXPECT_TRUE(torch::equal(pa.members, a.predict(x).members));
 }
 
+// The example at the top of docs/bayes.md, with fewer epochs.
+TEST(Docs, ExampleRunsAndBeatsTheMean) {
+  namespace pb = push::bayes;
+  auto [train_raw, test_raw] = push::data::load_split("sine-gap", {}, /*test_fraction=*/0.2, /*seed=*/0);
+  auto scaler = push::data::Standardizer::fit(train_raw);
+  auto train = scaler.apply(train_raw), test = scaler.apply(test_raw);
+  auto model = pb::make_model("mlp:64,64", train.input_shape(), pb::output_units(pb::Likelihood::heteroscedastic, 1));
+  pb::SVGD svgd(model, pb::InferOptions().particles(16).devices(2).lr(1e-2)
+                           .likelihood(pb::Likelihood::heteroscedastic).seed(7));
+  svgd.fit(train, 30);
+  pb::Predictive p = svgd.predict(test.x);
+  auto m = push::metrics::regression(scaler.unscale_mean(p.mean), scaler.unscale_variance(p.variance), test_raw.y);
+  const double sd = test_raw.y.std().item<double>();  // the RMSE of predicting the mean
+  EXPECT_LT(m.rmse, 0.5 * sd);
+  EXPECT_TRUE(std::isfinite(m.nll));
+  EXPECT_GT((p.variance - p.aleatoric).min().item<double>(), 0.0);  // the particles disagree
+}
+
 TEST(Models, SpecsAndErrors) {
   EXPECT_EQ(parse_model_spec("mlp:64,32").widths, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(parse_model_spec("cnn").widths, (std::vector<int64_t>{16, 32}));
