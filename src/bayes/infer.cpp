@@ -15,6 +15,12 @@
 #include <sstream>
 
 namespace push::bayes {
+
+torch::Tensor flat_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : module.parameters()) flat.push_back(p.detach().reshape(-1));
+  return torch::cat(flat);
+}
 namespace {
 
 constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL, kDropoutTag = 0x44524f50ULL,

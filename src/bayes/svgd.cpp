@@ -39,11 +39,6 @@ namespace {
 
 constexpr uint64_t kLeaderTag = 0x4c454144ULL;
 
-torch::Tensor flat_parameters(torch::nn::Module& m) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : m.parameters()) flat.push_back(p.detach().reshape(-1));
-  return torch::cat(flat);
-}
 
 /// θ += step along φ through the particle's optimizer (gradient -φ).
 void apply_direction(Particle& p, const torch::Tensor& phi) {

@@ -11,11 +11,6 @@ namespace {
 
 constexpr uint64_t kSampleTag = 0x53574147ULL;
 
-torch::Tensor flat_parameters(torch::nn::Module& m) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : m.parameters()) flat.push_back(p.detach().reshape(-1));
-  return torch::cat(flat);
-}
 
 void set_flat_parameters(torch::nn::Module& m, const torch::Tensor& flat) {
   torch::NoGradGuard no_grad;
