@@ -4,7 +4,9 @@
 // AllReduce/<bytes>: bus bandwidth (2(n-1)/n * bytes / time) through CollectiveGroup and
 // through the same c10d ProcessGroupGloo called directly, in the same run; `ratio` is
 // push / raw (target >= 0.95). Rpc/<bytes>: round-trip latency and calls/s of rpc_sync
-// with a float tensor argument echoed back.
+// with a float tensor argument echoed back; tcp_us is the round trip of the same bytes
+// echoed over one plain TCP connection (TCP_NODELAY) between the same two processes, in
+// the same run, and ratio = rpc / tcp. Every row has a `ratio`, so CSV output works.
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
@@ -16,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -26,6 +29,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -43,6 +48,100 @@ struct Job {
   push::dist::RpcGroup rpc;
 };
 Job* g_job = nullptr;
+
+// ---- the raw TCP baseline: rank 1 echoes length-prefixed messages -----------------------
+
+void check_io(bool ok, const char* what) {
+  if (!ok) {
+    std::perror(what);
+    std::exit(1);
+  }
+}
+
+void write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::write(fd, p, n);
+    check_io(k > 0, "push_bench_dist: tcp write");
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+/// False on a clean end of stream before the first byte.
+bool read_all(int fd, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::read(fd, p + got, n - got);
+    if (k == 0 && got == 0) return false;
+    check_io(k > 0, "push_bench_dist: tcp read");
+    got += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+void no_delay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/// Rank 1: listens on a free loopback port, publishes it in the store, echoes until EOF.
+std::thread serve_tcp_echo(const push::dist::World& world) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  check_io(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(listener, 1) == 0 &&
+               getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
+           "push_bench_dist: tcp listen");
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  world.store()->set("bench/tcp_port", std::vector<uint8_t>(port.begin(), port.end()));
+  return std::thread([listener] {
+    const int fd = accept(listener, nullptr, nullptr);
+    check_io(fd >= 0, "push_bench_dist: tcp accept");
+    no_delay(fd);
+    std::vector<char> buffer;
+    uint64_t n = 0;
+    while (read_all(fd, &n, sizeof(n))) {
+      buffer.resize(n);
+      read_all(fd, buffer.data(), n);
+      write_all(fd, buffer.data(), n);
+    }
+    close(fd);
+    close(listener);
+  });
+}
+
+/// Rank 0: the connection to rank 1's echo.
+int connect_tcp_echo(const push::dist::World& world) {
+  const auto bytes = world.store()->get("bench/tcp_port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(std::string(bytes.begin(), bytes.end()))));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  check_io(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "push_bench_dist: tcp connect");
+  no_delay(fd);
+  return fd;
+}
+
+int g_tcp = -1;
+
+/// Seconds per round trip of `bytes` echoed `count` times over the raw connection.
+double tcp_round_trip(int64_t bytes, int64_t count) {
+  std::vector<char> out(static_cast<size_t>(bytes), 1), back(out.size());
+  const uint64_t n = out.size();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < count; ++i) {
+    write_all(g_tcp, &n, sizeof(n));
+    write_all(g_tcp, out.data(), out.size());
+    read_all(g_tcp, back.data(), back.size());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         static_cast<double>(count);
+}
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> make_raw(const push::dist::World& world) {
   auto options = c10d::ProcessGroupGloo::Options::create(world.options().timeout());
@@ -70,6 +169,14 @@ void all_reduce_loop(bool raw, int64_t bytes, int64_t count) {
 
 double g_raw_busbw[64] = {};
 
+/// Google Benchmark's CSV writer needs the same counters in every row: fills the ones a
+/// row does not measure with 0.
+void same_counters(benchmark::State& state) {
+  for (const char* name : {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "tcp_us", "ratio"}) {
+    state.counters.try_emplace(name, 0.0);
+  }
+}
+
 void BM_AllReduce(benchmark::State& state, bool raw) {
   const int64_t bytes = state.range(0);
   // Rank 1 needs the iteration count before the loop starts: measure in fixed batches.
@@ -89,11 +196,10 @@ void BM_AllReduce(benchmark::State& state, bool raw) {
   state.counters["busbw_GBps"] = busbw / 1e9;
   state.counters["us_per_call"] = per_call * 1e6;
   const int slot = static_cast<int>(std::log2(static_cast<double>(bytes)));
-  if (raw) {
-    g_raw_busbw[slot] = busbw;
-  } else if (g_raw_busbw[slot] > 0) {
-    state.counters["ratio"] = busbw / g_raw_busbw[slot];
-  }
+  if (raw) g_raw_busbw[slot] = busbw;
+  // raw rows compare with themselves (1), so that every row has the same counters.
+  state.counters["ratio"] = g_raw_busbw[slot] > 0 ? busbw / g_raw_busbw[slot] : 0.0;
+  same_counters(state);
 }
 
 void BM_Rpc(benchmark::State& state) {
@@ -101,12 +207,22 @@ void BM_Rpc(benchmark::State& state) {
   command(kRpc, bytes, 0);
   auto arg = torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat);
   g_job->rpc.rpc_sync(1, "bench_echo", {arg});
+  double rpc_s = 0;
   for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
     auto back = g_job->rpc.rpc_sync(1, "bench_echo", {arg});
     benchmark::DoNotOptimize(back);
+    rpc_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  state.counters["calls_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                     benchmark::Counter::kIsRate);
+  const int64_t calls = static_cast<int64_t>(state.iterations());
+  const double rpc_per_call = rpc_s / static_cast<double>(calls);
+  tcp_round_trip(static_cast<int64_t>(arg.nbytes()), 1);  // warm-up
+  const double tcp_per_call = tcp_round_trip(static_cast<int64_t>(arg.nbytes()), calls);
+  state.counters["calls_per_s"] = 1.0 / rpc_per_call;
+  state.counters["rpc_us"] = rpc_per_call * 1e6;
+  state.counters["tcp_us"] = tcp_per_call * 1e6;
+  state.counters["ratio"] = rpc_per_call / tcp_per_call;
+  same_counters(state);
 }
 
 // Rank 1: mirror rank 0's collectives until told to stop (RPCs are served by its threads).
@@ -163,10 +279,13 @@ int main(int argc, char** argv) {
   job.rpc = job.world.rpc_group("bench", job.world.names());
   g_job = &job;
   if (child) {
+    std::thread echo = serve_tcp_echo(job.world);
     follow();
     job.rpc.shutdown();
+    echo.join();  // ends when rank 0 closes its connection
     return 0;
   }
+  g_tcp = connect_tcp_echo(job.world);
   for (int64_t bytes = 1 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
     benchmark::RegisterBenchmark(("AllReduce/raw_gloo/" + std::to_string(bytes)).c_str(), BM_AllReduce, true)
         ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -178,6 +297,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   command(kStop, 0, 0);
+  close(g_tcp);
   job.rpc.shutdown();
   int status = 0;
   waitpid(peer, &status, 0);

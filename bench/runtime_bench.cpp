@@ -6,10 +6,17 @@
 //
 // Counters:
 //   BM_MessageRoundTrip   median_us, p99_us, msgs_per_s: a handler sends to a sibling
-//                         (same lane or the other lane) and waits for the reply.
+//                         (same lane or the other lane) and waits for the reply;
+//                         baseline_us: the median round trip of two plain threads handing
+//                         a token back and forth with a mutex and condition variable (what
+//                         a C++ program without push writes to ask another thread for
+//                         work), measured in the same run; ratio = median_us / baseline_us.
 //   BM_LaunchRoundTrip    the same, from the main thread through p_launch + wait.
 //   BM_CacheSwap          swap_GBps vs memcpy_GBps of the same bytes; ratio (>= 0.5).
 //   BM_EnsembleOverhead   push_s vs plain_s for 16 MLPs x 20 epochs; ratio (<= 1.10).
+//                         With L lanes the baseline is L plain threads, each training
+//                         16/L of the networks with the same intra-op threads as a lane:
+//                         the ratio measures push's overhead, not its parallelism.
 #include <push/push.h>
 
 #include <benchmark/benchmark.h>
@@ -18,7 +25,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <latch>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 namespace {
 
@@ -28,11 +39,49 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void report_latencies(benchmark::State& state, std::vector<double> us) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Median round trip (µs) of `rounds` token hand-offs between two plain threads through a
+/// mutex and a condition variable: the baseline of the message benchmarks.
+double thread_pingpong_median_us(int64_t rounds) {
+  std::mutex m;
+  std::condition_variable cv;
+  int64_t token = 0;  // odd: the peer's turn
+  std::thread peer([&] {
+    std::unique_lock<std::mutex> lock(m);
+    for (int64_t i = 0; i < rounds; ++i) {
+      cv.wait(lock, [&] { return token % 2 == 1; });
+      ++token;
+      cv.notify_one();
+    }
+  });
+  std::vector<double> us;
+  us.reserve(rounds);
+  {
+    std::unique_lock<std::mutex> lock(m);
+    for (int64_t i = 0; i < rounds; ++i) {
+      auto t0 = Clock::now();
+      ++token;
+      cv.notify_one();
+      cv.wait(lock, [&] { return token % 2 == 0; });
+      us.push_back(seconds_since(t0) * 1e6);
+    }
+  }
+  peer.join();
+  return median(std::move(us));
+}
+
+void report_latencies(benchmark::State& state, std::vector<double> us, double baseline_us) {
+  const double mean = std::accumulate(us.begin(), us.end(), 0.0) / us.size();
   std::sort(us.begin(), us.end());
   state.counters["median_us"] = us[us.size() / 2];
   state.counters["p99_us"] = us[us.size() * 99 / 100];
-  state.counters["msgs_per_s"] = 1e6 / (std::accumulate(us.begin(), us.end(), 0.0) / us.size());
+  state.counters["msgs_per_s"] = 1e6 / mean;
+  state.counters["baseline_us"] = baseline_us;
+  state.counters["ratio"] = us[us.size() / 2] / baseline_us;
 }
 
 // ---- message round trip ---------------------------------------------------------------
@@ -57,12 +106,13 @@ void BM_MessageRoundTrip(benchmark::State& state) {
                   });
   push::Pid a = dist.p_create(push::ParticleOptions(opts).device(0));
   push::Pid b = dist.p_create(push::ParticleOptions(opts).device(cross_lane ? 1 : 0));
-  std::vector<double> all;
+  std::vector<double> all, baseline;
   for (auto _ : state) {
     auto us = dist.p_launch(a, "loop", b).wait().toDoubleVector();
     all.insert(all.end(), us.begin(), us.end());
+    baseline.push_back(thread_pingpong_median_us(rounds));
   }
-  report_latencies(state, all);
+  report_latencies(state, all, median(baseline));
 }
 BENCHMARK(BM_MessageRoundTrip)->Arg(0)->Arg(1)->ArgName("cross_lane")->Iterations(3)->Unit(benchmark::kMillisecond);
 
@@ -76,7 +126,7 @@ void BM_LaunchRoundTrip(benchmark::State& state) {
     dist.p_launch(a, "pong").wait();
     us.push_back(seconds_since(t0) * 1e6);
   }
-  report_latencies(state, us);
+  report_latencies(state, us, thread_pingpong_median_us(static_cast<int64_t>(us.size())));
 }
 BENCHMARK(BM_LaunchRoundTrip)->Iterations(20000);
 
@@ -157,17 +207,19 @@ torch::nn::Sequential mlp() {
 
 torch::Tensor mse(const torch::Tensor& o, const torch::Tensor& y) { return torch::mse_loss(o, y); }
 
-double plain_loop(const Workload& w, int threads) {
+/// The plain LibTorch loop over `count` networks on the calling thread; the networks are
+/// built before `start` is passed, so only training is timed (as for push).
+void plain_networks(const Workload& w, int count, int threads, std::latch& start) {
   at::set_num_threads(threads);
   std::vector<torch::nn::Sequential> nets;
   std::vector<std::unique_ptr<torch::optim::Adam>> opts;
-  for (int i = 0; i < Workload::kParticles; ++i) {
+  for (int i = 0; i < count; ++i) {
     nets.push_back(mlp());
     opts.push_back(std::make_unique<torch::optim::Adam>(nets.back()->parameters(), torch::optim::AdamOptions(0.01)));
   }
-  auto t0 = Clock::now();
+  start.arrive_and_wait();
   for (int e = 0; e < Workload::kEpochs; ++e) {
-    for (int i = 0; i < Workload::kParticles; ++i) {
+    for (int i = 0; i < count; ++i) {
       for (int b = 0; b < Workload::kPoints; b += Workload::kBatch) {
         auto xb = w.x.narrow(0, b, Workload::kBatch), yb = w.y.narrow(0, b, Workload::kBatch);
         opts[i]->zero_grad();
@@ -177,6 +229,21 @@ double plain_loop(const Workload& w, int threads) {
       }
     }
   }
+}
+
+/// `workers` plain threads, each with `threads` intra-op threads, training an equal share
+/// of the 16 networks: the equally parallel baseline of push with `workers` lanes (a lane
+/// is a thread of its own too).
+double plain_loop(const Workload& w, int workers, int threads) {
+  std::latch start(workers + 1);
+  std::vector<std::thread> pool;
+  for (int k = 0; k < workers; ++k) {
+    const int count = Workload::kParticles / workers + (k < Workload::kParticles % workers ? 1 : 0);
+    pool.emplace_back([&w, &start, count, threads] { plain_networks(w, count, threads, start); });
+  }
+  start.arrive_and_wait();
+  auto t0 = Clock::now();
+  for (auto& t : pool) t.join();
   return seconds_since(t0);
 }
 
@@ -211,7 +278,7 @@ void BM_EnsembleOverhead(benchmark::State& state) {
   for (auto _ : state) {
     // Alternate the order so that neither side always runs on a warm allocator.
     if (push_first) push_s += through_push(w, lanes, threads);
-    plain_s += plain_loop(w, threads * lanes);
+    plain_s += plain_loop(w, lanes, threads);
     if (!push_first) push_s += through_push(w, lanes, threads);
     push_first = !push_first;
   }
@@ -219,7 +286,8 @@ void BM_EnsembleOverhead(benchmark::State& state) {
   state.counters["plain_s"] = plain_s / state.iterations();
   state.counters["ratio"] = push_s / plain_s;
 }
-// (lanes, intra-op threads per lane): the plain loop gets lanes x threads threads.
+// (lanes, intra-op threads per lane): the plain baseline runs `lanes` threads with the same
+// intra-op threads each.
 BENCHMARK(BM_EnsembleOverhead)->Args({1, 1})->Args({1, 2})->Args({2, 1})->ArgNames({"lanes", "threads"})
     ->Iterations(4)->Unit(benchmark::kSecond);
 
