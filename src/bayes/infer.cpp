@@ -247,11 +247,28 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
   for (int64_t b = 0; b < n; b += bs, ++batches) {
     auto idx = order.narrow(0, b, std::min(bs, n - b));
     // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
-    total += sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
-                      dataset_size_);
+    const double loss = sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
+                                 dataset_size_);
+    check_finite(p, epoch, loss);
+    total += loss;
     if (after_step) after_step();
   }
+  check_parameters_finite(p, epoch);
   return total / static_cast<double>(batches);
+}
+
+void Infer::check_finite(const Particle& p, int64_t epoch, double loss) const {
+  PUSH_CHECK(std::isfinite(loss), "push::bayes::Infer::fit", name(), ": the training loss of particle ", p.pid(),
+             " is not finite (", loss, ") in epoch ", epoch + 1,
+             ": training diverged; lower the learning rate or check the data for huge values");
+}
+
+void Infer::check_parameters_finite(Particle& p, int64_t epoch) const {
+  for (const auto& item : p.module().named_parameters()) {
+    const bool finite = torch::isfinite(item.value()).all().item<bool>();
+    PUSH_CHECK(finite, "push::bayes::Infer::fit", name(), ": parameter '", item.key(), "' of particle ", p.pid(), " is not finite after epoch ", epoch + 1,
+               ": training diverged; lower the learning rate or check the data for huge values");
+  }
 }
 
 torch::Tensor Infer::epoch_order(Pid particle, int64_t epoch, int64_t n) const {
@@ -342,8 +359,10 @@ void DropoutImpl::reseed(uint64_t seed) { generator_ = at::make_generator<at::CP
 
 torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
   if (p_ == 0) return x;
-  auto mask = torch::empty_like(x).bernoulli_(1 - p_, generator_);
-  return x * mask / (1 - p_);
+  // The generator is a CPU one (a CUDA tensor cannot draw from it): draw the mask on the
+  // host and move it. The same seed then gives the same masks on every device.
+  auto mask = torch::empty(x.sizes(), x.options().device(torch::kCPU)).bernoulli_(1 - p_, generator_);
+  return x * mask.to(x.device()) / (1 - p_);
 }
 
 namespace {

@@ -61,26 +61,30 @@ SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
 
 ParticleOptions SVGD::particle_options() {
   // Applies the previous step's φ, then returns (θ, ∇log p(θ | D), nll) at the new θ.
-  auto grad_step = [this](Particle& p, const torch::Tensor& phi, const torch::Tensor& x, const torch::Tensor& y) {
+  auto grad_step = [this](Particle& p, const torch::Tensor& phi, const torch::Tensor& x, const torch::Tensor& y,
+                          int64_t epoch) {
     if (phi.numel() > 0) apply_direction(p, phi);
     auto& module = p.module();
     p.optimizer().zero_grad();
     auto nll = mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
     auto u = nll * static_cast<double>(dataset_size_) + neg_log_prior(module);
+    const double loss = nll.item<double>();
+    check_finite(p, epoch, loss);
     u.backward();
     std::vector<torch::Tensor> grads;
     for (const auto& param : module.parameters()) grads.push_back(-param.grad().reshape(-1));
-    return std::make_tuple(flat_parameters(module), torch::cat(grads), nll.item<double>());
+    return std::make_tuple(flat_parameters(module), torch::cat(grads), loss);
   };
   return ParticleOptions()
       .on("svgd_grad",
           [grad_step](Particle& p, const Args& a) {
-            auto [theta, g, nll] = grad_step(p, a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+            auto [theta, g, nll] = grad_step(p, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt());
             return c10::IValue(c10::ivalue::Tuple::create({theta, g, nll}));
           })
       .on("svgd_apply",
-          [](Particle& p, const Args& a) {
+          [this](Particle& p, const Args& a) {
             apply_direction(p, a[0].toTensor());
+            check_parameters_finite(p, a[1].toInt());
             return c10::IValue();
           })
       .on("svgd_epoch", [this, grad_step](Particle& p, const Args& a) {
@@ -97,12 +101,12 @@ ParticleOptions SVGD::particle_options() {
           auto xb = x.index_select(0, idx), yb = y.index_select(0, idx);
           std::vector<PFuture> replies(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) {
-            if (ids[i] != p.pid()) replies[i] = p.send(ids[i], "svgd_grad", phi[i], xb, yb);
+            if (ids[i] != p.pid()) replies[i] = p.send(ids[i], "svgd_grad", phi[i], xb, yb, epoch);
           }
           std::vector<torch::Tensor> thetas(ids.size()), grads(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) {
             if (ids[i] == p.pid()) {
-              auto [theta, g, nll] = grad_step(p, phi[i], xb, yb);
+              auto [theta, g, nll] = grad_step(p, phi[i], xb, yb, epoch);
               thetas[i] = theta;
               grads[i] = g;
               loss[i] += nll;
@@ -120,8 +124,9 @@ ParticleOptions SVGD::particle_options() {
         for (size_t i = 0; i < ids.size(); ++i) {
           if (ids[i] == p.pid()) {
             apply_direction(p, phi[i]);
+            check_parameters_finite(p, epoch);
           } else {
-            applied.push_back(p.send(ids[i], "svgd_apply", phi[i]));
+            applied.push_back(p.send(ids[i], "svgd_apply", phi[i], epoch));
           }
         }
         p.wait(applied);

@@ -21,14 +21,17 @@ void set_flat_parameters(torch::nn::Module& m, const torch::Tensor& flat) {
   }
 }
 
+// Moments live on the host in float64 (see collect). A checkpoint loads a particle's state
+// onto its lane's device, so bring them back here: mixed with host θ they must be on the host.
 SWAGMoments read_state(const State& s) {
   SWAGMoments m;
   auto it = s.find("swag_count");
   if (it == s.end()) return m;
+  auto host = [&](const char* key) { return s.at(key).toTensor().to(torch::kCPU, torch::kFloat64); };
   m.count = it->second.toInt();
-  m.mean = s.at("swag_mean").toTensor();
-  m.sq_mean = s.at("swag_sq_mean").toTensor();
-  m.deviations = s.at("swag_deviations").toTensor();
+  m.mean = host("swag_mean");
+  m.sq_mean = host("swag_sq_mean");
+  m.deviations = host("swag_deviations");
   return m;
 }
 
@@ -74,10 +77,12 @@ torch::Tensor MultiSWAG::sample(const SWAGMoments& m, int64_t samples, double mi
   auto z1 = torch::randn({samples, m.mean.numel()}, gen, m.mean.options());
   auto theta = var.sqrt() * z1;
   const int64_t k = m.deviations.size(0);
-  if (k >= 2) {
-    auto z2 = torch::randn({samples, k}, gen, m.mean.options());
-    theta = theta + z2.mm(m.deviations) / std::sqrt(static_cast<double>(k - 1));
-  }
+  // SWAG (Maddox et al. 2019): θ̄ + Σ_diag^{1/2} z₁/√2 + D z₂/√(2(K−1)); the 1/√2 splits the
+  // variance between the diagonal and the low-rank part. Without a low-rank part
+  // (K < 2) it is SWAG-diagonal, θ̄ + Σ_diag^{1/2} z₁, with the whole diagonal variance.
+  if (k < 2) return m.mean + theta;
+  auto z2 = torch::randn({samples, k}, gen, m.mean.options());
+  theta = theta + z2.mm(m.deviations) / std::sqrt(static_cast<double>(k - 1));
   return m.mean + theta / std::sqrt(2.0);
 }
 

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <regex>
 
 #include "test_util.h"
 
@@ -209,6 +210,68 @@ TEST(MultiSWAG, SamplesFollowTheFormula) {
   EXPECT_LT(rel_error(covariance(s), expected), 0.05);
 }
 
+TEST(MultiSWAG, DiagonalOnlySamplesHaveTheDiagonalVariance) {
+  // rank 1 keeps one deviation: no low-rank part, so θ = θ̄ + Σ_diag^{1/2} z₁ (SWAG-diagonal,
+  // Maddox et al. 2019), without the 1/√2 that only splits the variance between the two parts.
+  SWAGMoments m;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (int i = 0; i < 30; ++i) MultiSWAG::collect(m, torch::randn({4}, gen, torch::kFloat64) * 2, /*rank=*/1);
+  ASSERT_EQ(m.deviations.size(0), 1);
+  auto draw = at::make_generator<at::CPUGeneratorImpl>(4);
+  auto s = MultiSWAG::sample(m, 20000, 1e-30, draw);
+  auto var = m.sq_mean - m.mean.pow(2);
+  EXPECT_LT(rel_error(s.var(0, /*unbiased=*/false), var), 0.05) << s.var(0) << " vs " << var;
+  EXPECT_LT(rel_error(covariance(s), torch::diag(var)), 0.05);
+}
+
+// SWAG's Gaussian describes the iterates of SGD at a constant learning rate, so MultiSWAG's
+// default optimizer is SGD with momentum 0.9 (as in the SWAG paper), not Infer's Adam.
+TEST(MultiSWAG, DefaultOptimizerIsSGDWithMomentum) {
+  auto p = linear_problem(64, 0.5, 1.0, 9);
+  auto make = [&](OptimizerFactory optimizer) {
+    return MultiSWAG(linear_model(),
+                     InferOptions().particles(2).devices(2).noise_std(0.5).batch_size(16).lr(0.01).optimizer(optimizer),
+                     SWAGOptions().pretrain_epochs(1).rank(2));
+  };
+  auto by_default = make(nullptr);
+  auto sgd_momentum = make([](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.01).momentum(0.9));
+  });
+  by_default.fit(p.data, 3);
+  sgd_momentum.fit(p.data, 3);
+  EXPECT_TRUE(torch::equal(particle_matrix(by_default.dist()), particle_matrix(sgd_momentum.dist())));
+  EXPECT_TRUE(torch::equal(by_default.moments(1).mean, sgd_momentum.moments(1).mean));
+}
+
+// A run saved during collection and resumed on a GPU lane: the loaded moments come back on
+// the device and must still mix with the host-side θ.
+TEST(MultiSWAG, ResumesCollectingOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto p = linear_problem(64, 0.5, 1.0, 9);
+  auto make = [&] {
+    return MultiSWAG(linear_model(), InferOptions().particles(2).noise_std(0.5).batch_size(16).lr(0.01).seed(2),
+                     SWAGOptions().pretrain_epochs(1).rank(3).samples(4));
+  };
+  auto straight = make(), first = make();
+  straight.fit(p.data, 5);
+  first.fit(p.data, 3);
+  auto dir = std::filesystem::temp_directory_path() / ("push_swag_cuda_" + std::to_string(::getpid()));
+  first.save(dir);
+  auto resumed = make();
+  resumed.load(dir);
+  resumed.fit(p.data, 2);
+  std::filesystem::remove_all(dir);
+  for (Pid pid : straight.dist().particle_ids()) {
+    auto a = straight.moments(pid), b = resumed.moments(pid);
+    EXPECT_EQ(a.count, b.count);
+    EXPECT_EQ(b.mean.device(), torch::Device(torch::kCPU));
+    EXPECT_TRUE(torch::allclose(a.mean, b.mean, 1e-5, 1e-7));
+    EXPECT_TRUE(torch::allclose(a.deviations, b.deviations, 1e-5, 1e-7));
+  }
+  auto x = torch::tensor({1.0f, -1.0f, 0.5f, 2.0f}).view({2, 2});
+  EXPECT_TRUE(torch::allclose(straight.predict(x).mean, resumed.predict(x).mean, 1e-5, 1e-7));
+}
+
 // ---- ensemble, MC dropout, prediction ----------------------------------------------------
 
 TEST(Ensemble, PredictiveMeanIsTheAverageOfMembers) {
@@ -288,6 +351,59 @@ TEST(MCDropout, SamplesDifferButRunsRepeat) {
   EXPECT_GT(pa.variance.min().item<double>(), 1.0);  // noise_std 1 + dropout's spread
   EXPECT_GT(pa.members.var(0).mean().item<double>(), 0.0);
   EXPECT_TRUE(torch::equal(pa.members, a.predict(x).members));
+}
+
+// The dropout generator is a CPU one; on a GPU the masks are drawn on the host and moved,
+// so they are the same as on the CPU, and MC dropout trains and predicts on GPU lanes.
+TEST(MCDropout, MasksAndTrainingOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Dropout dropout(0.5);
+  auto ones = torch::ones({64, 16});
+  dropout->reseed(7);
+  auto host = dropout(ones);
+  dropout->reseed(7);
+  auto device = dropout(ones.to(torch::kCUDA));
+  EXPECT_EQ(device.device().type(), torch::kCUDA);
+  EXPECT_TRUE(torch::equal(host, device.cpu()));
+
+  auto d = data::synthetic_gap(64, 3);
+  MCDropout mc(make_model("mlp:16,16", {1}, 1, 0.2), InferOptions().particles(2).seed(5),
+               McDropoutOptions().samples(8));
+  mc.fit(d, 2);
+  auto x = torch::linspace(-2, 2, 7).unsqueeze(1);
+  auto pred = mc.predict(x);
+  EXPECT_EQ(pred.members.size(0), 16);
+  EXPECT_TRUE(torch::isfinite(pred.variance).all().item<bool>());
+  EXPECT_GT(pred.members.var(0).mean().item<double>(), 0.0);
+  EXPECT_TRUE(torch::equal(pred.members, mc.predict(x).members));
+}
+
+// A learning rate of 1e30 blows the loss up within an epoch: every algorithm stops with an
+// error naming the particle and the epoch instead of training on to NaN metrics.
+TEST(Divergence, NonFiniteLossStopsEveryAlgorithmNamingParticleAndEpoch) {
+  auto d = data::synthetic_gap(64, 1);
+  auto options = [] { return InferOptions().particles(2).devices(2).batch_size(16).lr(1e30).seed(1); };
+  auto model = make_model("mlp:8", {1}, 1), dropout_model = make_model("mlp:8", {1}, 1, 0.1);
+  std::vector<std::unique_ptr<Infer>> algorithms;
+  algorithms.push_back(std::make_unique<Ensemble>(model, options()));
+  algorithms.push_back(std::make_unique<MultiSWAG>(model, options(), SWAGOptions().pretrain_epochs(0)));
+  algorithms.push_back(std::make_unique<SVGD>(model, options()));
+  algorithms.push_back(std::make_unique<MCDropout>(dropout_model, options()));
+  for (auto& infer : algorithms) {
+    SCOPED_TRACE(infer->name());
+    infer->fit(d, 0);
+    try {
+      infer->fit(d, 3);
+      ADD_FAILURE() << "a diverged run must fail";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(infer->name() + ": "), std::string::npos) << what;
+      EXPECT_TRUE(std::regex_search(what, std::regex("(loss|parameter '[^']+') of particle [01] is not finite .*"
+                                                     "epoch 1: training diverged")))
+          << what;
+    }
+    EXPECT_EQ(infer->epochs_done(), 0);
+  }
 }
 
 // The example at the top of docs/bayes.md, with fewer epochs.

@@ -129,6 +129,12 @@ class Infer {
   /// every step. Returns the mean nll per point.
   double train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                      const std::function<void()>& after_step = nullptr) const;
+  /// Throws push::Error naming the algorithm, particle and epoch (0-based here, 1-based in
+  /// the text, as progress reports count) when a training loss is NaN or infinite: a
+  /// diverged run must stop, not go on to report NaN metrics.
+  void check_finite(const Particle& p, int64_t epoch, double loss) const;
+  /// The same for the particle's parameters (a last step can diverge after its loss).
+  void check_parameters_finite(Particle& p, int64_t epoch) const;
   /// Minibatch index order of `particle` in `epoch` (seeded), over n rows.
   torch::Tensor epoch_order(Pid particle, int64_t epoch, int64_t n) const;
   /// A generator seeded by (options.seed, a, b, c).
