@@ -228,18 +228,23 @@ torch::Tensor Infer::neg_log_prior(torch::nn::Module& module) const {
   return sum.defined() ? sum / (2 * v) : torch::zeros({});
 }
 
-double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n) const {
+double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n,
+                       const std::function<void()>& step) const {
   auto& opt = p.optimizer();
   opt.zero_grad();
   auto nll = mean_nll(p.any_module().forward(x), y);
   auto loss = nll + neg_log_prior(p.module()) / static_cast<double>(n);
   loss.backward();
-  opt.step();
+  if (step) {
+    step();
+  } else {
+    opt.step();
+  }
   return nll.item<double>();
 }
 
 double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
-                          const std::function<void()>& after_step) const {
+                          const std::function<void()>& after_step, const std::function<void()>& step) const {
   const int64_t n = x.size(0), bs = options_.batch_size();
   auto order = epoch_order(p.pid(), epoch, n);
   double total = 0;
@@ -248,7 +253,7 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
     auto idx = order.narrow(0, b, std::min(bs, n - b));
     // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
     const double loss = sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
-                                 dataset_size_);
+                                 dataset_size_, step);
     check_finite(p, epoch, loss);
     total += loss;
     if (after_step) after_step();

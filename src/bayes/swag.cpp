@@ -42,6 +42,38 @@ void write_state(State& s, const SWAGMoments& m) {
   s["swag_deviations"] = m.deviations;
 }
 
+/// One step of SGD with momentum, as torch::optim::SGD takes it (buffer = momentum · buffer +
+/// grad, θ -= lr · buffer), whatever optimizer pretrained the particle. The buffer is one
+/// flat tensor in the particle's state, so it is saved with the particle.
+void momentum_step(Particle& p, double lr, double momentum) {
+  torch::NoGradGuard no_grad;
+  auto params = p.module().parameters();
+  auto& slot = p.state()["swag_momentum"];
+  torch::Tensor buffer;
+  if (slot.isTensor()) buffer = slot.toTensor();
+  const bool first = !buffer.defined();
+  if (first) {
+    int64_t size = 0;
+    for (const auto& param : params) size += param.numel();
+    buffer = torch::zeros({size}, params.front().options());
+  } else if (buffer.device() != params.front().device()) {
+    buffer = buffer.to(params.front().device());  // a checkpoint loads state onto the lane's device
+  }
+  int64_t offset = 0;
+  for (auto& param : params) {
+    auto b = buffer.narrow(0, offset, param.numel()).view_as(param);
+    offset += param.numel();
+    if (!param.grad().defined()) continue;
+    if (first) {
+      b.copy_(param.grad());
+    } else {
+      b.mul_(momentum).add_(param.grad());
+    }
+    param.add_(b, -lr);
+  }
+  slot = buffer;
+}
+
 }  // namespace
 
 MultiSWAG::MultiSWAG(ModuleFactory model, InferOptions options, SWAGOptions swag)
@@ -51,6 +83,10 @@ MultiSWAG::MultiSWAG(ModuleFactory model, InferOptions options, SWAGOptions swag
   PUSH_CHECK(swag_.samples() >= 1, origin, "samples must be >= 1, got ", swag_.samples());
   PUSH_CHECK(swag_.pretrain_epochs() >= 0 && swag_.collect_every_steps() >= 0, origin,
              "pretrain_epochs and collect_every_steps must be >= 0");
+  if (swag_.collect_momentum()) {
+    PUSH_CHECK(*swag_.collect_momentum() >= 0 && *swag_.collect_momentum() < 1, origin,
+               "collect_momentum must be in [0, 1), got ", *swag_.collect_momentum());
+  }
 }
 
 void MultiSWAG::collect(SWAGMoments& m, const torch::Tensor& theta, int64_t rank) {
@@ -100,7 +136,7 @@ ParticleOptions MultiSWAG::particle_options() {
               collect(m, flat_parameters(p.module()), swag_.rank());
               write_state(p.state(), m);
             };
-            std::function<void()> after_step;
+            std::function<void()> after_step, step;
             if (collecting && swag_.collect_every_steps() > 0) {
               after_step = [&] {
                 auto& steps = p.state()["swag_steps"];
@@ -109,7 +145,16 @@ ParticleOptions MultiSWAG::particle_options() {
                 if (s % swag_.collect_every_steps() == 0) collect_now();
               };
             }
-            double loss = train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch, after_step);
+            if (collecting && swag_.collect_momentum()) {
+              // Unset swag_lr: lr (1 - momentum), the effective step of plain SGD at lr. The
+              // learning rate tuned for the pretraining optimizer with momentum on top
+              // made heteroscedastic regressions diverge (sine-gap at lr 1e-2).
+              const double momentum = *swag_.collect_momentum();
+              const double lr = swag_.swag_lr() ? *swag_.swag_lr()
+                                                : p.optimizer().param_groups()[0].options().get_lr() * (1 - momentum);
+              step = [&p, lr, momentum] { momentum_step(p, lr, momentum); };
+            }
+            double loss = train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch, after_step, step);
             if (collecting && swag_.collect_every_steps() == 0) collect_now();
             return c10::IValue(loss);
           })

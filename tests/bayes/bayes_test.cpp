@@ -224,23 +224,32 @@ TEST(MultiSWAG, DiagonalOnlySamplesHaveTheDiagonalVariance) {
   EXPECT_LT(rel_error(covariance(s), torch::diag(var)), 0.05);
 }
 
-// SWAG's Gaussian describes the iterates of SGD at a constant learning rate, so MultiSWAG's
-// default optimizer is SGD with momentum 0.9 (as in the SWAG paper), not Infer's Adam.
-TEST(MultiSWAG, DefaultOptimizerIsSGDWithMomentum) {
+// SWAG's Gaussian describes the iterates of SGD at a constant learning rate, so MultiSWAG
+// collects with SGD and momentum 0.9 (as in the SWAG paper) whatever the pretraining
+// optimizer: collecting from epoch 0 with the default Adam(lr) takes the same steps as a
+// particle whose own optimizer is SGD(lr (1 - 0.9), momentum 0.9).
+TEST(MultiSWAG, CollectsWithSGDAndMomentum) {
   auto p = linear_problem(64, 0.5, 1.0, 9);
-  auto make = [&](OptimizerFactory optimizer) {
-    return MultiSWAG(linear_model(),
-                     InferOptions().particles(2).devices(2).noise_std(0.5).batch_size(16).lr(0.01).optimizer(optimizer),
-                     SWAGOptions().pretrain_epochs(1).rank(2));
+  auto sgd_momentum = [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.1 * (1 - 0.9)).momentum(0.9));
   };
-  auto by_default = make(nullptr);
-  auto sgd_momentum = make([](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.01).momentum(0.9));
-  });
+  auto options = InferOptions().particles(2).devices(2).noise_std(0.5).batch_size(16).lr(0.1);
+  MultiSWAG by_default(linear_model(), options, SWAGOptions().pretrain_epochs(0).rank(2));
+  MultiSWAG reference(linear_model(), InferOptions(options).optimizer(sgd_momentum),
+                      SWAGOptions().pretrain_epochs(0).rank(2).collect_momentum(std::nullopt));
   by_default.fit(p.data, 3);
-  sgd_momentum.fit(p.data, 3);
-  EXPECT_TRUE(torch::equal(particle_matrix(by_default.dist()), particle_matrix(sgd_momentum.dist())));
-  EXPECT_TRUE(torch::equal(by_default.moments(1).mean, sgd_momentum.moments(1).mean));
+  reference.fit(p.data, 3);
+  EXPECT_TRUE(torch::equal(particle_matrix(by_default.dist()), particle_matrix(reference.dist())));
+  EXPECT_TRUE(torch::equal(by_default.moments(1).mean, reference.moments(1).mean));
+  // The momentum is saved with the particle: a resumed collection continues it.
+  auto dir = std::filesystem::temp_directory_path() / ("push_swag_momentum_" + std::to_string(::getpid()));
+  by_default.save(dir);
+  MultiSWAG resumed(linear_model(), options, SWAGOptions().pretrain_epochs(0).rank(2));
+  resumed.load(dir);
+  std::filesystem::remove_all(dir);
+  by_default.fit(p.data, 1);
+  resumed.fit(p.data, 1);
+  EXPECT_TRUE(torch::equal(particle_matrix(by_default.dist()), particle_matrix(resumed.dist())));
 }
 
 // A run saved during collection and resumed on a GPU lane: the loaded moments come back on

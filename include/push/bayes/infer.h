@@ -123,12 +123,15 @@ class Infer {
   torch::Tensor mean_nll(const torch::Tensor& out, const torch::Tensor& y) const;
   /// ||θ||² / (2 σ_p²) over the module's parameters.
   torch::Tensor neg_log_prior(torch::nn::Module& module) const;
-  /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll.
-  double sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t dataset_size) const;
+  /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll. `step`
+  /// replaces the particle's optimizer step once the gradients are in place.
+  double sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t dataset_size,
+                  const std::function<void()>& step = nullptr) const;
   /// One epoch of sgd_step over seeded minibatches of (x, y); after_step runs after
   /// every step. Returns the mean nll per point.
   double train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
-                     const std::function<void()>& after_step = nullptr) const;
+                     const std::function<void()>& after_step = nullptr,
+                     const std::function<void()>& step = nullptr) const;
   /// Throws push::Error naming the algorithm, particle and epoch (0-based here, 1-based in
   /// the text, as progress reports count) when a training loss is NaN or infinite: a
   /// diverged run must stop, not go on to report NaN metrics.
