@@ -5,6 +5,8 @@
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
 
+#include "learned_noise.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -46,6 +48,7 @@ const char* to_string(Likelihood likelihood) {
     case Likelihood::gaussian: return "gaussian";
     case Likelihood::heteroscedastic: return "heteroscedastic";
     case Likelihood::categorical: return "categorical";
+    case Likelihood::learned_noise: return "learned-noise";
   }
   return "?";
 }
@@ -66,12 +69,13 @@ Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, 
     return p;
   }
   torch::Tensor means = out, noise;
-  if (likelihood == Likelihood::heteroscedastic) {
+  if (likelihood == Likelihood::heteroscedastic || likelihood == Likelihood::learned_noise) {
     const int64_t t = out.size(2) / 2;
-    PUSH_CHECK(out.size(2) == 2 * t, "push::bayes::make_predictive",
-               "a heteroscedastic model needs an even number of outputs (means, variances), got ", out.size(2));
+    PUSH_CHECK(out.size(2) == 2 * t, "push::bayes::make_predictive", "a ", to_string(likelihood),
+               " model needs an even number of outputs (means, noise), got ", out.size(2));
     means = out.narrow(2, 0, t);
-    noise = variance_of(out.narrow(2, t, t));
+    noise = likelihood == Likelihood::heteroscedastic ? variance_of(out.narrow(2, t, t))
+                                                      : torch::exp(-out.narrow(2, t, t));
   } else {
     noise = torch::full_like(out, noise_std * noise_std);
   }
@@ -90,6 +94,11 @@ Infer::Infer(ModuleFactory model, InferOptions options) : model_(std::move(model
              options_.batch_size());
   PUSH_CHECK(options_.noise_std() > 0 && options_.prior_std() > 0, "push::bayes::Infer",
              "noise_std and prior_std must be positive");
+  PUSH_CHECK(options_.noise_prior_shape() > 0 && options_.noise_prior_rate() > 0, "push::bayes::Infer",
+             "noise_prior_shape and noise_prior_rate must be positive");
+  if (options_.likelihood() == Likelihood::learned_noise) {
+    model_ = [net = std::move(model_)] { return torch::nn::AnyModule(detail::LearnedNoise(net())); };
+  }
 }
 
 Infer::~Infer() = default;
@@ -208,6 +217,13 @@ torch::Tensor Infer::mean_nll(const torch::Tensor& out, const torch::Tensor& y) 
       auto mu = out.narrow(1, 0, t), var = variance_of(out.narrow(1, t, t));
       return (0.5 * (torch::log(var) + (y - mu).pow(2) / var) + half_log_2pi).sum(1).mean();
     }
+    case Likelihood::learned_noise: {
+      const int64_t t = y.size(1);
+      PUSH_CHECK(out.dim() == 2 && out.size(1) == 2 * t, "push::bayes::Infer", "model outputs ", out.sizes(),
+                 " do not match targets ", y.sizes());
+      auto mu = out.narrow(1, 0, t), log_gamma = out.narrow(1, t, t);
+      return (0.5 * (torch::exp(log_gamma) * (y - mu).pow(2) - log_gamma) + half_log_2pi).sum(1).mean();
+    }
     case Likelihood::gaussian: {
       PUSH_CHECK(out.sizes() == y.sizes(), "push::bayes::Infer", "model outputs ", out.sizes(),
                  " do not match targets ", y.sizes());
@@ -219,13 +235,20 @@ torch::Tensor Infer::mean_nll(const torch::Tensor& out, const torch::Tensor& y) 
 }
 
 torch::Tensor Infer::neg_log_prior(torch::nn::Module& module) const {
-  torch::Tensor sum;
-  for (const auto& p : module.parameters()) {
-    auto s = p.pow(2).sum();
+  torch::Tensor sum, noise;
+  for (const auto& item : module.named_parameters()) {
+    if (options_.likelihood() == Likelihood::learned_noise && item.key() == detail::kLogNoisePrecision) {
+      // -log Gamma(γ; a0, b0) - log |dγ/dlog γ| = -a0 log γ + b0 γ + const.
+      const auto& log_gamma = item.value();
+      noise = (options_.noise_prior_rate() * torch::exp(log_gamma) - options_.noise_prior_shape() * log_gamma).sum();
+      continue;
+    }
+    auto s = item.value().pow(2).sum();
     sum = sum.defined() ? sum + s : s;
   }
   const double v = options_.prior_std() * options_.prior_std();
-  return sum.defined() ? sum / (2 * v) : torch::zeros({});
+  auto weights = sum.defined() ? sum / (2 * v) : torch::zeros({});
+  return noise.defined() ? weights + noise : weights;
 }
 
 double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n,

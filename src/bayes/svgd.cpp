@@ -9,7 +9,7 @@
 namespace push::bayes {
 
 torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& grad_log_p,
-                             std::optional<double> bandwidth, bool repulsive) {
+                             std::optional<double> bandwidth, bool repulsive, BandwidthRule rule) {
   const char* origin = "push::bayes::svgd_direction";
   PUSH_CHECK(theta.dim() == 2 && theta.sizes() == grad_log_p.sizes(), origin,
              "expected theta and grad_log_p of one shape [n, D], got ", theta.sizes(), " and ", grad_log_p.sizes());
@@ -23,8 +23,11 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
   } else if (n > 1) {
     auto upper = torch::triu_indices(n, n, 1, torch::kLong);
     auto pairs = sq_dist.index({upper[0], upper[1]});
-    double med = pairs.median().item<double>();
-    h = med > 0 ? med / std::log(static_cast<double>(n) + 1) : 1.0;
+    // med² / log(n + 1) makes k ≈ 1/(n + 1) between typical particles: each is pushed by
+    // few neighbours, and on low-dimensional posteriors the spread comes out too small.
+    const double med = pairs.median().item<double>();
+    const double scale = rule == BandwidthRule::median ? 1.0 : 1.0 / std::log(static_cast<double>(n) + 1);
+    h = med > 0 ? med * scale : 1.0;
   }
   auto k = torch::exp(-sq_dist / h);
   auto phi = k.mm(grad_log_p);
@@ -117,7 +120,8 @@ ParticleOptions SVGD::particle_options() {
               loss[i] += reply->elements()[2].toDouble();
             }
           }
-          auto all_phi = svgd_direction(torch::stack(thetas), torch::stack(grads), svgd_.bandwidth(), svgd_.repulsive());
+          auto all_phi = svgd_direction(torch::stack(thetas), torch::stack(grads), svgd_.bandwidth(),
+                                         svgd_.repulsive(), svgd_.bandwidth_rule());
           for (size_t i = 0; i < ids.size(); ++i) phi[i] = all_phi[i];
         }
         std::vector<PFuture> applied;

@@ -171,8 +171,10 @@ int run_train(int argc, char** argv) {
   app.add_option("--task", c.task, "regression or classification (default: the data set's, regression for CSV)")
       ->check(CLI::IsMember({"regression", "classification"}));
   app.add_option("--likelihood", c.likelihood,
-                 "regression likelihood: heteroscedastic (the network predicts its noise; default) or gaussian")
-      ->check(CLI::IsMember({"gaussian", "heteroscedastic"}));
+                 "regression likelihood: heteroscedastic (the network predicts its noise; default), learned-noise "
+                 "(each particle learns one noise precision, Gamma(1, 0.1) prior, as in the SVGD paper) or gaussian "
+                 "(fixed --noise-std)")
+      ->check(CLI::IsMember({"gaussian", "heteroscedastic", "learned-noise"}));
   app.add_option("--noise-std", c.noise_std, "noise σ of the gaussian likelihood, in standardised units")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--prior-std", c.prior_std, "σ of the Gaussian prior on the weights")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--test-fraction", c.test_fraction, "held-out fraction (not for IDX data)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
@@ -229,8 +231,9 @@ int run_train(int argc, char** argv) {
   auto scaler = data::Standardizer::fit(train_raw);
   auto train = scaler.apply(train_raw), test = scaler.apply(test_raw);
   const auto likelihood = classify ? bayes::Likelihood::categorical
-                          : c.likelihood == "gaussian" ? bayes::Likelihood::gaussian
-                                                       : bayes::Likelihood::heteroscedastic;
+                          : c.likelihood == "gaussian"      ? bayes::Likelihood::gaussian
+                          : c.likelihood == "learned-noise" ? bayes::Likelihood::learned_noise
+                                                            : bayes::Likelihood::heteroscedastic;
   const int64_t outputs = bayes::output_units(likelihood, classify ? train.num_classes : train.y.size(1));
   auto model = bayes::make_model(spec, train.input_shape(), outputs, c.algo == "mcdropout" ? c.dropout : 0.0);
 

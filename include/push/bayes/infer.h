@@ -35,6 +35,10 @@ enum class Likelihood {
   gaussian,         // y ~ N(f(x), noise_std²), one output per target
   heteroscedastic,  // the network outputs [mean, v] per target, variance = softplus(v) + 1e-6
   categorical,      // the network outputs logits
+  // y ~ N(f(x), 1/γ), one output per target; each particle learns its own log noise
+  // precision log γ (one for all targets, starting at 0) under a Gamma(noise_prior_shape,
+  // noise_prior_rate) prior on γ, as the original SVGD Bayesian neural network does.
+  learned_noise,
 };
 const char* to_string(Likelihood likelihood);
 /// Network outputs needed for `targets` regression targets / `classes` classes.
@@ -58,8 +62,12 @@ struct InferOptions {
   TORCH_ARG(Likelihood, likelihood) = Likelihood::gaussian;
   /// σ of the gaussian likelihood (in the units of the targets the model sees).
   TORCH_ARG(double, noise_std) = 1.0;
-  /// σ_p of the Gaussian prior N(0, σ_p² I) on every parameter.
+  /// σ_p of the Gaussian prior N(0, σ_p² I) on every parameter (but log γ).
   TORCH_ARG(double, prior_std) = 1.0;
+  /// Gamma(a0, b0) prior on the noise precision γ of the learned_noise likelihood
+  /// (Liu & Wang 2016: a0 = 1, b0 = 0.1).
+  TORCH_ARG(double, noise_prior_shape) = 1.0;
+  TORCH_ARG(double, noise_prior_rate) = 0.1;
   TORCH_ARG(int64_t, batch_size) = 128;
   TORCH_ARG(double, lr) = 1e-3;
   /// Optimizer of each particle; default Adam(lr).
@@ -121,7 +129,8 @@ class Infer {
 
   /// Mean negative log-likelihood per point of network output `out` for targets `y`.
   torch::Tensor mean_nll(const torch::Tensor& out, const torch::Tensor& y) const;
-  /// ||θ||² / (2 σ_p²) over the module's parameters.
+  /// ||θ||² / (2 σ_p²) over the module's parameters; with learned_noise, plus
+  /// -a0 log γ + b0 γ for log γ (the Gamma prior of γ, as a density of log γ).
   torch::Tensor neg_log_prior(torch::nn::Module& module) const;
   /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll. `step`
   /// replaces the particle's optimizer step once the gradients are in place.
@@ -161,7 +170,8 @@ class Infer {
 };
 
 /// A regression / classification predictive distribution from raw member outputs
-/// [S, M, out] under `likelihood` (noise_std for the gaussian one).
+/// [S, M, out] under `likelihood` (noise_std for the gaussian one; learned_noise outputs
+/// are [means, log γ] as the particles' forward returns them).
 Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, double noise_std);
 
 /// splitmix64-style mixing of seeds.
