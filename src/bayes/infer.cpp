@@ -1,5 +1,5 @@
 // The common machinery of the Bayesian algorithms (objective, epochs, prediction,
-// save/load), the deep ensemble, MC dropout and the model factories.
+// save/load), the deep ensemble and the model factories.
 #include <push/bayes/ensemble.h>
 #include <push/bayes/infer.h>
 #include <push/bayes/mc_dropout.h>
@@ -25,8 +25,7 @@ torch::Tensor flat_parameters(torch::nn::Module& module) {
 }
 namespace {
 
-constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL, kDropoutTag = 0x44524f50ULL,
-                   kPredictTag = 0x50524544ULL;
+constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL;
 
 torch::Tensor variance_of(const torch::Tensor& raw) { return torch::softplus(raw) + 1e-6; }
 
@@ -294,7 +293,8 @@ void Infer::check_finite(const Particle& p, int64_t epoch, double loss) const {
 void Infer::check_parameters_finite(Particle& p, int64_t epoch) const {
   for (const auto& item : p.module().named_parameters()) {
     const bool finite = torch::isfinite(item.value()).all().item<bool>();
-    PUSH_CHECK(finite, "push::bayes::Infer::fit", name(), ": parameter '", item.key(), "' of particle ", p.pid(), " is not finite after epoch ", epoch + 1,
+    PUSH_CHECK(finite, "push::bayes::Infer::fit", name(), ": parameter '", item.key(), "' of particle ", p.pid(),
+               " is not finite after epoch ", epoch + 1,
                ": training diverged; lower the learning rate or check the data for huge values");
   }
 }
@@ -373,53 +373,6 @@ ParticleOptions Ensemble::particle_options() {
     }
     return c10::IValue(train_epoch(p, x, y, a[2].toInt()));
   });
-}
-
-// ---- MC dropout -------------------------------------------------------------------------
-
-DropoutImpl::DropoutImpl(double p) : p_(p) {
-  PUSH_CHECK(p >= 0 && p < 1, "push::bayes::Dropout", "p must be in [0, 1), got ", p);
-  // Drawn from the generator the module is built under (a particle's seed).
-  reseed(static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>()));
-}
-
-void DropoutImpl::reseed(uint64_t seed) { generator_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
-
-torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
-  if (p_ == 0) return x;
-  // The generator is a CPU one (a CUDA tensor cannot draw from it): draw the mask on the
-  // host and move it. The same seed then gives the same masks on every device.
-  auto mask = torch::empty(x.sizes(), x.options().device(torch::kCPU)).bernoulli_(1 - p_, generator_);
-  return x * mask.to(x.device()) / (1 - p_);
-}
-
-namespace {
-void reseed_dropouts(torch::nn::Module& module, uint64_t seed) {
-  uint64_t i = 0;
-  for (const auto& m : module.modules()) {
-    if (auto* d = dynamic_cast<DropoutImpl*>(m.get())) d->reseed(mix_seed(seed, i++));
-  }
-}
-}  // namespace
-
-MCDropout::MCDropout(ModuleFactory model, InferOptions options, McDropoutOptions mc)
-    : Infer(std::move(model), std::move(options)), mc_(mc) {
-  PUSH_CHECK(mc_.samples() >= 1, "push::bayes::MCDropout", "samples must be >= 1, got ", mc_.samples());
-}
-
-ParticleOptions MCDropout::particle_options() {
-  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
-    const int64_t epoch = a[2].toInt();
-    reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
-    return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch));
-  });
-}
-
-torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {
-  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), kPredictTag, kDropoutTag));
-  std::vector<torch::Tensor> outs;
-  for (int64_t s = 0; s < mc_.samples(); ++s) outs.push_back(forward_chunked(p, x));
-  return torch::stack(outs);
 }
 
 // ---- models -----------------------------------------------------------------------------
