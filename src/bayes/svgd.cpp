@@ -21,7 +21,7 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
     PUSH_CHECK(*bandwidth > 0, origin, "bandwidth must be positive, got ", *bandwidth);
     h = *bandwidth;
   } else if (n > 1) {
-    auto upper = torch::triu_indices(n, n, 1, torch::kLong);
+    auto upper = torch::triu_indices(n, n, 1, torch::TensorOptions(torch::kLong).device(theta.device()));
     auto pairs = sq_dist.index({upper[0], upper[1]});
     // med² / log(n + 1) makes k ≈ 1/(n + 1) between typical particles: each is pushed by
     // few neighbours, and on low-dimensional posteriors the spread comes out too small.
