@@ -1,9 +1,11 @@
 // The common machinery of the Bayesian algorithms (objective, epochs, prediction,
-// save/load), the deep ensemble, MC dropout and the model factories.
+// save/load), the deep ensemble and the model factories.
 #include <push/bayes/ensemble.h>
 #include <push/bayes/infer.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
+
+#include "learned_noise.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -23,8 +25,7 @@ torch::Tensor flat_parameters(torch::nn::Module& module) {
 }
 namespace {
 
-constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL, kDropoutTag = 0x44524f50ULL,
-                   kPredictTag = 0x50524544ULL;
+constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL;
 
 torch::Tensor variance_of(const torch::Tensor& raw) { return torch::softplus(raw) + 1e-6; }
 
@@ -46,6 +47,7 @@ const char* to_string(Likelihood likelihood) {
     case Likelihood::gaussian: return "gaussian";
     case Likelihood::heteroscedastic: return "heteroscedastic";
     case Likelihood::categorical: return "categorical";
+    case Likelihood::learned_noise: return "learned-noise";
   }
   return "?";
 }
@@ -66,12 +68,13 @@ Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, 
     return p;
   }
   torch::Tensor means = out, noise;
-  if (likelihood == Likelihood::heteroscedastic) {
+  if (likelihood == Likelihood::heteroscedastic || likelihood == Likelihood::learned_noise) {
     const int64_t t = out.size(2) / 2;
-    PUSH_CHECK(out.size(2) == 2 * t, "push::bayes::make_predictive",
-               "a heteroscedastic model needs an even number of outputs (means, variances), got ", out.size(2));
+    PUSH_CHECK(out.size(2) == 2 * t, "push::bayes::make_predictive", "a ", to_string(likelihood),
+               " model needs an even number of outputs (means, noise), got ", out.size(2));
     means = out.narrow(2, 0, t);
-    noise = variance_of(out.narrow(2, t, t));
+    noise = likelihood == Likelihood::heteroscedastic ? variance_of(out.narrow(2, t, t))
+                                                      : torch::exp(-out.narrow(2, t, t));
   } else {
     noise = torch::full_like(out, noise_std * noise_std);
   }
@@ -90,6 +93,11 @@ Infer::Infer(ModuleFactory model, InferOptions options) : model_(std::move(model
              options_.batch_size());
   PUSH_CHECK(options_.noise_std() > 0 && options_.prior_std() > 0, "push::bayes::Infer",
              "noise_std and prior_std must be positive");
+  PUSH_CHECK(options_.noise_prior_shape() > 0 && options_.noise_prior_rate() > 0, "push::bayes::Infer",
+             "noise_prior_shape and noise_prior_rate must be positive");
+  if (options_.likelihood() == Likelihood::learned_noise) {
+    model_ = [net = std::move(model_)] { return torch::nn::AnyModule(detail::LearnedNoise(net())); };
+  }
 }
 
 Infer::~Infer() = default;
@@ -208,6 +216,13 @@ torch::Tensor Infer::mean_nll(const torch::Tensor& out, const torch::Tensor& y) 
       auto mu = out.narrow(1, 0, t), var = variance_of(out.narrow(1, t, t));
       return (0.5 * (torch::log(var) + (y - mu).pow(2) / var) + half_log_2pi).sum(1).mean();
     }
+    case Likelihood::learned_noise: {
+      const int64_t t = y.size(1);
+      PUSH_CHECK(out.dim() == 2 && out.size(1) == 2 * t, "push::bayes::Infer", "model outputs ", out.sizes(),
+                 " do not match targets ", y.sizes());
+      auto mu = out.narrow(1, 0, t), log_gamma = out.narrow(1, t, t);
+      return (0.5 * (torch::exp(log_gamma) * (y - mu).pow(2) - log_gamma) + half_log_2pi).sum(1).mean();
+    }
     case Likelihood::gaussian: {
       PUSH_CHECK(out.sizes() == y.sizes(), "push::bayes::Infer", "model outputs ", out.sizes(),
                  " do not match targets ", y.sizes());
@@ -219,27 +234,39 @@ torch::Tensor Infer::mean_nll(const torch::Tensor& out, const torch::Tensor& y) 
 }
 
 torch::Tensor Infer::neg_log_prior(torch::nn::Module& module) const {
-  torch::Tensor sum;
-  for (const auto& p : module.parameters()) {
-    auto s = p.pow(2).sum();
+  torch::Tensor sum, noise;
+  for (const auto& item : module.named_parameters()) {
+    if (options_.likelihood() == Likelihood::learned_noise && item.key() == detail::kLogNoisePrecision) {
+      // -log Gamma(γ; a0, b0) - log |dγ/dlog γ| = -a0 log γ + b0 γ + const.
+      const auto& log_gamma = item.value();
+      noise = (options_.noise_prior_rate() * torch::exp(log_gamma) - options_.noise_prior_shape() * log_gamma).sum();
+      continue;
+    }
+    auto s = item.value().pow(2).sum();
     sum = sum.defined() ? sum + s : s;
   }
   const double v = options_.prior_std() * options_.prior_std();
-  return sum.defined() ? sum / (2 * v) : torch::zeros({});
+  auto weights = sum.defined() ? sum / (2 * v) : torch::zeros({});
+  return noise.defined() ? weights + noise : weights;
 }
 
-double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n) const {
+double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n,
+                       const std::function<void()>& step) const {
   auto& opt = p.optimizer();
   opt.zero_grad();
   auto nll = mean_nll(p.any_module().forward(x), y);
   auto loss = nll + neg_log_prior(p.module()) / static_cast<double>(n);
   loss.backward();
-  opt.step();
+  if (step) {
+    step();
+  } else {
+    opt.step();
+  }
   return nll.item<double>();
 }
 
 double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
-                          const std::function<void()>& after_step) const {
+                          const std::function<void()>& after_step, const std::function<void()>& step) const {
   const int64_t n = x.size(0), bs = options_.batch_size();
   auto order = epoch_order(p.pid(), epoch, n);
   double total = 0;
@@ -247,11 +274,29 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
   for (int64_t b = 0; b < n; b += bs, ++batches) {
     auto idx = order.narrow(0, b, std::min(bs, n - b));
     // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
-    total += sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
-                      dataset_size_);
+    const double loss = sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
+                                 dataset_size_, step);
+    check_finite(p, epoch, loss);
+    total += loss;
     if (after_step) after_step();
   }
+  check_parameters_finite(p, epoch);
   return total / static_cast<double>(batches);
+}
+
+void Infer::check_finite(const Particle& p, int64_t epoch, double loss) const {
+  PUSH_CHECK(std::isfinite(loss), "push::bayes::Infer::fit", name(), ": the training loss of particle ", p.pid(),
+             " is not finite (", loss, ") in epoch ", epoch + 1,
+             ": training diverged; lower the learning rate or check the data for huge values");
+}
+
+void Infer::check_parameters_finite(Particle& p, int64_t epoch) const {
+  for (const auto& item : p.module().named_parameters()) {
+    const bool finite = torch::isfinite(item.value()).all().item<bool>();
+    PUSH_CHECK(finite, "push::bayes::Infer::fit", name(), ": parameter '", item.key(), "' of particle ", p.pid(),
+               " is not finite after epoch ", epoch + 1,
+               ": training diverged; lower the learning rate or check the data for huge values");
+  }
 }
 
 torch::Tensor Infer::epoch_order(Pid particle, int64_t epoch, int64_t n) const {
@@ -328,51 +373,6 @@ ParticleOptions Ensemble::particle_options() {
     }
     return c10::IValue(train_epoch(p, x, y, a[2].toInt()));
   });
-}
-
-// ---- MC dropout -------------------------------------------------------------------------
-
-DropoutImpl::DropoutImpl(double p) : p_(p) {
-  PUSH_CHECK(p >= 0 && p < 1, "push::bayes::Dropout", "p must be in [0, 1), got ", p);
-  // Drawn from the generator the module is built under (a particle's seed).
-  reseed(static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>()));
-}
-
-void DropoutImpl::reseed(uint64_t seed) { generator_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
-
-torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
-  if (p_ == 0) return x;
-  auto mask = torch::empty_like(x).bernoulli_(1 - p_, generator_);
-  return x * mask / (1 - p_);
-}
-
-namespace {
-void reseed_dropouts(torch::nn::Module& module, uint64_t seed) {
-  uint64_t i = 0;
-  for (const auto& m : module.modules()) {
-    if (auto* d = dynamic_cast<DropoutImpl*>(m.get())) d->reseed(mix_seed(seed, i++));
-  }
-}
-}  // namespace
-
-MCDropout::MCDropout(ModuleFactory model, InferOptions options, McDropoutOptions mc)
-    : Infer(std::move(model), std::move(options)), mc_(mc) {
-  PUSH_CHECK(mc_.samples() >= 1, "push::bayes::MCDropout", "samples must be >= 1, got ", mc_.samples());
-}
-
-ParticleOptions MCDropout::particle_options() {
-  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
-    const int64_t epoch = a[2].toInt();
-    reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
-    return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch));
-  });
-}
-
-torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {
-  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), kPredictTag, kDropoutTag));
-  std::vector<torch::Tensor> outs;
-  for (int64_t s = 0; s < mc_.samples(); ++s) outs.push_back(forward_chunked(p, x));
-  return torch::stack(outs);
 }
 
 // ---- models -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@
 namespace push::bayes {
 
 torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& grad_log_p,
-                             std::optional<double> bandwidth, bool repulsive) {
+                             std::optional<double> bandwidth, bool repulsive, BandwidthRule rule) {
   const char* origin = "push::bayes::svgd_direction";
   PUSH_CHECK(theta.dim() == 2 && theta.sizes() == grad_log_p.sizes(), origin,
              "expected theta and grad_log_p of one shape [n, D], got ", theta.sizes(), " and ", grad_log_p.sizes());
@@ -21,10 +21,13 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
     PUSH_CHECK(*bandwidth > 0, origin, "bandwidth must be positive, got ", *bandwidth);
     h = *bandwidth;
   } else if (n > 1) {
-    auto upper = torch::triu_indices(n, n, 1, torch::kLong);
+    auto upper = torch::triu_indices(n, n, 1, torch::TensorOptions(torch::kLong).device(theta.device()));
     auto pairs = sq_dist.index({upper[0], upper[1]});
-    double med = pairs.median().item<double>();
-    h = med > 0 ? med / std::log(static_cast<double>(n) + 1) : 1.0;
+    // med² / log(n + 1) makes k ≈ 1/(n + 1) between typical particles: each is pushed by
+    // few neighbours, and on low-dimensional posteriors the spread comes out too small.
+    const double med = pairs.median().item<double>();
+    const double scale = rule == BandwidthRule::median ? 1.0 : 1.0 / std::log(static_cast<double>(n) + 1);
+    h = med > 0 ? med * scale : 1.0;
   }
   auto k = torch::exp(-sq_dist / h);
   auto phi = k.mm(grad_log_p);
@@ -61,26 +64,30 @@ SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
 
 ParticleOptions SVGD::particle_options() {
   // Applies the previous step's φ, then returns (θ, ∇log p(θ | D), nll) at the new θ.
-  auto grad_step = [this](Particle& p, const torch::Tensor& phi, const torch::Tensor& x, const torch::Tensor& y) {
+  auto grad_step = [this](Particle& p, const torch::Tensor& phi, const torch::Tensor& x, const torch::Tensor& y,
+                          int64_t epoch) {
     if (phi.numel() > 0) apply_direction(p, phi);
     auto& module = p.module();
     p.optimizer().zero_grad();
     auto nll = mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
     auto u = nll * static_cast<double>(dataset_size_) + neg_log_prior(module);
+    const double loss = nll.item<double>();
+    check_finite(p, epoch, loss);
     u.backward();
     std::vector<torch::Tensor> grads;
     for (const auto& param : module.parameters()) grads.push_back(-param.grad().reshape(-1));
-    return std::make_tuple(flat_parameters(module), torch::cat(grads), nll.item<double>());
+    return std::make_tuple(flat_parameters(module), torch::cat(grads), loss);
   };
   return ParticleOptions()
       .on("svgd_grad",
           [grad_step](Particle& p, const Args& a) {
-            auto [theta, g, nll] = grad_step(p, a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+            auto [theta, g, nll] = grad_step(p, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt());
             return c10::IValue(c10::ivalue::Tuple::create({theta, g, nll}));
           })
       .on("svgd_apply",
-          [](Particle& p, const Args& a) {
+          [this](Particle& p, const Args& a) {
             apply_direction(p, a[0].toTensor());
+            check_parameters_finite(p, a[1].toInt());
             return c10::IValue();
           })
       .on("svgd_epoch", [this, grad_step](Particle& p, const Args& a) {
@@ -97,12 +104,12 @@ ParticleOptions SVGD::particle_options() {
           auto xb = x.index_select(0, idx), yb = y.index_select(0, idx);
           std::vector<PFuture> replies(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) {
-            if (ids[i] != p.pid()) replies[i] = p.send(ids[i], "svgd_grad", phi[i], xb, yb);
+            if (ids[i] != p.pid()) replies[i] = p.send(ids[i], "svgd_grad", phi[i], xb, yb, epoch);
           }
           std::vector<torch::Tensor> thetas(ids.size()), grads(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) {
             if (ids[i] == p.pid()) {
-              auto [theta, g, nll] = grad_step(p, phi[i], xb, yb);
+              auto [theta, g, nll] = grad_step(p, phi[i], xb, yb, epoch);
               thetas[i] = theta;
               grads[i] = g;
               loss[i] += nll;
@@ -113,15 +120,17 @@ ParticleOptions SVGD::particle_options() {
               loss[i] += reply->elements()[2].toDouble();
             }
           }
-          auto all_phi = svgd_direction(torch::stack(thetas), torch::stack(grads), svgd_.bandwidth(), svgd_.repulsive());
+          auto all_phi = svgd_direction(torch::stack(thetas), torch::stack(grads), svgd_.bandwidth(),
+                                         svgd_.repulsive(), svgd_.bandwidth_rule());
           for (size_t i = 0; i < ids.size(); ++i) phi[i] = all_phi[i];
         }
         std::vector<PFuture> applied;
         for (size_t i = 0; i < ids.size(); ++i) {
           if (ids[i] == p.pid()) {
             apply_direction(p, phi[i]);
+            check_parameters_finite(p, epoch);
           } else {
-            applied.push_back(p.send(ids[i], "svgd_apply", phi[i]));
+            applied.push_back(p.send(ids[i], "svgd_apply", phi[i], epoch));
           }
         }
         p.wait(applied);

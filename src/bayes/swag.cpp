@@ -21,14 +21,17 @@ void set_flat_parameters(torch::nn::Module& m, const torch::Tensor& flat) {
   }
 }
 
+// Moments live on the host in float64 (see collect). A checkpoint loads a particle's state
+// onto its lane's device, so bring them back here: mixed with host θ they must be on the host.
 SWAGMoments read_state(const State& s) {
   SWAGMoments m;
   auto it = s.find("swag_count");
   if (it == s.end()) return m;
+  auto host = [&](const char* key) { return s.at(key).toTensor().to(torch::kCPU, torch::kFloat64); };
   m.count = it->second.toInt();
-  m.mean = s.at("swag_mean").toTensor();
-  m.sq_mean = s.at("swag_sq_mean").toTensor();
-  m.deviations = s.at("swag_deviations").toTensor();
+  m.mean = host("swag_mean");
+  m.sq_mean = host("swag_sq_mean");
+  m.deviations = host("swag_deviations");
   return m;
 }
 
@@ -37,6 +40,38 @@ void write_state(State& s, const SWAGMoments& m) {
   s["swag_mean"] = m.mean;
   s["swag_sq_mean"] = m.sq_mean;
   s["swag_deviations"] = m.deviations;
+}
+
+/// One step of SGD with momentum, as torch::optim::SGD takes it (buffer = momentum · buffer +
+/// grad, θ -= lr · buffer), whatever optimizer pretrained the particle. The buffer is one
+/// flat tensor in the particle's state, so it is saved with the particle.
+void momentum_step(Particle& p, double lr, double momentum) {
+  torch::NoGradGuard no_grad;
+  auto params = p.module().parameters();
+  auto& slot = p.state()["swag_momentum"];
+  torch::Tensor buffer;
+  if (slot.isTensor()) buffer = slot.toTensor();
+  const bool first = !buffer.defined();
+  if (first) {
+    int64_t size = 0;
+    for (const auto& param : params) size += param.numel();
+    buffer = torch::zeros({size}, params.front().options());
+  } else if (buffer.device() != params.front().device()) {
+    buffer = buffer.to(params.front().device());  // a checkpoint loads state onto the lane's device
+  }
+  int64_t offset = 0;
+  for (auto& param : params) {
+    auto b = buffer.narrow(0, offset, param.numel()).view_as(param);
+    offset += param.numel();
+    if (!param.grad().defined()) continue;
+    if (first) {
+      b.copy_(param.grad());
+    } else {
+      b.mul_(momentum).add_(param.grad());
+    }
+    param.add_(b, -lr);
+  }
+  slot = buffer;
 }
 
 }  // namespace
@@ -48,6 +83,10 @@ MultiSWAG::MultiSWAG(ModuleFactory model, InferOptions options, SWAGOptions swag
   PUSH_CHECK(swag_.samples() >= 1, origin, "samples must be >= 1, got ", swag_.samples());
   PUSH_CHECK(swag_.pretrain_epochs() >= 0 && swag_.collect_every_steps() >= 0, origin,
              "pretrain_epochs and collect_every_steps must be >= 0");
+  if (swag_.collect_momentum()) {
+    PUSH_CHECK(*swag_.collect_momentum() >= 0 && *swag_.collect_momentum() < 1, origin,
+               "collect_momentum must be in [0, 1), got ", *swag_.collect_momentum());
+  }
 }
 
 void MultiSWAG::collect(SWAGMoments& m, const torch::Tensor& theta, int64_t rank) {
@@ -74,10 +113,12 @@ torch::Tensor MultiSWAG::sample(const SWAGMoments& m, int64_t samples, double mi
   auto z1 = torch::randn({samples, m.mean.numel()}, gen, m.mean.options());
   auto theta = var.sqrt() * z1;
   const int64_t k = m.deviations.size(0);
-  if (k >= 2) {
-    auto z2 = torch::randn({samples, k}, gen, m.mean.options());
-    theta = theta + z2.mm(m.deviations) / std::sqrt(static_cast<double>(k - 1));
-  }
+  // SWAG (Maddox et al. 2019): θ̄ + Σ_diag^{1/2} z₁/√2 + D z₂/√(2(K−1)); the 1/√2 splits the
+  // variance between the diagonal and the low-rank part. Without a low-rank part
+  // (K < 2) it is SWAG-diagonal, θ̄ + Σ_diag^{1/2} z₁, with the whole diagonal variance.
+  if (k < 2) return m.mean + theta;
+  auto z2 = torch::randn({samples, k}, gen, m.mean.options());
+  theta = theta + z2.mm(m.deviations) / std::sqrt(static_cast<double>(k - 1));
   return m.mean + theta / std::sqrt(2.0);
 }
 
@@ -95,7 +136,7 @@ ParticleOptions MultiSWAG::particle_options() {
               collect(m, flat_parameters(p.module()), swag_.rank());
               write_state(p.state(), m);
             };
-            std::function<void()> after_step;
+            std::function<void()> after_step, step;
             if (collecting && swag_.collect_every_steps() > 0) {
               after_step = [&] {
                 auto& steps = p.state()["swag_steps"];
@@ -104,7 +145,16 @@ ParticleOptions MultiSWAG::particle_options() {
                 if (s % swag_.collect_every_steps() == 0) collect_now();
               };
             }
-            double loss = train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch, after_step);
+            if (collecting && swag_.collect_momentum()) {
+              // Unset swag_lr: lr (1 - momentum), the effective step of plain SGD at lr. The
+              // learning rate tuned for the pretraining optimizer with momentum on top
+              // made heteroscedastic regressions diverge (sine-gap at lr 1e-2).
+              const double momentum = *swag_.collect_momentum();
+              const double lr = swag_.swag_lr() ? *swag_.swag_lr()
+                                                : p.optimizer().param_groups()[0].options().get_lr() * (1 - momentum);
+              step = [&p, lr, momentum] { momentum_step(p, lr, momentum); };
+            }
+            double loss = train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch, after_step, step);
             if (collecting && swag_.collect_every_steps() == 0) collect_now();
             return c10::IValue(loss);
           })

@@ -161,7 +161,7 @@ int run_train(int argc, char** argv) {
   app.add_option("--threads", c.threads, "intra-op threads per lane")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--epochs", c.epochs, "training epochs (in all, counting resumed ones)")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "minibatch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
-  app.add_option("--lr", c.lr, "learning rate (Adam)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate (Adam; mswag collects with SGD, see --swag-lr)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--model", c.model, "mlp:W1,W2,... or cnn[:C1,C2] (image data)")->capture_default_str();
   app.add_option("--data", c.data,
                  "built-in set (sine-gap, boston_house_prices, diabetes, iris, wine, breast_cancer, digits, "
@@ -171,8 +171,10 @@ int run_train(int argc, char** argv) {
   app.add_option("--task", c.task, "regression or classification (default: the data set's, regression for CSV)")
       ->check(CLI::IsMember({"regression", "classification"}));
   app.add_option("--likelihood", c.likelihood,
-                 "regression likelihood: heteroscedastic (the network predicts its noise; default) or gaussian")
-      ->check(CLI::IsMember({"gaussian", "heteroscedastic"}));
+                 "regression likelihood: heteroscedastic (the network predicts its noise; default), learned-noise "
+                 "(each particle learns one noise precision, Gamma(1, 0.1) prior, as in the SVGD paper) or gaussian "
+                 "(fixed --noise-std)")
+      ->check(CLI::IsMember({"gaussian", "heteroscedastic", "learned-noise"}));
   app.add_option("--noise-std", c.noise_std, "noise σ of the gaussian likelihood, in standardised units")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--prior-std", c.prior_std, "σ of the Gaussian prior on the weights")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--test-fraction", c.test_fraction, "held-out fraction (not for IDX data)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
@@ -181,7 +183,7 @@ int run_train(int argc, char** argv) {
   app.add_option("--samples", c.samples, "mswag / mcdropout: samples per particle at prediction")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
   app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
   app.add_option("--pretrain-epochs", c.pretrain_epochs, "mswag: epochs before collecting moments (default: half of --epochs)");
-  app.add_option("--swag-lr", c.swag_lr, "mswag: learning rate while collecting (default: --lr)")->check(CLI::PositiveNumber);
+  app.add_option("--swag-lr", c.swag_lr, "mswag: learning rate of the collection phase, SGD with momentum 0.9 (default: --lr x 0.1)")->check(CLI::PositiveNumber);
   app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")->check(CLI::NonNegativeNumber);
   app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")->check(CLI::Range(0.0, 0.95))->capture_default_str();
   app.add_flag("--bootstrap", c.bootstrap, "ensemble: train each particle on a bootstrap resample");
@@ -229,8 +231,9 @@ int run_train(int argc, char** argv) {
   auto scaler = data::Standardizer::fit(train_raw);
   auto train = scaler.apply(train_raw), test = scaler.apply(test_raw);
   const auto likelihood = classify ? bayes::Likelihood::categorical
-                          : c.likelihood == "gaussian" ? bayes::Likelihood::gaussian
-                                                       : bayes::Likelihood::heteroscedastic;
+                          : c.likelihood == "gaussian"      ? bayes::Likelihood::gaussian
+                          : c.likelihood == "learned-noise" ? bayes::Likelihood::learned_noise
+                                                            : bayes::Likelihood::heteroscedastic;
   const int64_t outputs = bayes::output_units(likelihood, classify ? train.num_classes : train.y.size(1));
   auto model = bayes::make_model(spec, train.input_shape(), outputs, c.algo == "mcdropout" ? c.dropout : 0.0);
 

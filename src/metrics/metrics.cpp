@@ -15,17 +15,30 @@ void check_probs(const torch::Tensor& probs, const torch::Tensor& labels, const 
              "expected probs [N, C] and labels [N] with N > 0, got ", probs.sizes(), " and ", labels.sizes());
 }
 
+// Every metric works on host float64 copies: predictions may come from any device
+// (reliability_bins reads raw pointers) and the targets usually live on the host.
+torch::Tensor host(const torch::Tensor& t) { return t.to(torch::kCPU, torch::kFloat64); }
+torch::Tensor host_labels(const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); }
+
+double ece_of(const std::vector<ReliabilityBin>& bins, int64_t points) {
+  double total = 0;
+  for (const auto& b : bins) {
+    total += static_cast<double>(b.count) / static_cast<double>(points) * std::abs(b.accuracy - b.confidence);
+  }
+  return total;
+}
+
 }  // namespace
 
 double rmse(const torch::Tensor& mean, const torch::Tensor& y) {
   PUSH_CHECK(mean.sizes() == y.sizes(), "push::metrics::rmse", "mean ", mean.sizes(), " vs y ", y.sizes());
-  return torch::sqrt((mean.to(torch::kFloat64) - y.to(torch::kFloat64)).pow(2).mean()).item<double>();
+  return torch::sqrt((host(mean) - host(y)).pow(2).mean()).item<double>();
 }
 
 double gaussian_nll(const torch::Tensor& mean, const torch::Tensor& variance, const torch::Tensor& y) {
   PUSH_CHECK(mean.sizes() == y.sizes() && variance.sizes() == y.sizes(), "push::metrics::gaussian_nll",
              "mean ", mean.sizes(), ", variance ", variance.sizes(), " and y ", y.sizes(), " differ");
-  auto m = mean.to(torch::kFloat64), v = variance.to(torch::kFloat64), t = y.to(torch::kFloat64);
+  auto m = host(mean), v = host(variance), t = host(y);
   auto per = 0.5 * (torch::log(2 * std::numbers::pi * v) + (t - m).pow(2) / v);
   if (per.dim() > 1) per = per.flatten(1).sum(1);
   return per.mean().item<double>();
@@ -37,26 +50,26 @@ RegressionMetrics regression(const torch::Tensor& mean, const torch::Tensor& var
 
 double accuracy(const torch::Tensor& probs, const torch::Tensor& labels) {
   check_probs(probs, labels, "push::metrics::accuracy");
-  return probs.argmax(1).eq(labels.to(torch::kLong)).to(torch::kFloat64).mean().item<double>();
+  return host(probs).argmax(1).eq(host_labels(labels)).to(torch::kFloat64).mean().item<double>();
 }
 
 double nll(const torch::Tensor& probs, const torch::Tensor& labels) {
   check_probs(probs, labels, "push::metrics::nll");
-  auto p = probs.to(torch::kFloat64).gather(1, labels.to(torch::kLong).unsqueeze(1)).squeeze(1);
+  auto p = host(probs).gather(1, host_labels(labels).unsqueeze(1)).squeeze(1);
   return -torch::log(torch::clamp_min(p, 1e-12)).mean().item<double>();
 }
 
 double brier(const torch::Tensor& probs, const torch::Tensor& labels) {
   check_probs(probs, labels, "push::metrics::brier");
-  auto onehot = torch::one_hot(labels.to(torch::kLong), probs.size(1)).to(torch::kFloat64);
-  return (probs.to(torch::kFloat64) - onehot).pow(2).sum(1).mean().item<double>();
+  auto onehot = torch::one_hot(host_labels(labels), probs.size(1)).to(torch::kFloat64);
+  return (host(probs) - onehot).pow(2).sum(1).mean().item<double>();
 }
 
 std::vector<ReliabilityBin> reliability_bins(const torch::Tensor& probs, const torch::Tensor& labels, int bins) {
   check_probs(probs, labels, "push::metrics::reliability_bins");
   PUSH_CHECK(bins >= 1, "push::metrics::reliability_bins", "bins must be >= 1, got ", bins);
-  auto [conf_t, pred_t] = probs.to(torch::kFloat64).max(1);
-  auto correct_t = pred_t.eq(labels.to(torch::kLong)).to(torch::kFloat64).contiguous();
+  auto [conf_t, pred_t] = host(probs).max(1);
+  auto correct_t = pred_t.eq(host_labels(labels)).to(torch::kFloat64).contiguous();
   conf_t = conf_t.contiguous();
   const double* conf = conf_t.data_ptr<double>();
   const double* correct = correct_t.data_ptr<double>();
@@ -83,10 +96,7 @@ std::vector<ReliabilityBin> reliability_bins(const torch::Tensor& probs, const t
 }
 
 double ece(const torch::Tensor& probs, const torch::Tensor& labels, int bins) {
-  auto rb = reliability_bins(probs, labels, bins);
-  double total = 0, n = static_cast<double>(probs.size(0));
-  for (const auto& b : rb) total += static_cast<double>(b.count) / n * std::abs(b.accuracy - b.confidence);
-  return total;
+  return ece_of(reliability_bins(probs, labels, bins), probs.size(0));
 }
 
 ClassificationMetrics classification(const torch::Tensor& probs, const torch::Tensor& labels, int bins) {
@@ -95,8 +105,7 @@ ClassificationMetrics classification(const torch::Tensor& probs, const torch::Te
   m.nll = nll(probs, labels);
   m.brier = brier(probs, labels);
   m.bins = reliability_bins(probs, labels, bins);
-  double n = static_cast<double>(probs.size(0));
-  for (const auto& b : m.bins) m.ece += static_cast<double>(b.count) / n * std::abs(b.accuracy - b.confidence);
+  m.ece = ece_of(m.bins, probs.size(0));
   return m;
 }
 

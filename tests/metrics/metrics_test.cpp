@@ -65,6 +65,27 @@ TEST(Metrics, PerfectConfidentPredictionsScoreZero) {
   EXPECT_NEAR(nll(probs, labels), 0.0, 1e-12);
 }
 
+// Predictions from a GPU lane, targets on the host: every metric (reliability_bins reads
+// raw pointers) gives the host's numbers.
+TEST(Metrics, PredictionsOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto probs = torch::tensor({0.95, 0.05, 0.03, 0.97, 0.55, 0.45}, torch::kFloat64).view({3, 2});
+  auto labels = torch::tensor({0, 0, 0}, torch::kLong);
+  auto gpu = probs.to(torch::kCUDA).to(torch::kFloat32);
+  auto host = classification(probs, labels), device = classification(gpu, labels);
+  EXPECT_NEAR(device.ece, host.ece, 1e-6);
+  EXPECT_NEAR(device.nll, host.nll, 1e-6);
+  EXPECT_NEAR(device.brier, host.brier, 1e-6);
+  EXPECT_DOUBLE_EQ(device.accuracy, host.accuracy);
+  ASSERT_EQ(device.bins.size(), host.bins.size());
+  for (size_t b = 0; b < host.bins.size(); ++b) EXPECT_EQ(device.bins[b].count, host.bins[b].count) << "bin " << b;
+  EXPECT_EQ(reliability_bins(gpu, labels.to(torch::kCUDA))[14].count, 2);
+  auto mean = t({1, 2}), var = t({1, 4}), y = t({2, 0});
+  auto r = regression(mean.to(torch::kCUDA), var.to(torch::kCUDA), y);
+  EXPECT_NEAR(r.rmse, rmse(mean, y), 1e-12);
+  EXPECT_NEAR(r.nll, gaussian_nll(mean, var, y), 1e-12);
+}
+
 TEST(Metrics, ShapeMismatchNamesTheShapes) {
   try {
     accuracy(torch::rand({3, 2}), torch::zeros({4}, torch::kLong));

@@ -35,6 +35,10 @@ enum class Likelihood {
   gaussian,         // y ~ N(f(x), noise_std²), one output per target
   heteroscedastic,  // the network outputs [mean, v] per target, variance = softplus(v) + 1e-6
   categorical,      // the network outputs logits
+  // y ~ N(f(x), 1/γ), one output per target; each particle learns its own log noise
+  // precision log γ (one for all targets, starting at 0) under a Gamma(noise_prior_shape,
+  // noise_prior_rate) prior on γ, as the original SVGD Bayesian neural network does.
+  learned_noise,
 };
 const char* to_string(Likelihood likelihood);
 /// Network outputs needed for `targets` regression targets / `classes` classes.
@@ -58,8 +62,12 @@ struct InferOptions {
   TORCH_ARG(Likelihood, likelihood) = Likelihood::gaussian;
   /// σ of the gaussian likelihood (in the units of the targets the model sees).
   TORCH_ARG(double, noise_std) = 1.0;
-  /// σ_p of the Gaussian prior N(0, σ_p² I) on every parameter.
+  /// σ_p of the Gaussian prior N(0, σ_p² I) on every parameter (but log γ).
   TORCH_ARG(double, prior_std) = 1.0;
+  /// Gamma(a0, b0) prior on the noise precision γ of the learned_noise likelihood
+  /// (Liu & Wang 2016: a0 = 1, b0 = 0.1).
+  TORCH_ARG(double, noise_prior_shape) = 1.0;
+  TORCH_ARG(double, noise_prior_rate) = 0.1;
   TORCH_ARG(int64_t, batch_size) = 128;
   TORCH_ARG(double, lr) = 1e-3;
   /// Optimizer of each particle; default Adam(lr).
@@ -121,14 +129,24 @@ class Infer {
 
   /// Mean negative log-likelihood per point of network output `out` for targets `y`.
   torch::Tensor mean_nll(const torch::Tensor& out, const torch::Tensor& y) const;
-  /// ||θ||² / (2 σ_p²) over the module's parameters.
+  /// ||θ||² / (2 σ_p²) over the module's parameters; with learned_noise, plus
+  /// -a0 log γ + b0 γ for log γ (the Gamma prior of γ, as a density of log γ).
   torch::Tensor neg_log_prior(torch::nn::Module& module) const;
-  /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll.
-  double sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t dataset_size) const;
+  /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll. `step`
+  /// replaces the particle's optimizer step once the gradients are in place.
+  double sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t dataset_size,
+                  const std::function<void()>& step = nullptr) const;
   /// One epoch of sgd_step over seeded minibatches of (x, y); after_step runs after
   /// every step. Returns the mean nll per point.
   double train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
-                     const std::function<void()>& after_step = nullptr) const;
+                     const std::function<void()>& after_step = nullptr,
+                     const std::function<void()>& step = nullptr) const;
+  /// Throws push::Error naming the algorithm, particle and epoch (0-based here, 1-based in
+  /// the text, as progress reports count) when a training loss is NaN or infinite: a
+  /// diverged run must stop, not go on to report NaN metrics.
+  void check_finite(const Particle& p, int64_t epoch, double loss) const;
+  /// The same for the particle's parameters (a last step can diverge after its loss).
+  void check_parameters_finite(Particle& p, int64_t epoch) const;
   /// Minibatch index order of `particle` in `epoch` (seeded), over n rows.
   torch::Tensor epoch_order(Pid particle, int64_t epoch, int64_t n) const;
   /// A generator seeded by (options.seed, a, b, c).
@@ -152,7 +170,8 @@ class Infer {
 };
 
 /// A regression / classification predictive distribution from raw member outputs
-/// [S, M, out] under `likelihood` (noise_std for the gaussian one).
+/// [S, M, out] under `likelihood` (noise_std for the gaussian one; learned_noise outputs
+/// are [means, log γ] as the particles' forward returns them).
 Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, double noise_std);
 
 /// splitmix64-style mixing of seeds.

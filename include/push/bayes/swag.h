@@ -1,11 +1,13 @@
 #pragma once
-// MultiSWAG: every particle is pretrained, then collects SWAG moments of its own SGD
-// trajectory: running mean θ̄, running second moment θ̄², and the last K deviations
-// D = [θ_i - θ̄_i] (a rank-K covariance factor). Prediction draws S weight vectors per
-// particle,
-//   θ = θ̄ + (sqrt(mean(θ²) - θ̄²) ⊙ z₁ + D z₂ / sqrt(K - 1)) / sqrt(2),  z₁, z₂ ~ N(0, I),
-// and averages the predictions of all particles' samples. Each particle keeps its own
-// counters in its state (saved with it).
+// MultiSWAG: every particle is pretrained (with InferOptions' optimizer, Adam by
+// default), then takes SGD steps with momentum 0.9 at a constant learning rate (as in the
+// SWAG paper; SWAGOptions::collect_momentum, swag_lr) and collects SWAG moments of that trajectory:
+// running mean θ̄, running second moment θ̄², and the last K deviations D = [θ_i - θ̄_i]
+// (a rank-K covariance factor). Prediction draws S weight vectors per particle,
+//   θ = θ̄ + (sqrt(mean(θ²) - θ̄²) ⊙ z₁ + D z₂ / sqrt(K - 1)) / sqrt(2),  z₁, z₂ ~ N(0, I)
+// (with fewer than 2 deviations SWAG-diagonal: θ̄ + sqrt(mean(θ²) - θ̄²) ⊙ z₁), and
+// averages the predictions of all particles' samples. Each particle keeps its own counters
+// in its state (saved with it).
 //
 //   push::bayes::MultiSWAG swag(model, InferOptions().particles(4),
 //                               SWAGOptions().pretrain_epochs(20).rank(10).samples(10));
@@ -22,6 +24,11 @@ struct SWAGOptions {
   TORCH_ARG(int64_t, collect_every_steps) = 0;
   /// Learning rate during collection; unset: keep the pretraining one.
   TORCH_ARG(std::optional<double>, swag_lr) = std::nullopt;
+  /// Collection steps are SGD with this momentum m, whatever the pretraining optimizer:
+  /// SWAG's Gaussian models the iterates of SGD at a constant learning rate. Its learning
+  /// rate is swag_lr, else lr (1 - m) (the effective step of plain SGD at the optimizer's
+  /// lr). Unset: the particle's own optimizer collects, at swag_lr if set.
+  TORCH_ARG(std::optional<double>, collect_momentum) = 0.9;
   /// Weight samples per particle at prediction.
   TORCH_ARG(int64_t, samples) = 10;
   /// Floor of the diagonal variance.

@@ -1,0 +1,62 @@
+// MC dropout: a dropout module with its own generator, and the particle programs that
+// train with it and average stochastic passes; see mc_dropout.h.
+#include <push/bayes/mc_dropout.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+namespace push::bayes {
+namespace {
+
+constexpr uint64_t kDropoutTag = 0x44524f50ULL, kPredictTag = 0x50524544ULL;
+
+}  // namespace
+
+DropoutImpl::DropoutImpl(double p) : p_(p) {
+  PUSH_CHECK(p >= 0 && p < 1, "push::bayes::Dropout", "p must be in [0, 1), got ", p);
+  // Drawn from the generator the module is built under (a particle's seed).
+  reseed(static_cast<uint64_t>(torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>()));
+}
+
+void DropoutImpl::reseed(uint64_t seed) { generator_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
+  if (p_ == 0) return x;
+  // The generator is a CPU one (a CUDA tensor cannot draw from it): draw the mask on the
+  // host and move it. The same seed then gives the same masks on every device.
+  auto mask = torch::empty(x.sizes(), x.options().device(torch::kCPU)).bernoulli_(1 - p_, generator_);
+  return x * mask.to(x.device()) / (1 - p_);
+}
+
+namespace {
+void reseed_dropouts(torch::nn::Module& module, uint64_t seed) {
+  uint64_t i = 0;
+  for (const auto& m : module.modules()) {
+    if (auto* d = dynamic_cast<DropoutImpl*>(m.get())) d->reseed(mix_seed(seed, i++));
+  }
+}
+}  // namespace
+
+MCDropout::MCDropout(ModuleFactory model, InferOptions options, McDropoutOptions mc)
+    : Infer(std::move(model), std::move(options)), mc_(mc) {
+  PUSH_CHECK(mc_.samples() >= 1, "push::bayes::MCDropout", "samples must be >= 1, got ", mc_.samples());
+}
+
+ParticleOptions MCDropout::particle_options() {
+  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
+    const int64_t epoch = a[2].toInt();
+    reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
+    return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch));
+  });
+}
+
+torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {
+  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), kPredictTag, kDropoutTag));
+  std::vector<torch::Tensor> outs;
+  for (int64_t s = 0; s < mc_.samples(); ++s) outs.push_back(forward_chunked(p, x));
+  return torch::stack(outs);
+}
+
+}  // namespace push::bayes
