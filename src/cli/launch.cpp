@@ -3,11 +3,17 @@
 // Each output line is prefixed "[rank r] ". SIGINT/SIGTERM are forwarded to every rank.
 // When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and the launcher exits
 // with the first failure's code (128 + signal for a rank killed by a signal).
+// No process outlives the job: each rank leads its own process group, and when a rank
+// exits, whatever is left of its group (background children) is killed; ranks die with a
+// launcher that is killed (PR_SET_PDEATHSIG); a rank that cannot be started (no file
+// descriptors, no processes left) stops and reaps the ones already running.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,12 +51,99 @@ int pick_free_port() {
 }
 
 struct Rank {
-  pid_t pid = -1;
+  pid_t pid = -1;       // also its process group id
   int out = -1;         // read end of its stdout+stderr
   std::string partial;  // output after the last newline
-  bool running = true;
+  bool running = false;
   int code = 0;
 };
+
+/// The ranks of the job. Whatever way the launcher leaves (an exception while starting
+/// them included), no rank and no process of a rank's group is left running.
+class Ranks {
+ public:
+  explicit Ranks(int n) : ranks_(n) {}
+  Ranks(const Ranks&) = delete;
+  Ranks& operator=(const Ranks&) = delete;
+  ~Ranks() {
+    for (auto& r : ranks_) {
+      if (r.running) {
+        kill(-r.pid, SIGKILL);
+        waitpid(r.pid, nullptr, 0);
+        r.running = false;
+      }
+      if (r.out >= 0) close(r.out);
+    }
+  }
+  Rank& operator[](int r) { return ranks_[r]; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+
+  /// The exit status of rank r if it has exited (reaped), else nothing. Before reaping,
+  /// the rest of its process group is killed: the rank's zombie still holds the group id,
+  /// so the id cannot have been reused by an unrelated group.
+  bool reap(int r, int& status) {
+    Rank& rank = ranks_[r];
+    siginfo_t info{};
+    if (!rank.running || waitid(P_PID, rank.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != rank.pid) {
+      return false;
+    }
+    kill(-rank.pid, SIGKILL);
+    if (waitpid(rank.pid, &status, 0) != rank.pid) return false;
+    rank.running = false;
+    return true;
+  }
+
+ private:
+  std::vector<Rank> ranks_;
+};
+
+std::string open_files_hint(int err) {
+  if (err != EMFILE && err != ENFILE) return "";
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return " (the launcher needs one per rank; ulimit -n is " + std::to_string(limit.rlim_cur) + ")";
+}
+
+/// Forks rank r running `program` with `envp`; its output goes to a pipe the launcher reads.
+void start_rank(Rank& rank, int r, int nproc, char* const* program, char* const* envp) {
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    throw std::runtime_error("cannot start rank " + std::to_string(r) + " of " + std::to_string(nproc) + ": " +
+                             what + ": " + std::strerror(err) + open_files_hint(err));
+  };
+  int fds[2];
+  // Close-on-exec: other ranks must not inherit this rank's pipe.
+  if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create its output pipe");
+  const pid_t launcher = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = err;
+    fail("fork failed");
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // signals reach the rank's whole process tree through its group
+    // Die with the launcher, even when it is SIGKILLed and cannot stop us itself.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(127);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execvpe(program[0], program, envp);
+    std::fprintf(stderr, "push launch: cannot run %s: %s\n", program[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  rank.pid = pid;
+  rank.out = fds[0];
+  rank.running = true;
+}
 
 int usage() {
   std::cerr << "usage: push launch --nproc N [--master-addr A] [--master-port P] -- PROGRAM [ARGS...]\n"
@@ -105,7 +199,7 @@ int launch_main(int argc, char** argv) {
 
   std::vector<char*> program(argv + i, argv + argc);
   program.push_back(nullptr);
-  std::vector<Rank> ranks(nproc);
+  Ranks ranks(nproc);
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
@@ -126,36 +220,15 @@ int launch_main(int argc, char** argv) {
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-    if (pid == 0) {
-      setpgid(0, 0);  // signals reach the rank's whole process tree through its group
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      execvpe(program[0], program.data(), envp.data());
-      std::fprintf(stderr, "push launch: cannot run %s: %s\n", program[0], std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    close(fds[1]);
-    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    ranks[r].pid = pid;
-    ranks[r].out = fds[0];
+    start_rank(ranks[r], r, nproc, program.data(), envp.data());
   }
 
   int first_failure = 0;
   int forwarded = 0;
   std::chrono::steady_clock::time_point kill_at{};
   auto stop_all = [&](int sig) {
-    for (auto& r : ranks) {
-      if (r.running) kill(-r.pid, sig);
+    for (int r = 0; r < nproc; ++r) {
+      if (ranks[r].running) kill(-ranks[r].pid, sig);
     }
     if (kill_at == std::chrono::steady_clock::time_point{}) {
       kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -196,8 +269,7 @@ int launch_main(int argc, char** argv) {
     for (int r = 0; r < nproc; ++r) {
       auto& rank = ranks[r];
       int status = 0;
-      if (rank.running && waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
-        rank.running = false;
+      if (ranks.reap(r, status)) {
         rank.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (rank.code != 0 && first_failure == 0 && !forwarded) {
           first_failure = rank.code;
@@ -223,6 +295,7 @@ int launch_main(int argc, char** argv) {
       }
       flush_lines(r, ranks[r], true);
       close(ranks[r].out);
+      ranks[r].out = -1;
     }
   }
   if (forwarded) return 128 + forwarded;
