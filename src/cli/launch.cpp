@@ -4,9 +4,10 @@
 // When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and the launcher exits
 // with the first failure's code (128 + signal for a rank killed by a signal).
 // No process outlives the job: each rank leads its own process group, and when a rank
-// exits, whatever is left of its group (background children) is killed; ranks die with a
-// launcher that is killed (PR_SET_PDEATHSIG); a rank that cannot be started (no file
-// descriptors, no processes left) stops and reaps the ones already running.
+// exits, whatever is left of its group (background children) is killed; when the
+// launcher is killed (even by SIGKILL), its ranks die with it (PR_SET_PDEATHSIG) and a
+// watchdog process kills what is left of their groups; a rank that cannot be started (no
+// file descriptors, no processes left) stops and reaps the ones already running.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -58,11 +59,96 @@ struct Rank {
   int code = 0;
 };
 
+std::string open_files_hint(int err) {
+  if (err != EMFILE && err != ENFILE) return "";
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return " (the launcher needs one per rank; ulimit -n is " + std::to_string(limit.rlim_cur) + ")";
+}
+
+/// A forked process that kills what is left of the ranks' process groups when the
+/// launcher dies without doing it (SIGKILL). It learns the groups over a pipe; the pipe's
+/// end of file, however the launcher went, is its signal. The launcher has other threads
+/// (LibTorch's), so after fork the watchdog only makes system calls: no allocation.
+class Watchdog {
+ public:
+  explicit Watchdog(int max_groups) : groups_(static_cast<size_t>(max_groups) + 1, 0) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create the watchdog's pipe");
+    pid_ = fork();
+    if (pid_ < 0) {
+      const int err = errno;
+      close(fds[0]);
+      close(fds[1]);
+      errno = err;
+      fail("cannot fork the watchdog");
+    }
+    if (pid_ == 0) {
+      close(fds[1]);
+      run(fds[0]);
+    }
+    close(fds[0]);
+    to_watchdog_ = fds[1];
+  }
+  ~Watchdog() {
+    send(0);  // the launcher cleaned up itself: stand down
+    close(to_watchdog_);
+    waitpid(pid_, nullptr, 0);
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void watch(pid_t group) { send(group); }
+  void forget(pid_t group) { send(-group); }
+
+ private:
+  [[noreturn]] static void fail(const char* what) {
+    const int err = errno;
+    throw std::runtime_error(std::string("cannot start: ") + what + ": " + std::strerror(err) + open_files_hint(err));
+  }
+  void send(int32_t message) {
+    while (write(to_watchdog_, &message, sizeof(message)) < 0 && errno == EINTR) {
+    }
+  }
+  [[noreturn]] void run(int from_launcher) {
+    // Terminal signals meant for the launcher must not stop the watchdog.
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    const int null = open("/dev/null", O_RDWR);  // do not hold the launcher's output open
+    for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
+    for (int32_t message;;) {
+      const ssize_t got = read(from_launcher, &message, sizeof(message));
+      if (got < 0 && errno == EINTR) continue;
+      if (got != static_cast<ssize_t>(sizeof(message))) break;  // the launcher is gone
+      if (message == 0) _exit(0);
+      for (auto& g : groups_) {
+        if (message > 0 && g == 0) {
+          g = message;
+          break;
+        }
+        if (message < 0 && g == -message) {
+          g = 0;
+          break;
+        }
+      }
+    }
+    for (pid_t g : groups_) {
+      if (g > 0) kill(-g, SIGKILL);
+    }
+    _exit(0);
+  }
+
+  std::vector<pid_t> groups_;  // sized before the fork
+  pid_t pid_ = -1;
+  int to_watchdog_ = -1;
+};
+
 /// The ranks of the job. Whatever way the launcher leaves (an exception while starting
 /// them included), no rank and no process of a rank's group is left running.
 class Ranks {
  public:
-  explicit Ranks(int n) : ranks_(n) {}
+  Ranks(int n, Watchdog& watchdog) : ranks_(n), watchdog_(watchdog) {}
   Ranks(const Ranks&) = delete;
   Ranks& operator=(const Ranks&) = delete;
   ~Ranks() {
@@ -70,6 +156,7 @@ class Ranks {
       if (r.running) {
         kill(-r.pid, SIGKILL);
         waitpid(r.pid, nullptr, 0);
+        watchdog_.forget(r.pid);
         r.running = false;
       }
       if (r.out >= 0) close(r.out);
@@ -89,20 +176,16 @@ class Ranks {
     }
     kill(-rank.pid, SIGKILL);
     if (waitpid(rank.pid, &status, 0) != rank.pid) return false;
+    watchdog_.forget(rank.pid);
     rank.running = false;
     return true;
   }
+  void started(int r) { watchdog_.watch(ranks_[r].pid); }
 
  private:
   std::vector<Rank> ranks_;
+  Watchdog& watchdog_;
 };
-
-std::string open_files_hint(int err) {
-  if (err != EMFILE && err != ENFILE) return "";
-  rlimit limit{};
-  getrlimit(RLIMIT_NOFILE, &limit);
-  return " (the launcher needs one per rank; ulimit -n is " + std::to_string(limit.rlim_cur) + ")";
-}
 
 /// Forks rank r running `program` with `envp`; its output goes to a pipe the launcher reads.
 void start_rank(Rank& rank, int r, int nproc, char* const* program, char* const* envp) {
@@ -199,7 +282,8 @@ int launch_main(int argc, char** argv) {
 
   std::vector<char*> program(argv + i, argv + argc);
   program.push_back(nullptr);
-  Ranks ranks(nproc);
+  Watchdog watchdog(nproc);
+  Ranks ranks(nproc, watchdog);
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
@@ -221,6 +305,7 @@ int launch_main(int argc, char** argv) {
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     start_rank(ranks[r], r, nproc, program.data(), envp.data());
+    ranks.started(r);
   }
 
   int first_failure = 0;

@@ -147,15 +147,18 @@ TEST(DistLaunch, BackgroundChildrenOfRanksDoNotOutliveTheJob) {
 
 TEST(DistLaunch, SigkilledLauncherTakesItsRanksAlong) {
   Subreaper reaper;
-  auto launcher = start_launcher({"--nproc", "3", "--", "/bin/sh", "-c", "echo pid=$$; exec sleep 60"});
-  const std::string output = read_output(launcher.out, 3, 20s);
-  const auto ranks = pids_after(output, "pid=");
+  auto launcher =
+      start_launcher({"--nproc", "3", "--", "/bin/sh", "-c", "sleep 60 & echo bg=$!; echo pid=$$; exec sleep 60"});
+  const std::string output = read_output(launcher.out, 6, 20s);
+  const auto ranks = pids_after(output, "pid="), background = pids_after(output, "bg=");
   ASSERT_EQ(ranks.size(), 3u) << output;
+  ASSERT_EQ(background.size(), 3u) << output;
   kill(launcher.pid, SIGKILL);
   EXPECT_EQ(wait_launcher(launcher.pid, 10s), 128 + SIGKILL);
   close(launcher.out);
   EXPECT_EQ(reaper.reap_all(5s), std::set<pid_t>{}) << "ranks outlived their launcher";
   for (pid_t pid : ranks) EXPECT_TRUE(reaper.reaped(pid)) << pid;
+  for (pid_t pid : background) EXPECT_TRUE(reaper.reaped(pid)) << pid;
 }
 
 TEST(DistLaunch, TooFewFileDescriptorsIsAClearErrorAndNoRankIsOrphaned) {
