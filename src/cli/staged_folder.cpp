@@ -89,17 +89,16 @@ void untrack(const fs::path* p) {
 
 fs::path resolve_path(const fs::path& path) { return fs::weakly_canonical(fs::absolute(path)).lexically_normal(); }
 
-bool paths_overlap(const fs::path& a, const fs::path& b) {
-  auto inside = [](const fs::path& outer, const fs::path& inner) {
-    auto o = outer.begin(), i = inner.begin();
-    for (; o != outer.end() && i != inner.end(); ++o, ++i) {
-      if (o->empty()) break;  // a trailing separator
-      if (*o != *i) return false;
-    }
-    return o == outer.end() || o->empty();
-  };
-  return inside(a, b) || inside(b, a);
+bool path_contains(const fs::path& outer, const fs::path& inner) {
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end() && i != inner.end(); ++o, ++i) {
+    if (o->empty()) break;  // a trailing separator
+    if (*o != *i) return false;
+  }
+  return o == outer.end() || o->empty();
 }
+
+bool paths_overlap(const fs::path& a, const fs::path& b) { return path_contains(a, b) || path_contains(b, a); }
 
 void write_file(const fs::path& path, std::string_view bytes, const std::string& shown) {
   const std::string name = shown.empty() ? path.string() : shown;
@@ -129,7 +128,11 @@ void write_file(const fs::path& path, std::string_view bytes, const std::string&
 StagedFolder::StagedFolder(const fs::path& target, std::string option, const Replaceable& replaceable)
     : target_(resolve_path(target)), option_(std::move(option)), replaceable_(replaceable) {
   const std::string what = option_ + " " + quoted(target);
-  PUSH_CHECK(target_.has_filename() && target_ != target_.root_path(), kOrigin, what, " is not a folder one can write");
+  PUSH_CHECK(!target.empty() && target_.has_filename() && target_ != target_.root_path(), kOrigin, what,
+             " is not a folder one can write");
+  // The folder is replaced as a whole: it cannot be (or contain) the folder we work in.
+  PUSH_CHECK(!path_contains(target_, resolve_path(fs::current_path())), kOrigin, what,
+             " is the current folder or contains it; name a folder inside it");
   std::error_code ec;
   if (fs::exists(target_, ec)) {
     PUSH_CHECK(fs::is_directory(target_), kOrigin, what, " exists and is not a folder");
@@ -166,7 +169,7 @@ StagedFolder::StagedFolder(const fs::path& target, std::string option, const Rep
   // limit) is found now too, not after the run.
   try {
     write(".probe", "push train");
-    fs::remove(staging_ / ".probe");
+    fs::remove(staging_ / ".probe", ec);
   } catch (const Error& e) {
     discard();
     const std::string message = e.what();

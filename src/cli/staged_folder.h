@@ -21,6 +21,8 @@ namespace push::cli {
 
 /// `path` absolute and normalised, with the symbolic links of its existing part resolved.
 std::filesystem::path resolve_path(const std::filesystem::path& path);
+/// Whether the resolved path `inner` is `outer` or lies inside it.
+bool path_contains(const std::filesystem::path& outer, const std::filesystem::path& inner);
 /// Whether two resolved paths are the same folder or one lies inside the other.
 bool paths_overlap(const std::filesystem::path& a, const std::filesystem::path& b);
 

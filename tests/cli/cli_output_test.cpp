@@ -124,6 +124,7 @@ TEST_F(Cli, UnwritableOutFailsBeforeTraining) {
 }
 
 TEST_F(Cli, OutIsReplacedInOneStepAndForeignFoldersAreRefused) {
+  write_classes("two.csv");
   auto a = run("--epochs 1 --particles 2 --quiet --out o");
   ASSERT_EQ(a.code, 0) << a.err;
   // A stale file from an older run is not mixed with the new outputs.
@@ -132,7 +133,7 @@ TEST_F(Cli, OutIsReplacedInOneStepAndForeignFoldersAreRefused) {
   ASSERT_EQ(b.code, 0) << b.err;
   EXPECT_FALSE(fs::exists(dir_ / "o" / "reliability.png"));
   EXPECT_EQ(metrics("o")["run"]["epochs"], 2);
-  EXPECT_EQ(entries(), std::vector<std::string>{"o"});
+  EXPECT_EQ(entries(), (std::vector<std::string>{"o", "two.csv"}));
   // A folder holding something push train does not write is not replaced.
   write("mine/thesis.tex", "precious");
   auto c = run("--epochs 1 --particles 2 --quiet --out mine");
@@ -140,6 +141,14 @@ TEST_F(Cli, OutIsReplacedInOneStepAndForeignFoldersAreRefused) {
   EXPECT_NE(c.err.find("thesis.tex"), std::string::npos) << c.err;
   EXPECT_EQ(slurp(dir_ / "mine" / "thesis.tex"), "precious");
   EXPECT_EQ(entries("mine"), std::vector<std::string>{"thesis.tex"});
+  // The folder it runs in (or one holding it) is never replaced, even when it is empty.
+  fs::create_directories(dir_ / "empty");
+  for (const std::string out : {".", "..", "''"}) {
+    auto r = run("--epochs 1 --particles 2 --quiet --data ../two.csv --out " + out, -1, "empty");
+    EXPECT_NE(r.code, 0) << out;
+    EXPECT_EQ(lines_of(r.err), 1) << out << ": " << r.err;
+  }
+  EXPECT_TRUE(fs::is_directory(dir_ / "empty"));
 }
 
 TEST_F(Cli, StagingFoldersOfKilledRunsAreRemoved) {

@@ -53,9 +53,10 @@ class Cli : public ::testing::Test {
   /// Runs `push train ARGS` in the test's folder. With `max_file_bytes` >= 0, every file
   /// the run writes is capped at that size (RLIMIT_FSIZE, SIGXFSZ ignored): a write past
   /// the cap fails with EFBIG, as on a full disk, whoever writes it (LibTorch, gnuplot).
-  Result run(const std::string& args, int64_t max_file_bytes = -1) {
+  /// `sub`: a folder of the test's folder to run in.
+  Result run(const std::string& args, int64_t max_file_bytes = -1, const std::string& sub = "") {
     // Output through pipes, not files: a file size cap must not silence the error itself.
-    const std::string cmd = "cd '" + dir_.string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
+    const std::string cmd = "cd '" + (dir_ / sub).string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
     int out[2], err[2];
     if (::pipe(out) != 0 || ::pipe(err) != 0) throw std::runtime_error("pipe");
     const pid_t pid = ::fork();
