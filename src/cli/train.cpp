@@ -42,6 +42,12 @@ class ProgressBar {
  public:
   ProgressBar(int64_t first_epoch, int64_t last_epoch, int particles, bool quiet)
       : first_(first_epoch), last_(last_epoch), particles_(particles), quiet_(quiet) {}
+  /// A run stopped mid-way: end the bar's line, so that an error gets its own.
+  ~ProgressBar() {
+    if (open_line_) std::fprintf(stderr, "\n");
+  }
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
   void update(const bayes::Progress& p) {
     if (quiet_) return;
     const int64_t total = (last_ - first_) * particles_;
@@ -57,6 +63,7 @@ class ProgressBar {
                  static_cast<long long>(p.epoch), static_cast<long long>(last_),
                  static_cast<long long>(p.particles_done), particles_, p.loss, eta);
     if (end) std::fprintf(stderr, "\n");
+    open_line_ = !end;
   }
 
  private:
@@ -65,6 +72,7 @@ class ProgressBar {
   bool quiet_;
   Clock::time_point t0_ = Clock::now();
   double last_print_ = -1;
+  bool open_line_ = false;
 };
 
 std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
