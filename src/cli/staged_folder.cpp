@@ -185,9 +185,9 @@ void StagedFolder::discard() noexcept {
   if (!staging_.empty()) untrack(&staging_);
   if (lock_ >= 0) ::close(lock_);
   lock_ = -1;
-  if (published_ || staging_.empty()) return;
+  if (published_) return;
   std::error_code ignored;
-  fs::remove_all(staging_, ignored);
+  if (!staging_.empty()) fs::remove_all(staging_, ignored);
   staging_.clear();
   for (auto p = created_.rbegin(); p != created_.rend(); ++p) fs::remove(*p, ignored);  // only if empty
   created_.clear();
