@@ -3,11 +3,18 @@
 // Each output line is prefixed "[rank r] ". SIGINT/SIGTERM are forwarded to every rank.
 // When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and the launcher exits
 // with the first failure's code (128 + signal for a rank killed by a signal).
+// No process outlives the job: each rank leads its own process group, and when a rank
+// exits, whatever is left of its group (background children) is killed; when the
+// launcher is killed (even by SIGKILL), its ranks die with it (PR_SET_PDEATHSIG) and a
+// watchdog process kills what is left of their groups; a rank that cannot be started (no
+// file descriptors, no processes left) stops and reaps the ones already running.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,12 +52,181 @@ int pick_free_port() {
 }
 
 struct Rank {
-  pid_t pid = -1;
+  pid_t pid = -1;       // also its process group id
   int out = -1;         // read end of its stdout+stderr
   std::string partial;  // output after the last newline
-  bool running = true;
+  bool running = false;
   int code = 0;
 };
+
+std::string open_files_hint(int err) {
+  if (err != EMFILE && err != ENFILE) return "";
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return " (the launcher needs one per rank; ulimit -n is " + std::to_string(limit.rlim_cur) + ")";
+}
+
+/// A forked process that kills what is left of the ranks' process groups when the
+/// launcher dies without doing it (SIGKILL). It learns the groups over a pipe; the pipe's
+/// end of file, however the launcher went, is its signal. The launcher has other threads
+/// (LibTorch's), so after fork the watchdog only makes system calls: no allocation.
+class Watchdog {
+ public:
+  explicit Watchdog(int max_groups) : groups_(static_cast<size_t>(max_groups) + 1, 0) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create the watchdog's pipe");
+    pid_ = fork();
+    if (pid_ < 0) {
+      const int err = errno;
+      close(fds[0]);
+      close(fds[1]);
+      errno = err;
+      fail("cannot fork the watchdog");
+    }
+    if (pid_ == 0) {
+      close(fds[1]);
+      run(fds[0]);
+    }
+    close(fds[0]);
+    to_watchdog_ = fds[1];
+  }
+  ~Watchdog() {
+    send(0);  // the launcher cleaned up itself: stand down
+    close(to_watchdog_);
+    waitpid(pid_, nullptr, 0);
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void watch(pid_t group) { send(group); }
+  void forget(pid_t group) { send(-group); }
+
+ private:
+  [[noreturn]] static void fail(const char* what) {
+    const int err = errno;
+    throw std::runtime_error(std::string("cannot start: ") + what + ": " + std::strerror(err) + open_files_hint(err));
+  }
+  void send(int32_t message) {
+    while (write(to_watchdog_, &message, sizeof(message)) < 0 && errno == EINTR) {
+    }
+  }
+  [[noreturn]] void run(int from_launcher) {
+    // Terminal signals meant for the launcher must not stop the watchdog.
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    const int null = open("/dev/null", O_RDWR);  // do not hold the launcher's output open
+    for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
+    for (int32_t message;;) {
+      const ssize_t got = read(from_launcher, &message, sizeof(message));
+      if (got < 0 && errno == EINTR) continue;
+      if (got != static_cast<ssize_t>(sizeof(message))) break;  // the launcher is gone
+      if (message == 0) _exit(0);
+      for (auto& g : groups_) {
+        if (message > 0 && g == 0) {
+          g = message;
+          break;
+        }
+        if (message < 0 && g == -message) {
+          g = 0;
+          break;
+        }
+      }
+    }
+    for (pid_t g : groups_) {
+      if (g > 0) kill(-g, SIGKILL);
+    }
+    _exit(0);
+  }
+
+  std::vector<pid_t> groups_;  // sized before the fork
+  pid_t pid_ = -1;
+  int to_watchdog_ = -1;
+};
+
+/// The ranks of the job. Whatever way the launcher leaves (an exception while starting
+/// them included), no rank and no process of a rank's group is left running.
+class Ranks {
+ public:
+  Ranks(int n, Watchdog& watchdog) : ranks_(n), watchdog_(watchdog) {}
+  Ranks(const Ranks&) = delete;
+  Ranks& operator=(const Ranks&) = delete;
+  ~Ranks() {
+    for (auto& r : ranks_) {
+      if (r.running) {
+        kill(-r.pid, SIGKILL);
+        waitpid(r.pid, nullptr, 0);
+        watchdog_.forget(r.pid);
+        r.running = false;
+      }
+      if (r.out >= 0) close(r.out);
+    }
+  }
+  Rank& operator[](int r) { return ranks_[r]; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+
+  /// The exit status of rank r if it has exited (reaped), else nothing. Before reaping,
+  /// the rest of its process group is killed: the rank's zombie still holds the group id,
+  /// so the id cannot have been reused by an unrelated group.
+  bool reap(int r, int& status) {
+    Rank& rank = ranks_[r];
+    siginfo_t info{};
+    if (!rank.running || waitid(P_PID, rank.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != rank.pid) {
+      return false;
+    }
+    kill(-rank.pid, SIGKILL);
+    if (waitpid(rank.pid, &status, 0) != rank.pid) return false;
+    watchdog_.forget(rank.pid);
+    rank.running = false;
+    return true;
+  }
+  void started(int r) { watchdog_.watch(ranks_[r].pid); }
+
+ private:
+  std::vector<Rank> ranks_;
+  Watchdog& watchdog_;
+};
+
+/// Forks rank r running `program` with `envp`; its output goes to a pipe the launcher reads.
+void start_rank(Rank& rank, int r, int nproc, char* const* program, char* const* envp) {
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    throw std::runtime_error("cannot start rank " + std::to_string(r) + " of " + std::to_string(nproc) + ": " +
+                             what + ": " + std::strerror(err) + open_files_hint(err));
+  };
+  int fds[2];
+  // Close-on-exec: other ranks must not inherit this rank's pipe.
+  if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create its output pipe");
+  const pid_t launcher = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = err;
+    fail("fork failed");
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // signals reach the rank's whole process tree through its group
+    // Die with the launcher, even when it is SIGKILLed and cannot stop us itself.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(127);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execvpe(program[0], program, envp);
+    std::fprintf(stderr, "push launch: cannot run %s: %s\n", program[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  rank.pid = pid;
+  rank.out = fds[0];
+  rank.running = true;
+}
 
 int usage() {
   std::cerr << "usage: push launch --nproc N [--master-addr A] [--master-port P] -- PROGRAM [ARGS...]\n"
@@ -105,7 +282,8 @@ int launch_main(int argc, char** argv) {
 
   std::vector<char*> program(argv + i, argv + argc);
   program.push_back(nullptr);
-  std::vector<Rank> ranks(nproc);
+  Watchdog watchdog(nproc);
+  Ranks ranks(nproc, watchdog);
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
@@ -126,36 +304,16 @@ int launch_main(int argc, char** argv) {
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-    if (pid == 0) {
-      setpgid(0, 0);  // signals reach the rank's whole process tree through its group
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      execvpe(program[0], program.data(), envp.data());
-      std::fprintf(stderr, "push launch: cannot run %s: %s\n", program[0], std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    close(fds[1]);
-    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    ranks[r].pid = pid;
-    ranks[r].out = fds[0];
+    start_rank(ranks[r], r, nproc, program.data(), envp.data());
+    ranks.started(r);
   }
 
   int first_failure = 0;
   int forwarded = 0;
   std::chrono::steady_clock::time_point kill_at{};
   auto stop_all = [&](int sig) {
-    for (auto& r : ranks) {
-      if (r.running) kill(-r.pid, sig);
+    for (int r = 0; r < nproc; ++r) {
+      if (ranks[r].running) kill(-ranks[r].pid, sig);
     }
     if (kill_at == std::chrono::steady_clock::time_point{}) {
       kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -196,8 +354,7 @@ int launch_main(int argc, char** argv) {
     for (int r = 0; r < nproc; ++r) {
       auto& rank = ranks[r];
       int status = 0;
-      if (rank.running && waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
-        rank.running = false;
+      if (ranks.reap(r, status)) {
         rank.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (rank.code != 0 && first_failure == 0 && !forwarded) {
           first_failure = rank.code;
@@ -223,6 +380,7 @@ int launch_main(int argc, char** argv) {
       }
       flush_lines(r, ranks[r], true);
       close(ranks[r].out);
+      ranks[r].out = -1;
     }
   }
   if (forwarded) return 128 + forwarded;

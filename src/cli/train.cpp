@@ -3,24 +3,30 @@
 // table on stdout, and metrics.json, predictions.csv and PNG pictures in --out.
 //   push train                                   # ensemble on the 1-D sine-with-a-gap set
 //   push train --algo svgd --data iris --epochs 100 --out runs/iris
-// Everything is checked before --out is touched; outputs are written to a staging
-// folder and moved into --out only once complete.
+// Everything is checked before training: the input, and that --out and --save can be
+// written (staged_folder.h). Outputs and the checkpoint are written in staging folders
+// and published whole, only when the run succeeded (finite metrics, every write checked).
 #include <push/bayes.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
+#include <optional>
+#include <set>
 #include <thread>
-#include <unistd.h>
 
 #include "command.h"
+#include "last_resort.h"
+#include "staged_folder.h"
+#include "train_config.h"
+#include "train_report.h"
 
 namespace push::cli {
 namespace {
@@ -29,29 +35,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-struct TrainConfig {
-  std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
-  std::string out = "push-out", save, resume;
-  int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
-  int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0, collect_every = 0;
-  double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
-  uint64_t seed = 0;
-  bool bootstrap = false, quiet = false;
-
-  /// The settings a checkpoint depends on (--resume must match them all).
-  json identity() const {
-    return json{{"algo", algo},           {"model", model},         {"data", data},
-                {"target", target},       {"task", task},           {"likelihood", likelihood},
-                {"particles", particles}, {"batch_size", batch_size}, {"lr", lr},
-                {"test_fraction", test_fraction}, {"seed", seed},   {"limit", limit},
-                {"dropout", algo == "mcdropout" ? dropout : 0.0},
-                {"rank", algo == "mswag" ? rank : 0}, {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
-                {"swag_lr", algo == "mswag" ? swag_lr : 0.0}, {"collect_every", algo == "mswag" ? collect_every : 0},
-                {"bootstrap", bootstrap}, {"bandwidth", bandwidth}, {"noise_std", noise_std},
-                {"prior_std", prior_std}};
-  }
-};
-
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// A one-line progress bar on stderr: epochs x particles, running loss, ETA.
@@ -59,6 +42,12 @@ class ProgressBar {
  public:
   ProgressBar(int64_t first_epoch, int64_t last_epoch, int particles, bool quiet)
       : first_(first_epoch), last_(last_epoch), particles_(particles), quiet_(quiet) {}
+  /// A run stopped mid-way: end the bar's line, so that an error gets its own.
+  ~ProgressBar() {
+    if (open_line_) std::fprintf(stderr, "\n");
+  }
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
   void update(const bayes::Progress& p) {
     if (quiet_) return;
     const int64_t total = (last_ - first_) * particles_;
@@ -74,6 +63,7 @@ class ProgressBar {
                  static_cast<long long>(p.epoch), static_cast<long long>(last_),
                  static_cast<long long>(p.particles_done), particles_, p.loss, eta);
     if (end) std::fprintf(stderr, "\n");
+    open_line_ = !end;
   }
 
  private:
@@ -82,6 +72,7 @@ class ProgressBar {
   bool quiet_;
   Clock::time_point t0_ = Clock::now();
   double last_print_ = -1;
+  bool open_line_ = false;
 };
 
 std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
@@ -101,42 +92,39 @@ std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory mod
   throw Error("[push train] unknown algorithm '" + c.algo + "'");
 }
 
-std::string csv_number(double v) {
-  std::ostringstream s;
-  s.precision(8);
-  s << v;
-  return s.str();
+/// What --out may hold to be replaced: nothing but push train's own outputs.
+std::string replaceable_outputs(const fs::path& dir) {
+  static const std::set<std::string> ours = {"metrics.json", "predictions.csv", "loss.png", "predictive.png",
+                                             "reliability.png"};
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!ours.count(name) || !entry.is_regular_file()) {
+      return "holds '" + name + "', which push train does not write (it replaces --out as a whole)";
+    }
+  }
+  return "";
 }
 
-/// Runs gnuplot on `script` in `dir`; false (and a warning) when it is missing or fails.
-bool gnuplot(const fs::path& dir, const std::string& name, const std::string& script) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::cerr << "push train: gnuplot not found; skipping " << name << ".png\n";
-    return false;
+/// What --save may replace: an empty folder or a push train checkpoint.
+std::string replaceable_checkpoint(const fs::path& dir) {
+  bool empty = true, has_config = false;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    empty = false;
+    if (name == "config.json" && entry.is_regular_file()) has_config = true;
+    else if (!(name == "checkpoint" && entry.is_directory())) return "is not a push train checkpoint (it holds '" + name + "')";
   }
-  auto gp = dir / (name + ".gp");
-  std::ofstream(gp) << "set terminal pngcairo size 900,560 font 'sans,11'\nset output '" << name << ".png'\n"
-                    << "set key outside top center horizontal\nset grid\n"
-                    << script;
-  const std::string cmd = "cd '" + dir.string() + "' && gnuplot '" + gp.filename().string() + "' >/dev/null 2>&1";
-  bool ok = std::system(cmd.c_str()) == 0 && fs::exists(dir / (name + ".png"));
-  if (!ok) std::cerr << "push train: gnuplot failed; skipping " << name << ".png\n";
-  return ok;
-}
-
-/// Moves every file of `staging` into `out` (created if needed), replacing old ones.
-void publish(const fs::path& staging, const fs::path& out) {
-  fs::create_directories(out);
-  for (const auto& entry : fs::directory_iterator(staging)) {
-    fs::rename(entry.path(), out / entry.path().filename());
-  }
-  fs::remove_all(staging);
+  if (!empty && !has_config) return "is not a push train checkpoint (it has no config.json)";
+  return "";
 }
 
 int run_train(int argc, char** argv);
 
 /// LibTorch's own errors carry a C++ backtrace: report their first line only.
 int train_main(int argc, char** argv) {
+  install_last_resort("push train");
+  // A file size limit is one more way for a disk to be full: fail the write, not the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return run_train(argc, argv);
   } catch (const c10::Error& e) {
@@ -182,7 +170,9 @@ int run_train(int argc, char** argv) {
   app.add_option("--seed", c.seed, "seed of the split, initialisation, shuffling and sampling")->capture_default_str();
   app.add_option("--samples", c.samples, "mswag / mcdropout: samples per particle at prediction")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
   app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
-  app.add_option("--pretrain-epochs", c.pretrain_epochs, "mswag: epochs before collecting moments (default: half of --epochs)");
+  app.add_option("--pretrain-epochs", c.pretrain_epochs,
+                 "mswag: epochs before collecting moments (default: half of --epochs; when resuming, the checkpoint's)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--swag-lr", c.swag_lr, "mswag: learning rate of the collection phase, SGD with momentum 0.9 (default: --lr x 0.1)")->check(CLI::PositiveNumber);
   app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")->check(CLI::NonNegativeNumber);
   app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")->check(CLI::Range(0.0, 0.95))->capture_default_str();
@@ -225,7 +215,6 @@ int run_train(int argc, char** argv) {
   if (c.likelihood.empty()) c.likelihood = classify ? "categorical" : "heteroscedastic";
   PUSH_CHECK(!classify || c.likelihood == "categorical", "push train", "--likelihood ", c.likelihood,
              " is for regression; ", c.data, " is a classification data set");
-  if (c.pretrain_epochs < 0) c.pretrain_epochs = c.epochs / 2;
   c.task = data::to_string(train_raw.task);
 
   auto scaler = data::Standardizer::fit(train_raw);
@@ -246,7 +235,15 @@ int run_train(int argc, char** argv) {
     } catch (const json::exception& e) {
       throw Error(c10::str("[push train] '", c.resume, "/config.json' is not valid JSON"));
     }
-    auto want = c.identity();
+  }
+  // MultiSWAG's default pre-training is half of the epochs of the run that starts
+  // training; a resumed run keeps the checkpoint's, whatever its new total.
+  if (c.pretrain_epochs < 0) {
+    const bool saved = resume_config.contains("pretrain_epochs") && resume_config["pretrain_epochs"].is_number_integer();
+    c.pretrain_epochs = saved ? resume_config["pretrain_epochs"].get<int64_t>() : c.epochs / 2;
+  }
+  if (!c.resume.empty()) {
+    const auto want = c.identity();  // items() refers to it: it must outlive the loop
     for (const auto& [key, value] : want.items()) {
       PUSH_CHECK(resume_config.contains(key) && resume_config[key] == value, "push train", "cannot resume from '",
                  c.resume, "': it was trained with ", key, "=",
@@ -254,6 +251,16 @@ int run_train(int argc, char** argv) {
                  value.dump());
     }
   }
+
+  // ---- where the results go: checked now, not after training ----
+  if (!c.save.empty()) {
+    PUSH_CHECK(!paths_overlap(resolve_path(c.save), resolve_path(c.out)), "push train", "--save '", c.save,
+               "' and --out '", c.out, "' overlap: push train replaces each folder as a whole, so neither may be "
+               "or hold the other");
+  }
+  StagedFolder out(c.out, "--out", replaceable_outputs);
+  std::optional<StagedFolder> save;
+  if (!c.save.empty()) save.emplace(c.save, "--save", replaceable_checkpoint);
 
   bayes::InferOptions options;
   options.particles(c.particles)
@@ -285,154 +292,45 @@ int run_train(int argc, char** argv) {
   auto pred = infer->predict(test.x);
   const double predict_s = seconds_since(t_predict);
 
-  // Staging folder next to --out: a failure below leaves --out as it was.
-  fs::path out = fs::absolute(c.out);
-  fs::create_directories(out.parent_path());
-  fs::path staging = out.parent_path() / ("." + out.filename().string() + ".partial-" + std::to_string(::getpid()));
-  fs::remove_all(staging);
-  fs::create_directories(staging);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
-    }
-  } cleanup{staging};
-
-  json metrics = json::object();
-  std::vector<std::pair<std::string, double>> table;
-  std::ofstream pred_csv(staging / "predictions.csv");
-  if (classify) {
-    auto m = metrics::classification(pred.probs, test.y);
-    table = {{"accuracy", m.accuracy}, {"nll", m.nll}, {"brier", m.brier}, {"ece (15 bins)", m.ece}};
-    metrics = {{"accuracy", m.accuracy}, {"nll", m.nll}, {"brier", m.brier}, {"ece", m.ece}};
-    json bins = json::array();
-    std::ofstream rel(staging / "reliability.dat");
-    for (const auto& b : m.bins) {
-      bins.push_back({{"lower", b.lower}, {"upper", b.upper}, {"count", b.count}, {"accuracy", b.accuracy},
-                      {"confidence", b.confidence}});
-      rel << (b.lower + b.upper) / 2 << ' ' << b.accuracy << ' ' << b.confidence << ' ' << b.count << "\n";
-    }
-    metrics["reliability_bins"] = bins;
-    pred_csv << "index,label,predicted,confidence";
-    for (int64_t k = 0; k < pred.probs.size(1); ++k) pred_csv << ",p" << k;
-    pred_csv << "\n";
-    auto [conf, arg] = pred.probs.max(1);
-    for (int64_t i = 0; i < pred.probs.size(0); ++i) {
-      pred_csv << i << ',' << test.y[i].item<int64_t>() << ',' << arg[i].item<int64_t>() << ','
-               << csv_number(conf[i].item<double>());
-      for (int64_t k = 0; k < pred.probs.size(1); ++k) pred_csv << ',' << csv_number(pred.probs[i][k].item<double>());
-      pred_csv << "\n";
-    }
-  } else {
-    auto mean = scaler.unscale_mean(pred.mean), var = scaler.unscale_variance(pred.variance);
-    auto alea = scaler.unscale_variance(pred.aleatoric);
-    auto y = test_raw.y.to(torch::kFloat64);
-    auto m = metrics::regression(mean, var, y);
-    table = {{"rmse", m.rmse}, {"nll (per point)", m.nll}};
-    metrics = {{"rmse", m.rmse}, {"nll", m.nll}, {"mean_predictive_sd", var.sqrt().mean().item<double>()},
-               {"mean_aleatoric_sd", alea.sqrt().mean().item<double>()}};
-    pred_csv << "index,y,mean,sd,aleatoric_sd\n";
-    for (int64_t i = 0; i < mean.size(0); ++i) {
-      pred_csv << i << ',' << csv_number(y[i][0].item<double>()) << ',' << csv_number(mean[i][0].item<double>())
-               << ',' << csv_number(std::sqrt(var[i][0].item<double>())) << ','
-               << csv_number(std::sqrt(alea[i][0].item<double>())) << "\n";
-    }
-  }
-  pred_csv.close();
-  PUSH_CHECK(pred_csv.good(), "push train", "cannot write ", (staging / "predictions.csv").string());
-
-  // Loss curve.
-  {
-    std::ofstream loss(staging / "loss.dat");
-    for (size_t e = 0; e < infer->losses().size(); ++e) loss << e + 1 << ' ' << infer->losses()[e] << "\n";
-  }
-  std::vector<std::string> pictures;
-  if (gnuplot(staging, "loss",
-              "set xlabel 'epoch'\nset ylabel 'training loss (nll per point)'\n"
-              "plot 'loss.dat' using 1:2 with lines lw 2 title '" + c.algo + "'\n")) {
-    pictures.push_back("loss.png");
-  }
-  if (classify) {
-    if (gnuplot(staging, "reliability",
-                "set xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange [0:1]\n"
-                "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
-                "plot 'reliability.dat' using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
-                "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n")) {
-      pictures.push_back("reliability.png");
-    }
-  } else if (train_raw.x.dim() == 2 && train_raw.x.size(1) == 1) {
-    // 1-D inputs: the predictive band over a grid wider than the data.
-    double lo = train_raw.x.min().item<double>(), hi = train_raw.x.max().item<double>(), pad = 0.25 * (hi - lo);
-    auto grid_raw = torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
-    auto grid = (grid_raw - scaler.x_mean) / scaler.x_std;
-    auto gp = infer->predict(grid);
-    auto gm = scaler.unscale_mean(gp.mean), gs = scaler.unscale_variance(gp.variance).sqrt();
-    auto ge = scaler.unscale_variance(torch::clamp_min(gp.variance - gp.aleatoric, 0)).sqrt();
-    {
-      std::ofstream band(staging / "band.dat");
-      for (int64_t i = 0; i < grid_raw.size(0); ++i) {
-        double m = gm[i][0].item<double>(), s = gs[i][0].item<double>(), e = ge[i][0].item<double>();
-        band << grid_raw[i][0].item<double>() << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << ' '
-             << m - 2 * e << ' ' << m + 2 * e << "\n";
-      }
-      std::ofstream pts(staging / "points.dat");
-      for (int64_t i = 0; i < train_raw.size(); ++i) {
-        pts << train_raw.x[i][0].item<double>() << ' ' << train_raw.y[i][0].item<double>() << "\n";
-      }
-    }
-    if (gnuplot(staging, "predictive",
-                "set xlabel '" + train_raw.feature_names.at(0) + "'\nset ylabel '" + train_raw.target_name + "'\n"
-                "plot 'band.dat' using 1:3:4 with filledcurves fc rgb '#9ecae1' fs transparent solid 0.6 title "
-                "'mean ± 2σ (total)', '' using 1:5:6 with filledcurves fc rgb '#3182bd' fs transparent solid 0.5 "
-                "title '± 2σ epistemic (members disagree)', '' using 1:2 with lines lw 2 lc rgb '#08519c' title 'predictive mean', "
-                "'points.dat' using 1:2 with points pt 7 ps 0.4 lc rgb '#d95f02' title 'training data'\n")) {
-      pictures.push_back("predictive.png");
-    }
-  }
-  for (const char* scratch : {"loss.dat", "loss.gp", "reliability.dat", "reliability.gp", "band.dat", "points.dat",
-                              "predictive.gp"}) {
-    fs::remove(staging / scratch);
-  }
+  // ---- report: nothing is written when a metric is not finite ----
+  auto evaluation = evaluate(pred, test_raw, test, scaler, infer->losses());
+  out.write("predictions.csv", evaluation.predictions_csv);
+  auto pictures = write_pictures(out, c, evaluation, *infer, train_raw, scaler);
 
   // ---- checkpoint ----
-  if (!c.save.empty()) {
-    fs::path save = fs::absolute(c.save);
-    fs::path partial = save.parent_path() / ("." + save.filename().string() + ".partial-" + std::to_string(::getpid()));
-    fs::remove_all(partial);
-    infer->save(partial / "checkpoint");
-    std::ofstream(partial / "config.json") << c.identity().dump(2) << "\n";
-    fs::remove_all(save);
-    fs::create_directories(save.parent_path());
-    fs::rename(partial, save);
+  if (save) {
+    Activity activity("cannot save the checkpoint to '" + c.save + "'");
+    infer->save(save->path() / "checkpoint");
+    save->write("config.json", c.identity().dump(2) + "\n");
   }
 
   const double total_s = seconds_since(t_start);
+  json data_info = {{"name", c.data},
+                    {"task", c.task},
+                    {"train_size", train.size()},
+                    {"test_size", test.size()},
+                    {"input_shape", train.input_shape()},
+                    {"classes", train.num_classes}};
+  if (classify) data_info["class_labels"] = train_raw.class_labels;
   json doc = {{"algorithm", c.algo},
               {"config", c.identity()},
               {"run", {{"epochs", infer->epochs_done()}, {"devices", c.devices}, {"threads", c.threads}, {"resumed_from", c.resume}}},
-              {"data",
-               {{"name", c.data},
-                {"task", c.task},
-                {"train_size", train.size()},
-                {"test_size", test.size()},
-                {"input_shape", train.input_shape()},
-                {"classes", train.num_classes}}},
-              {"metrics", metrics},
+              {"data", data_info},
+              {"metrics", evaluation.metrics},
               {"loss_curve", infer->losses()},
               {"timings", {{"load_s", load_s}, {"train_s", train_s}, {"predict_s", predict_s}, {"total_s", total_s}}},
               {"pictures", pictures}};
-  std::ofstream(staging / "metrics.json") << doc.dump(2) << "\n";
-  publish(staging, out);
-  cleanup.dir.clear();
+  out.write("metrics.json", doc.dump(2) + "\n");
+  if (save) save->publish();
+  out.publish();
 
   std::printf("%s on %s (%s): %d particles, %lld epochs, %lld train / %lld test points\n", c.algo.c_str(),
               c.data.c_str(), c.task.c_str(), c.particles, static_cast<long long>(infer->epochs_done()),
               static_cast<long long>(train.size()), static_cast<long long>(test.size()));
   std::printf("%-22s %12s\n", "test metric", "value");
-  for (const auto& [name, value] : table) std::printf("%-22s %12.4f\n", name.c_str(), value);
+  for (const auto& [name, value] : evaluation.table) std::printf("%-22s %12.4f\n", name.c_str(), value);
   std::printf("%-22s %12.2f\n", "train seconds", train_s);
-  std::printf("outputs in %s\n", out.string().c_str());
+  std::printf("outputs in %s\n", out.target().string().c_str());
   return 0;
 }
 

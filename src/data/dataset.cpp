@@ -17,8 +17,10 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Table {
+  std::string source;  // the file, for error messages
   std::vector<std::string> names;
   std::vector<std::vector<double>> rows;
+  std::vector<int64_t> lines;  // the file's line number of each row
 };
 
 std::string trim(std::string s) {
@@ -51,6 +53,7 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
   std::ifstream in(path);
   PUSH_CHECK(in, origin, "cannot open '", path.string(), "'");
   Table t;
+  t.source = path.string();
   std::string line;
   int64_t lineno = 0;
   while (lineno < skip && std::getline(in, line)) ++lineno;
@@ -82,9 +85,18 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
       row[i] = v;
     }
     t.rows.push_back(std::move(row));
+    t.lines.push_back(lineno);
   }
   PUSH_CHECK(!t.rows.empty(), origin, "'", path.string(), "' has no data rows");
   return t;
+}
+
+/// The networks train in float32: a cell finite as a double (1e39) may not be one there.
+float to_float32(const Table& t, size_t row, size_t column, const char* origin) {
+  const auto v = static_cast<float>(t.rows[row][column]);
+  PUSH_CHECK(std::isfinite(v), origin, t.source, " line ", t.lines[row], ", column '", t.names[column], "': ",
+             t.rows[row][column], " is beyond the range of float32 (the networks' precision, at most ±3.4e38)");
+  return v;
 }
 
 /// Turns a table into a data set with column `target` as the label.
@@ -96,15 +108,10 @@ Dataset from_table(const Table& t, int64_t target, Task task, const std::string&
   d.task = task;
   d.target_name = t.names[target];
   auto x = torch::empty({n, cols - 1}, torch::kFloat32);
-  std::vector<double> ys(n);
   auto xa = x.accessor<float, 2>();
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t c = 0, k = 0; c < cols; ++c) {
-      if (c == target) {
-        ys[i] = t.rows[i][c];
-      } else {
-        xa[i][k++] = static_cast<float>(t.rows[i][c]);
-      }
+      if (c != target) xa[i][k++] = to_float32(t, i, c, origin);
     }
   }
   for (int64_t c = 0; c < cols; ++c) {
@@ -112,18 +119,24 @@ Dataset from_table(const Table& t, int64_t target, Task task, const std::string&
   }
   d.x = x;
   if (task == Task::regression) {
-    d.y = torch::tensor(ys, torch::kFloat64).to(torch::kFloat32).unsqueeze(1);
+    auto y = torch::empty({n, 1}, torch::kFloat32);
+    auto ya = y.accessor<float, 2>();
+    for (int64_t i = 0; i < n; ++i) ya[i][0] = to_float32(t, i, target, origin);
+    d.y = y;
   } else {
     std::set<double> distinct;
     for (int64_t i = 0; i < n; ++i) {
-      PUSH_CHECK(ys[i] == std::floor(ys[i]), origin, "classification target '", d.target_name, "' of '", name,
-                 "' has the non-integer value ", ys[i], " (row ", i + 1, ")");
-      distinct.insert(ys[i]);
+      const double v = t.rows[i][target];
+      PUSH_CHECK(v == std::floor(v), origin, "classification target '", d.target_name, "' of '", name,
+                 "' has the non-integer value ", v, " (", t.source, " line ", t.lines[i], ")");
+      distinct.insert(v);
     }
+    // Classes are numbered in the order of their labels; class_labels maps them back.
+    d.class_labels.assign(distinct.begin(), distinct.end());
     std::map<double, int64_t> code;
     for (double v : distinct) code.emplace(v, static_cast<int64_t>(code.size()));
     std::vector<int64_t> labels(n);
-    for (int64_t i = 0; i < n; ++i) labels[i] = code[ys[i]];
+    for (int64_t i = 0; i < n; ++i) labels[i] = code[t.rows[i][target]];
     d.y = torch::tensor(labels, torch::kLong);
     d.num_classes = static_cast<int64_t>(code.size());
     PUSH_CHECK(d.num_classes >= 2, origin, "classification target '", d.target_name, "' of '", name,
@@ -208,22 +221,6 @@ Dataset load_csv(const fs::path& path, const CsvOptions& options) {
     target = it - t.names.begin();
   }
   return from_table(t, target, options.task.value_or(Task::regression), path.stem().string(), origin);
-}
-
-Dataset load_idx(const fs::path& dir, bool train) {
-  const char* origin = "push::data::load_idx";
-  const char* images = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
-  PUSH_CHECK(fs::exists(dir / images), origin, "no IDX file ", (dir / images).string());
-  torch::data::datasets::MNIST mnist(
-      dir.string(), train ? torch::data::datasets::MNIST::Mode::kTrain : torch::data::datasets::MNIST::Mode::kTest);
-  Dataset d;
-  d.name = dir.filename().string();
-  d.task = Task::classification;
-  d.x = mnist.images().to(torch::kFloat32);
-  d.y = mnist.targets().to(torch::kLong);
-  d.num_classes = d.y.max().item<int64_t>() + 1;
-  d.target_name = "label";
-  return d;
 }
 
 Dataset synthetic_gap(int64_t points, uint64_t seed, double noise) {

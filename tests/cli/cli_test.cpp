@@ -1,70 +1,9 @@
 // `push train` end to end: the default run, every algorithm on a tiny configuration,
 // save/resume, and bad input (one-line error, non-zero exit, nothing in --out).
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
+#include "cli_test_util.h"
 
 namespace {
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class Cli : public ::testing::Test {
- protected:
-  fs::path dir_ = fs::temp_directory_path() / ("push_cli_test_" + std::to_string(::getpid()) + "_" +
-                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  void SetUp() override {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) {
-    const std::string cmd = "cd '" + dir_.string() + "' && '" PUSH_CLI_BINARY "' train " + args + " > stdout.txt 2> stderr.txt";
-    Result r;
-    int status = std::system(cmd.c_str());
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(dir_ / "stdout.txt");
-    r.err = slurp(dir_ / "stderr.txt");
-    fs::remove(dir_ / "stdout.txt");
-    fs::remove(dir_ / "stderr.txt");
-    return r;
-  }
-  json metrics(const std::string& out) { return json::parse(slurp(dir_ / out / "metrics.json")); }
-  fs::path write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name) << text;
-    return dir_ / name;
-  }
-  /// A small two-class CSV: the class is the sign of a + b.
-  void write_classes(const std::string& name) {
-    std::ostringstream s;
-    s << "a,b,label\n";
-    for (int i = 0; i < 80; ++i) {
-      double a = std::sin(i * 1.3), b = std::cos(i * 0.7);
-      s << a << ',' << b << ',' << (a + b > 0 ? 1 : 0) << "\n";
-    }
-    write(name, s.str());
-  }
-  bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
-};
+using namespace push::testing;
 
 TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
   auto r = run("");
@@ -87,9 +26,7 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
     EXPECT_TRUE(fs::exists(dir_ / "push-out" / "loss.png"));
   }
   // Only the outputs are left behind, no staging folders or gnuplot scratch files.
-  int entries = 0;
-  for (const auto& e : fs::directory_iterator(dir_)) entries += e.path().filename() != "push-out";
-  EXPECT_EQ(entries, 0);
+  EXPECT_EQ(entries(), std::vector<std::string>{"push-out"});
   EXPECT_FALSE(fs::exists(dir_ / "push-out" / "band.dat"));
 }
 

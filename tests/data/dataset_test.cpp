@@ -57,6 +57,25 @@ TEST_F(Csv, BadInputNamesTheProblem) {
   EXPECT_PUSH_ERROR(load("no-such-set"), "no data set or file named 'no-such-set'");
 }
 
+TEST_F(Csv, ValuesBeyondFloat32AreRejectedWithTheirPlace) {
+  // 1e39 is a finite double but Inf as the float32 the networks train on.
+  EXPECT_PUSH_ERROR(load_csv(write("big.csv", "a,b,y\n1,2,3\n\n4,1e39,6\n")), "big.csv line 4, column 'b': 1e+39");
+  EXPECT_PUSH_ERROR(load_csv(write("big.csv", "a,b,y\n1,2,3\n4,5,-1e39\n")), "line 3, column 'y'");
+  EXPECT_PUSH_ERROR(load_csv(write("big.csv", "a,b,y\n1,2,3\n4,5,-1e39\n")), "float32");
+  // The largest float32 is still fine.
+  auto d = load_csv(write("max.csv", "a,y\n3.4e38,1\n1,2\n"));
+  EXPECT_TRUE(torch::isfinite(d.x).all().item<bool>());
+}
+
+TEST_F(Csv, ClassificationKeepsTheOriginalLabels) {
+  auto d = load_csv(write("c.csv", "x,k\n0.5,7\n1.5,0\n2.5,7\n3.5,-2\n"), CsvOptions{"", Task::classification});
+  EXPECT_EQ(d.num_classes, 3);
+  EXPECT_EQ(d.class_labels, (std::vector<double>{-2, 0, 7}));
+  EXPECT_TRUE(torch::equal(d.y, torch::tensor({2, 1, 2, 0}, torch::kLong)));
+  // Subsets and splits keep them.
+  EXPECT_EQ(d.subset(torch::tensor({0}, torch::kLong)).class_labels, d.class_labels);
+}
+
 TEST(Data, SplitIsSeededAndDisjoint) {
   auto d = synthetic_gap(100, 1);
   auto [train, test] = split(d, 0.2, 5);
@@ -77,6 +96,14 @@ TEST(Data, SyntheticSetHasAGap) {
   EXPECT_EQ(d.size(), 200);
   EXPECT_EQ((d.x.abs() < 1.5).sum().item<int64_t>(), 0);
   EXPECT_TRUE(torch::equal(d.x, synthetic_gap(200, 3).x));
+  // The formula in dataset.h: the first half in [-4, -1.5), the second in [1.5, 4),
+  // y = sin(x) + noise · ε.
+  auto first = d.x.narrow(0, 0, 100), second = d.x.narrow(0, 100, 100);
+  EXPECT_TRUE(((first >= -4) & (first < -1.5)).all().item<bool>());
+  EXPECT_TRUE(((second >= 1.5) & (second < 4)).all().item<bool>());
+  auto exact = synthetic_gap(200, 3, 0.0);
+  EXPECT_TRUE(torch::allclose(exact.y, torch::sin(exact.x)));
+  EXPECT_NEAR((d.y - torch::sin(d.x)).std().item<double>(), 0.1, 0.02);
 }
 
 TEST(Data, StandardizerUsesTrainingStatistics) {

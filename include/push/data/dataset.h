@@ -7,8 +7,9 @@
 //   train = scaler.apply(train);  test = scaler.apply(test);
 //
 // Every loader throws push::Error with a one-line message naming the file, line and
-// column of the problem (a missing file, a non-numeric cell, NaN or Inf, an unknown
-// target column).
+// column of the problem (a missing file, a non-numeric cell, NaN or Inf, a value beyond
+// float32's range, an unknown target column, an IDX file shorter or longer than its
+// header says).
 #include <torch/types.h>
 
 #include <push/runtime/errors.h>
@@ -27,7 +28,8 @@ const char* to_string(Task task);
 Task parse_task(const std::string& text);
 
 /// Inputs and targets. Regression: y is float [N, outputs]. Classification: y is int64
-/// [N] with classes 0..num_classes-1. Images: x is [N, C, H, W], otherwise [N, features].
+/// [N] with classes 0..num_classes-1 (class k stands for the label class_labels[k] of the
+/// file). Images: x is [N, C, H, W], otherwise [N, features]. x and y hold finite values.
 struct Dataset {
   std::string name;
   Task task = Task::regression;
@@ -35,6 +37,9 @@ struct Dataset {
   std::vector<std::string> feature_names;
   std::string target_name;
   int64_t num_classes = 0;  // classification only
+  /// Classification: the label in the source data of each class, ascending (a CSV target
+  /// column of {0, 7} gives classes 0, 1 and class_labels {0, 7}).
+  std::vector<double> class_labels;
   int64_t size() const { return x.defined() ? x.size(0) : 0; }
   /// Shape of one input ({features} or {C, H, W}).
   std::vector<int64_t> input_shape() const;
@@ -53,11 +58,13 @@ struct CsvOptions {
 Dataset load_csv(const std::filesystem::path& path, const CsvOptions& options = {});
 
 /// Fashion-MNIST style IDX directory (train-images-idx3-ubyte, ...), train or test part,
-/// pixels scaled to [0, 1].
+/// pixels scaled to [0, 1]. Each file's size must match its header, and the image and
+/// label counts must agree.
 Dataset load_idx(const std::filesystem::path& dir, bool train);
 
-/// Synthetic 1-D regression, y = sin(3x)/... with inputs in [-4,-1.5] and [1.5,4]:
-/// the gap in the middle is where a good posterior is uncertain.
+/// Synthetic 1-D regression: y = sin(x) + noise · ε with ε ~ N(0, 1), the first half of
+/// the points with x uniform in [-4, -1.5), the second half uniform in [1.5, 4). The gap
+/// (-1.5, 1.5) holds no data: there a good posterior is uncertain.
 Dataset synthetic_gap(int64_t points, uint64_t seed, double noise = 0.1);
 
 /// Names of the built-in data sets.

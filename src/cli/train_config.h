@@ -1,0 +1,34 @@
+#pragma once
+// The settings of one `push train` run (filled by its command line).
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace push::cli {
+
+struct TrainConfig {
+  std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
+  std::string out = "push-out", save, resume;
+  int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
+  int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0, collect_every = 0;
+  double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
+  uint64_t seed = 0;
+  bool bootstrap = false, quiet = false;
+
+  /// The settings a checkpoint depends on (--resume must match them all). The total
+  /// --epochs is not one of them: a resumed run continues to a new total.
+  nlohmann::ordered_json identity() const {
+    return {{"algo", algo},           {"model", model},         {"data", data},
+            {"target", target},       {"task", task},           {"likelihood", likelihood},
+            {"particles", particles}, {"batch_size", batch_size}, {"lr", lr},
+            {"test_fraction", test_fraction}, {"seed", seed},   {"limit", limit},
+            {"dropout", algo == "mcdropout" ? dropout : 0.0},
+            {"rank", algo == "mswag" ? rank : 0}, {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
+            {"swag_lr", algo == "mswag" ? swag_lr : 0.0}, {"collect_every", algo == "mswag" ? collect_every : 0},
+            {"bootstrap", bootstrap}, {"bandwidth", bandwidth}, {"noise_std", noise_std},
+            {"prior_std", prior_std}};
+  }
+};
+
+}  // namespace push::cli

@@ -1,0 +1,84 @@
+// IDX files (the MNIST format): a big-endian header (magic 0x00000803 for images, whose
+// dimensions follow, 0x00000801 for labels), then one unsigned byte per pixel or label.
+// LibTorch's MNIST reader trusts the header: a truncated file trains on what is there, a
+// cut header trips an internal assertion. This reader checks every size before it builds
+// a tensor.
+#include <push/data/dataset.h>
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <fstream>
+
+namespace push::data {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kOrigin = "push::data::load_idx";
+
+struct IdxFile {
+  std::vector<int64_t> dims;  // count first
+  std::string bytes;          // the data after the header
+};
+
+/// Reads an IDX file of unsigned bytes with `rank` dimensions and checks its size.
+IdxFile read_idx(const fs::path& path, uint32_t magic, int rank) {
+  PUSH_CHECK(fs::exists(path), kOrigin, "no IDX file ", path.string());
+  std::ifstream in(path, std::ios::binary);
+  PUSH_CHECK(in, kOrigin, "cannot open ", path.string());
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PUSH_CHECK(!in.bad(), kOrigin, "cannot read ", path.string());
+  const size_t header = 4 * (1 + static_cast<size_t>(rank));
+  PUSH_CHECK(all.size() >= header, kOrigin, path.string(), " is truncated: ", all.size(), " bytes, shorter than its ",
+             header, "-byte header");
+  auto word = [&](int i) {
+    const auto* p = reinterpret_cast<const unsigned char*>(all.data()) + 4 * i;
+    return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+  };
+  PUSH_CHECK(word(0) == magic, kOrigin, path.string(), " has the magic number 0x", std::hex, word(0),
+             " in its header, expected 0x", magic, std::dec, " (unsigned bytes, ", rank, " dimensions)");
+  IdxFile f;
+  size_t expected = 1;
+  for (int i = 1; i <= rank; ++i) {
+    f.dims.push_back(word(i));
+    PUSH_CHECK(word(i) > 0, kOrigin, path.string(), ": dimension ", i, " of its header is 0");
+    PUSH_CHECK(expected <= (size_t{1} << 40) / word(i), kOrigin, path.string(), ": its header announces an absurd size");
+    expected *= word(i);
+  }
+  const size_t have = all.size() - header;
+  PUSH_CHECK(have >= expected, kOrigin, path.string(), " is truncated: its header announces ", expected,
+             " bytes of data, the file holds ", have);
+  PUSH_CHECK(have == expected, kOrigin, path.string(), " has ", have - expected, " bytes after the ", expected,
+             " its header announces");
+  f.bytes = all.substr(header);
+  return f;
+}
+
+torch::Tensor bytes_to_tensor(const IdxFile& f) {
+  auto t = torch::empty(f.dims, torch::kUInt8);
+  std::memcpy(t.data_ptr(), f.bytes.data(), f.bytes.size());
+  return t;
+}
+
+}  // namespace
+
+Dataset load_idx(const fs::path& dir, bool train) {
+  const std::string part = train ? "train" : "t10k";
+  const auto images_path = dir / (part + "-images-idx3-ubyte");
+  const auto labels_path = dir / (part + "-labels-idx1-ubyte");
+  const auto images = read_idx(images_path, 0x803, 3);
+  const auto labels = read_idx(labels_path, 0x801, 1);
+  PUSH_CHECK(images.dims[0] == labels.dims[0], kOrigin, dir.string(), ": ", images.dims[0], " images but ",
+             labels.dims[0], " labels (", images_path.filename().string(), ", ", labels_path.filename().string(), ")");
+  Dataset d;
+  d.name = dir.filename().string();
+  d.task = Task::classification;
+  d.x = bytes_to_tensor(images).unsqueeze(1).to(torch::kFloat32).div_(255);
+  d.y = bytes_to_tensor(labels).to(torch::kLong);
+  d.num_classes = d.y.max().item<int64_t>() + 1;
+  for (int64_t k = 0; k < d.num_classes; ++k) d.class_labels.push_back(static_cast<double>(k));
+  d.target_name = "label";
+  return d;
+}
+
+}  // namespace push::data

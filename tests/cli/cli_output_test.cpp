@@ -1,0 +1,202 @@
+// `push train`'s outputs and checkpoints on a hostile file system: a full disk (every file
+// the run writes capped by RLIMIT_FSIZE, SIGXFSZ ignored, so each write past the cap fails
+// with EFBIG as on a full disk, LibTorch's archive writer and gnuplot included), an
+// unwritable --out, --save over a folder that is not a checkpoint, and staging folders
+// left by killed runs. In every case: one line on stderr, a non-zero exit, and nothing
+// partial published.
+#include "cli_test_util.h"
+
+#include <chrono>
+#include <tuple>
+#include <thread>
+
+namespace {
+using namespace push::testing;
+
+constexpr int64_t KiB = 1024;
+
+/// Folders beside --out / --save that a run stages its outputs in.
+std::vector<std::string> staging_folders(const std::vector<std::string>& names) {
+  std::vector<std::string> staged;
+  for (const auto& n : names) {
+    if (n.find(".partial-") != std::string::npos || n.find(".tmp-") != std::string::npos) staged.push_back(n);
+  }
+  return staged;
+}
+
+TEST_F(Cli, FullDiskIsAOneLineErrorAndPublishesNothing) {
+  // 4 KiB: not even the predictions fit. 24 KiB: the tables fit, the pictures do not.
+  // 120 KiB, classification: the tables and pictures fit, the particle files (LibTorch
+  // archives of a 128x128 network and its Adam state, ~200 KiB) do not.
+  write_classes("two.csv");
+  const std::tuple<int, std::string, std::string> cases[] = {
+      {4, "--epochs 2", "predictions.csv"},
+      {24, "--epochs 2", ".png"},
+      {24, "--epochs 2 --save ck", ".png"},
+      {120, "--epochs 2 --data two.csv --task classification --model mlp:128,128 --save ck", "checkpoint"},
+  };
+  for (const auto& [kib, args, culprit] : cases) {
+    auto r = run(args + " --particles 2 --quiet --out out", kib * KiB);
+    const std::string what = std::to_string(kib) + " KiB, " + args;
+    EXPECT_EQ(r.code, 1) << what << ": " << r.err;
+    EXPECT_EQ(lines_of(r.err), 1) << what << ": " << r.err;
+    EXPECT_NE(r.err.find("File too large"), std::string::npos) << what << ": " << r.err;
+    EXPECT_NE(r.err.find(culprit), std::string::npos) << what << ": " << r.err;
+    EXPECT_EQ(entries(), std::vector<std::string>{"two.csv"}) << what << ": nothing may be published or left behind";
+    fs::remove_all(dir_ / "out");
+    fs::remove_all(dir_ / "ck");
+  }
+}
+
+TEST_F(Cli, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
+  auto first = run("--epochs 2 --particles 2 --model mlp:8 --quiet --save ck --out a");
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string config = slurp(dir_ / "ck" / "config.json");
+  // The same run to 4 epochs, but its particle files cannot be written.
+  auto full = run("--epochs 4 --particles 2 --model mlp:8 --quiet --resume ck --save ck --out b", 6 * KiB);
+  EXPECT_EQ(full.code, 1) << full.err;
+  EXPECT_EQ(lines_of(full.err), 1) << full.err;
+  EXPECT_FALSE(fs::exists(dir_ / "b"));
+  EXPECT_EQ(slurp(dir_ / "ck" / "config.json"), config);
+  EXPECT_EQ(staging_folders(entries()), std::vector<std::string>{});
+  // The old checkpoint still resumes, and a save that fits replaces it.
+  auto again = run("--epochs 4 --particles 2 --model mlp:8 --quiet --resume ck --save ck --out b");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(metrics("b")["run"]["epochs"], 4);
+  auto resumed = run("--epochs 5 --particles 2 --model mlp:8 --quiet --resume ck --out c");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(metrics("c")["loss_curve"].size(), 5u);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"a", "b", "c", "ck"}));
+}
+
+TEST_F(Cli, SaveRefusesAFolderThatIsNotACheckpoint) {
+  write("mine/notes.txt", "precious");
+  auto r = run("--epochs 1 --particles 2 --quiet --save mine --out o");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("not a push train checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err), 1) << r.err;
+  EXPECT_EQ(slurp(dir_ / "mine" / "notes.txt"), "precious");
+  EXPECT_FALSE(fs::exists(dir_ / "o"));
+  // Refused before training: no progress bar... and no epoch was spent.
+  EXPECT_EQ(r.err.find("epoch"), std::string::npos) << r.err;
+
+  write("afile", "x");
+  auto file = run("--epochs 1 --particles 2 --quiet --save afile --out o");
+  EXPECT_NE(file.code, 0);
+  EXPECT_EQ(slurp(dir_ / "afile"), "x");
+
+  // An empty folder is fine.
+  fs::create_directories(dir_ / "empty");
+  auto ok = run("--epochs 1 --particles 2 --quiet --save empty --out o");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(dir_ / "empty" / "config.json"));
+}
+
+TEST_F(Cli, SaveAndOutMustNotOverlap) {
+  write("same/metrics.json", "{}");
+  for (const std::string args : {"--save same --out same", "--save same/ck --out same", "--save ck --out ck/out",
+                                 "--save ./same/../same --out same"}) {
+    auto r = run("--epochs 1 --particles 2 --quiet " + args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find("--save"), std::string::npos) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("--out"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(lines_of(r.err), 1) << args << ": " << r.err;
+    EXPECT_EQ(slurp(dir_ / "same" / "metrics.json"), "{}") << args;
+    EXPECT_FALSE(fs::exists(dir_ / "ck")) << args;
+  }
+}
+
+TEST_F(Cli, UnwritableOutFailsBeforeTraining) {
+  write("afile", "x");
+  for (const std::string out : {"afile/out", "/proc/push-cli-test-out", "afile"}) {
+    auto r = run("--epochs 1000 --particles 2 --out " + out);
+    EXPECT_NE(r.code, 0) << out;
+    EXPECT_NE(r.err.find(out), std::string::npos) << out << ": " << r.err;
+    EXPECT_EQ(lines_of(r.err), 1) << out << ": " << r.err;
+    EXPECT_EQ(r.err.find("ETA"), std::string::npos) << out << ": trained before failing: " << r.err;
+  }
+  EXPECT_EQ(slurp(dir_ / "afile"), "x");
+  // A full disk found before training, too.
+  auto full = run("--epochs 1000 --particles 2 --out o", 0);
+  EXPECT_NE(full.code, 0);
+  EXPECT_EQ(full.err.find("ETA"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("File too large"), std::string::npos) << full.err;
+}
+
+TEST_F(Cli, OutIsReplacedInOneStepAndForeignFoldersAreRefused) {
+  write_classes("two.csv");
+  auto a = run("--epochs 1 --particles 2 --quiet --out o");
+  ASSERT_EQ(a.code, 0) << a.err;
+  // A stale file from an older run is not mixed with the new outputs.
+  write("o/reliability.png", "old picture");
+  auto b = run("--epochs 2 --particles 2 --quiet --out o");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_FALSE(fs::exists(dir_ / "o" / "reliability.png"));
+  EXPECT_EQ(metrics("o")["run"]["epochs"], 2);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"o", "two.csv"}));
+  // A folder holding something push train does not write is not replaced.
+  write("mine/thesis.tex", "precious");
+  auto c = run("--epochs 1 --particles 2 --quiet --out mine");
+  EXPECT_NE(c.code, 0);
+  EXPECT_NE(c.err.find("thesis.tex"), std::string::npos) << c.err;
+  EXPECT_EQ(slurp(dir_ / "mine" / "thesis.tex"), "precious");
+  EXPECT_EQ(entries("mine"), std::vector<std::string>{"thesis.tex"});
+  // The folder it runs in (or one holding it) is never replaced, even when it is empty.
+  fs::create_directories(dir_ / "empty");
+  for (const std::string out : {".", "..", "''"}) {
+    auto r = run("--epochs 1 --particles 2 --quiet --data ../two.csv --out " + out, -1, "empty");
+    EXPECT_NE(r.code, 0) << out;
+    EXPECT_EQ(lines_of(r.err), 1) << out << ": " << r.err;
+  }
+  EXPECT_TRUE(fs::is_directory(dir_ / "empty"));
+}
+
+TEST_F(Cli, StagingFoldersOfKilledRunsAreRemoved) {
+  // What runs killed mid-way leave: staging folders named after a dead process.
+  const pid_t dead = [] {
+    const pid_t p = fork();
+    if (p == 0) _exit(0);
+    int status = 0;
+    waitpid(p, &status, 0);
+    return p;
+  }();
+  const std::string tag = ".partial-" + std::to_string(dead);
+  write(".out" + tag + "/metrics.json", "{}");
+  write(".ck" + tag + "/checkpoint/blob", std::string(1000, 'x'));
+  // One of a live process (this test) is left alone.
+  write(".out.partial-" + std::to_string(::getpid()) + "/metrics.json", "{}");
+  auto r = run("--epochs 1 --particles 2 --quiet --save ck --out out");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(entries(), (std::vector<std::string>{".out.partial-" + std::to_string(::getpid()), "ck", "out"}));
+}
+
+TEST_F(Cli, KilledRunsLeaveNothingThatLingers) {
+  // Kill runs at different moments; the next run cleans up after them.
+  for (int delay_ms : {500, 1000, 1500}) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      ::chdir(dir_.c_str());
+      ::execl(PUSH_CLI_BINARY, PUSH_CLI_BINARY, "train", "--epochs", "300", "--particles", "2", "--quiet", "--save", "ck",
+              "--out", "out", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  auto r = run("--epochs 1 --particles 2 --quiet --save ck --out out");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(entries(), (std::vector<std::string>{"ck", "out"}));
+}
+
+TEST_F(Cli, NonFiniteMetricsAreAnErrorNotAResult) {
+  auto r = run("--epochs 2 --particles 2 --lr 1e30 --quiet --out new/deep/o");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_EQ(lines_of(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("non-finite"), std::string::npos) << r.err;
+  // Not even the parent folders made for --out are left.
+  EXPECT_EQ(entries(), std::vector<std::string>{});
+}
+
+}  // namespace

@@ -1,0 +1,126 @@
+#pragma once
+// The fixture of the `push train` end-to-end tests: each test gets its own folder, runs
+// the real binary there and reads what it wrote.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace push::testing {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Result {
+  int code = -1;  // exit code, or 128 + signal
+  std::string out, err;
+};
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Number of lines of `text` (a last line without '\n' counts).
+inline int64_t lines_of(const std::string& text) {
+  return std::count(text.begin(), text.end(), '\n') + (!text.empty() && text.back() != '\n');
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  fs::path dir_ = fs::temp_directory_path() / ("push_cli_test_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  /// Runs `push train ARGS` in the test's folder. With `max_file_bytes` >= 0, every file
+  /// the run writes is capped at that size (RLIMIT_FSIZE, SIGXFSZ ignored): a write past
+  /// the cap fails with EFBIG, as on a full disk, whoever writes it (LibTorch, gnuplot).
+  /// `sub`: a folder of the test's folder to run in.
+  Result run(const std::string& args, int64_t max_file_bytes = -1, const std::string& sub = "") {
+    // Output through pipes, not files: a file size cap must not silence the error itself.
+    const std::string cmd = "cd '" + (dir_ / sub).string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
+    int out[2], err[2];
+    if (::pipe(out) != 0 || ::pipe(err) != 0) throw std::runtime_error("pipe");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+      if (max_file_bytes >= 0) {
+        const rlimit cap{static_cast<rlim_t>(max_file_bytes), static_cast<rlim_t>(max_file_bytes)};
+        ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
+        ::setrlimit(RLIMIT_FSIZE, &cap);
+      }
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    Result r;
+    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    std::string* texts[2] = {&r.out, &r.err};
+    for (int open = 2; open > 0;) {
+      if (::poll(fds, 2, -1) < 0) continue;
+      for (int k = 0; k < 2; ++k) {
+        if (fds[k].fd < 0 || !fds[k].revents) continue;
+        char buffer[4096];
+        const ssize_t got = ::read(fds[k].fd, buffer, sizeof(buffer));
+        if (got > 0) {
+          texts[k]->append(buffer, static_cast<size_t>(got));
+        } else {
+          ::close(fds[k].fd);
+          fds[k].fd = -1;
+          --open;
+        }
+      }
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+  }
+  json metrics(const std::string& out) { return json::parse(slurp(dir_ / out / "metrics.json")); }
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return dir_ / name;
+  }
+  /// A small two-class CSV: the class (`low`, `high`) is the sign of a + b.
+  void write_classes(const std::string& name, int low = 0, int high = 1) {
+    std::ostringstream s;
+    s << "a,b,label\n";
+    for (int i = 0; i < 80; ++i) {
+      double a = std::sin(i * 1.3), b = std::cos(i * 0.7);
+      s << a << ',' << b << ',' << (a + b > 0 ? high : low) << "\n";
+    }
+    write(name, s.str());
+  }
+  bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+  /// Every entry of the test's folder (names), hidden ones included.
+  std::vector<std::string> entries(const fs::path& sub = {}) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_ / sub)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+}  // namespace push::testing

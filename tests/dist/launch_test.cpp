@@ -1,0 +1,184 @@
+// `push launch` leaves no process behind on any path: a rank's background children, a
+// SIGKILLed launcher, a launcher that cannot start every rank. The test process makes
+// itself a child subreaper, so whatever the launcher orphans is re-parented to it, where
+// the test can see it (and reap it: a container's PID 1 may never reap zombies).
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+using namespace std::chrono_literals;
+
+/// While alive, orphans of our descendants become our children. On exit, kills and reaps
+/// any that are left, so a failing test leaves nothing running.
+class Subreaper {
+ public:
+  Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+  ~Subreaper() {
+    for (pid_t pid : children_left()) kill(pid, SIGKILL);
+    while (waitpid(-1, nullptr, 0) > 0) {
+    }
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
+
+  /// Reaps every child that has exited, waiting up to `patience` for all to be gone;
+  /// returns the pids of children still running.
+  std::set<pid_t> reap_all(std::chrono::milliseconds patience) {
+    const auto end = std::chrono::steady_clock::now() + patience;
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        reaped_.insert(pid);
+        continue;
+      }
+      if (pid < 0 && errno == ECHILD) return {};
+      if (std::chrono::steady_clock::now() >= end) return children_left();
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  bool reaped(pid_t pid) const { return reaped_.count(pid) > 0; }
+  size_t reaped_count() const { return reaped_.size(); }
+
+ private:
+  static std::set<pid_t> children_left() {
+    std::set<pid_t> pids;
+    FILE* f = std::fopen(("/proc/self/task/" + std::to_string(getpid()) + "/children").c_str(), "r");
+    if (f == nullptr) return pids;
+    for (int pid; std::fscanf(f, "%d", &pid) == 1;) pids.insert(pid);
+    std::fclose(f);
+    return pids;
+  }
+  std::set<pid_t> reaped_;
+};
+
+struct Launched {
+  pid_t pid = -1;
+  int out = -1;  // the launcher's stdout and stderr
+};
+
+/// Starts `push launch ARGS` with its output on a pipe; `max_fds` > 0 caps its open files.
+Launched start_launcher(const std::vector<std::string>& args, int max_fds = 0) {
+  std::vector<std::string> argv = {PUSH_CLI_PATH, "launch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (max_fds > 0) {
+      const rlimit cap{static_cast<rlim_t>(max_fds), static_cast<rlim_t>(max_fds)};
+      setrlimit(RLIMIT_NOFILE, &cap);
+    }
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  return {pid, fds[0]};
+}
+
+/// Reads the launcher's output until `lines` lines have arrived, it closes, or `patience` passes.
+std::string read_output(int fd, int lines, std::chrono::milliseconds patience) {
+  std::string output;
+  const auto end = std::chrono::steady_clock::now() + patience;
+  char buffer[4096];
+  while (std::count(output.begin(), output.end(), '\n') < lines && std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    const ssize_t got = read(fd, buffer, sizeof(buffer));
+    if (got <= 0) break;
+    output.append(buffer, static_cast<size_t>(got));
+  }
+  return output;
+}
+
+std::vector<pid_t> pids_after(const std::string& output, const std::string& tag) {
+  std::vector<pid_t> pids;
+  for (size_t at = output.find(tag); at != std::string::npos; at = output.find(tag, at + 1)) {
+    pids.push_back(static_cast<pid_t>(std::atoi(output.c_str() + at + tag.size())));
+  }
+  return pids;
+}
+
+/// The launcher's exit status as a code (128 + signal when killed); -1 if it hangs.
+int wait_launcher(pid_t pid, std::chrono::milliseconds patience) {
+  const auto end = std::chrono::steady_clock::now() + patience;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(DistLaunch, BackgroundChildrenOfRanksDoNotOutliveTheJob) {
+  Subreaper reaper;
+  auto launcher = start_launcher({"--nproc", "2", "--", "/bin/sh", "-c", "sleep 60 & echo bg=$!; sleep 0.2; exit 0"});
+  const std::string output = read_output(launcher.out, 2, 20s);
+  EXPECT_EQ(wait_launcher(launcher.pid, 20s), 0) << output;
+  close(launcher.out);
+  const auto background = pids_after(output, "bg=");
+  ASSERT_EQ(background.size(), 2u) << output;
+  EXPECT_EQ(reaper.reap_all(5s), std::set<pid_t>{}) << "survivors of the job: " << output;
+  for (pid_t pid : background) EXPECT_TRUE(reaper.reaped(pid)) << pid;
+}
+
+TEST(DistLaunch, SigkilledLauncherTakesItsRanksAlong) {
+  Subreaper reaper;
+  auto launcher =
+      start_launcher({"--nproc", "3", "--", "/bin/sh", "-c", "sleep 60 & echo bg=$!; echo pid=$$; exec sleep 60"});
+  const std::string output = read_output(launcher.out, 6, 20s);
+  const auto ranks = pids_after(output, "pid="), background = pids_after(output, "bg=");
+  ASSERT_EQ(ranks.size(), 3u) << output;
+  ASSERT_EQ(background.size(), 3u) << output;
+  kill(launcher.pid, SIGKILL);
+  EXPECT_EQ(wait_launcher(launcher.pid, 10s), 128 + SIGKILL);
+  close(launcher.out);
+  EXPECT_EQ(reaper.reap_all(5s), std::set<pid_t>{}) << "ranks outlived their launcher";
+  for (pid_t pid : ranks) EXPECT_TRUE(reaper.reaped(pid)) << pid;
+  for (pid_t pid : background) EXPECT_TRUE(reaper.reaped(pid)) << pid;
+}
+
+TEST(DistLaunch, TooFewFileDescriptorsIsAClearErrorAndNoRankIsOrphaned) {
+  Subreaper reaper;
+  // (open files, ranks): 3 are stdin/out/err; the launcher needs one pipe per rank.
+  for (auto [max_fds, nproc] : {std::pair{8, 8}, {12, 8}, {16, 20}}) {
+    auto launcher =
+        start_launcher({"--nproc", std::to_string(nproc), "--", "/bin/sh", "-c", "exec sleep 60"}, max_fds);
+    const std::string output = read_output(launcher.out, 1000, 20s);
+    close(launcher.out);
+    const int code = wait_launcher(launcher.pid, 20s);
+    EXPECT_NE(code, 0) << output;
+    EXPECT_NE(code, -1) << "the launcher hung: " << output;
+    EXPECT_NE(output.find("Too many open files"), std::string::npos) << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+    // The launcher has reaped every rank it started: nothing was re-parented to us.
+    const size_t before = reaper.reaped_count();
+    EXPECT_EQ(reaper.reap_all(2s), std::set<pid_t>{}) << max_fds << " files: ranks were orphaned";
+    EXPECT_EQ(reaper.reaped_count(), before) << max_fds << " files: ranks were orphaned";
+  }
+}
+
+}  // namespace
