@@ -286,7 +286,7 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
 
 void Infer::check_finite(const Particle& p, int64_t epoch, double loss) const {
   PUSH_CHECK(std::isfinite(loss), "push::bayes::Infer::fit", name(), ": the training loss of particle ", p.pid(),
-             " is not finite (", loss, ") in epoch ", epoch + 1,
+             " is non-finite (", loss, ") in epoch ", epoch + 1,
              ": training diverged; lower the learning rate or check the data for huge values");
 }
 
@@ -294,7 +294,7 @@ void Infer::check_parameters_finite(Particle& p, int64_t epoch) const {
   for (const auto& item : p.module().named_parameters()) {
     const bool finite = torch::isfinite(item.value()).all().item<bool>();
     PUSH_CHECK(finite, "push::bayes::Infer::fit", name(), ": parameter '", item.key(), "' of particle ", p.pid(),
-               " is not finite after epoch ", epoch + 1,
+               " is non-finite after epoch ", epoch + 1,
                ": training diverged; lower the learning rate or check the data for huge values");
   }
 }

@@ -454,7 +454,7 @@ TEST(Divergence, NonFiniteLossStopsEveryAlgorithmNamingParticleAndEpoch) {
     } catch (const Error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find(infer->name() + ": "), std::string::npos) << what;
-      EXPECT_TRUE(std::regex_search(what, std::regex("(loss|parameter '[^']+') of particle [01] is not finite .*"
+      EXPECT_TRUE(std::regex_search(what, std::regex("(loss|parameter '[^']+') of particle [01] is non-finite .*"
                                                      "epoch 1: training diverged")))
           << what;
     }
