@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <numbers>
@@ -321,7 +322,9 @@ void Infer::save(const std::filesystem::path& dir) {
         << "\nepochs " << epochs_done_ << "\nlosses";
     for (double l : losses_) out << ' ' << l;
     out << "\n";
-    PUSH_CHECK(out.good(), "push::bayes::Infer::save", "cannot write ", tmp);
+    // close() flushes: a full disk shows up there, not in good() before it.
+    out.close();
+    PUSH_CHECK(!out.fail(), "push::bayes::Infer::save", "cannot write ", tmp, ": ", std::strerror(errno));
   }
   std::filesystem::rename(tmp, meta);
 }
