@@ -185,13 +185,14 @@ void write_particle(torch::serialize::OutputArchive& archive, const fs::path& pa
 }
 
 // A particle file, checked against the manifest before LibTorch parses a byte of it.
-// `bytes` keeps the file's contents for as long as the archive lives.
+// The bytes are parsed from memory, so what was checked is what is loaded; the archive
+// copies every tensor out of them (jit::load is eager), so they are freed on return.
 torch::serialize::InputArchive open_particle(const fs::path& dir, const ManifestEntry& e,
-                                             const torch::Device& device, std::string& bytes) {
+                                             const torch::Device& device) {
   const fs::path path = particle_file(dir, e.pid);
   const std::string name = path.filename().string();
   if (!fs::exists(path)) throw Error(c10::str("missing ", name));
-  bytes = read_file(path);
+  const std::string bytes = read_file(path);
   if (bytes.size() != e.bytes) {
     throw Error(c10::str(name, " has ", bytes.size(), " bytes but ", e.bytes,
                          " were saved (truncated or replaced)"));
@@ -362,7 +363,6 @@ namespace {
 struct Incoming {
   ManifestEntry entry;
   int lane = 0;
-  std::string bytes;  // the file: the archive reads from it
   torch::serialize::InputArchive archive;
   ParticleRecord* live = nullptr;           // the particle here it overwrites, or
   std::unique_ptr<ParticleRecord> created;  // the new particle it becomes (already loaded)
@@ -418,7 +418,7 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
   // Every file, checked and parsed.
   try {
     for (auto& in : incoming) {
-      in.archive = open_particle(dir, in.entry, lanes_[in.lane]->device(), in.bytes);
+      in.archive = open_particle(dir, in.entry, lanes_[in.lane]->device());
     }
   } catch (const Error&) {
     throw corrupt(std::current_exception());

@@ -5,6 +5,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <mutex>
 #include <thread>
@@ -407,6 +409,7 @@ Push::~Push() {
   // calling handler's lane stops once that handler returns or waits) and frees it.
   runtime_->close();
   std::thread([runtime = std::move(runtime_)]() mutable {
+    pthread_setname_np(pthread_self(), "push-shutdown");
     runtime->shutdown();
     runtime.reset();
   }).detach();

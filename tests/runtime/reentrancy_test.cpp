@@ -27,16 +27,17 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-// Threads of this process that are device lanes (named push-lane-N).
-size_t lane_threads() {
+// Threads of this process whose name starts with `prefix` (lanes are push-lane-N).
+size_t threads_named(const std::string& prefix) {
   size_t n = 0;
   for (const auto& entry : fs::directory_iterator("/proc/self/task")) {
     std::ifstream comm(entry.path() / "comm");
     std::string name;
-    if (std::getline(comm, name) && name.rfind("push-lane", 0) == 0) ++n;
+    if (std::getline(comm, name) && name.rfind(prefix, 0) == 0) ++n;
   }
   return n;
 }
+size_t lane_threads() { return threads_named("push-lane"); }
 
 TEST(Reentrancy, SaveFromAHandlerWritesTheCheckpoint) {
   for (int lanes : {1, 2}) {
@@ -103,12 +104,14 @@ TEST(Reentrancy, DestroyingThePushFromAHandlerDefersTheShutdown) {
   EXPECT_EQ(died.wait().toInt(), 40);  // the handler finished normally
   EXPECT_THROW(hanging.wait(), CancelledError);  // the shutdown unwound the other one
   EXPECT_EQ(dist, nullptr);
-  // Every lane is joined shortly after, by a background thread.
+  // Every lane is joined shortly after by a background thread, which then ends too.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (lane_threads() > lanes_before && std::chrono::steady_clock::now() < deadline) {
+  while ((lane_threads() > lanes_before || threads_named("push-shutdown") > 0) &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(lane_threads(), lanes_before);
+  EXPECT_EQ(threads_named("push-shutdown"), 0u);
 }
 
 }  // namespace
