@@ -297,6 +297,9 @@ void Runtime::save(const fs::path& dir) {
   const fs::path staged = target.parent_path() /
       (target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
        std::to_string(counter.fetch_add(1)));
+  // Outside the try: the futures (and the error a lane stored in one) outlive the catch
+  // that reads the error, so the lane never frees an exception this thread still reads.
+  std::vector<Future<std::vector<ManifestEntry>>> written;
   try {
     fs::create_directories(target.parent_path());
     fs::remove_all(staged);
@@ -304,7 +307,6 @@ void Runtime::save(const fs::path& dir) {
 
     // Each lane writes its own particles, in parallel (the caller's own lane, when save
     // is called from a handler, inline in that handler).
-    std::vector<Future<std::vector<ManifestEntry>>> written;
     for (int lane = 0; lane < num_lanes(); ++lane) {
       auto records = records_on(lane);
       written.push_back(call_on_lane<std::vector<ManifestEntry>>(lane, [this, lane, records, staged] {
