@@ -73,10 +73,24 @@ Future<ParticleView> Particle::get(Pid pid) {
   check_thread("push::Particle::get");
   detail::ParticleRecord& target = runtime_->find(pid, "push::Particle::get");
   detail::Lane& lane = *detail::Lane::current();
-  const uint64_t version = target.version.load(std::memory_order_acquire);
-  if (auto hit = lane.views().lookup(pid, version)) return *hit;
   detail::Runtime* rt = runtime_;
   torch::Device device = lane.device();
+  if (&target == record_) {
+    // This particle is running: it changes without a version bump (versions move at
+    // switch-in), so a view of itself is always fresh and never enters the view cache,
+    // where a sibling could later take it for the particle's current state.
+    try {
+      return Future<ParticleView>::ready(
+          ParticleView(std::make_shared<const ParticleView::Data>(rt->snapshot(target, device))));
+    } catch (...) {
+      return Future<ParticleView>::failed(std::current_exception());
+    }
+  }
+  // Any other particle is quiescent while its snapshot is taken (on its lane, between
+  // handlers, or right here when it shares this lane), and it cannot change before its
+  // next switch-in bumps its version: a cached view of the same version is exact.
+  const uint64_t version = target.version.load(std::memory_order_acquire);
+  if (auto hit = lane.views().lookup(pid, version)) return *hit;
   auto view = rt->call_on_lane<ParticleView>(target.lane, [rt, &target, device] {
     return ParticleView(std::make_shared<const ParticleView::Data>(rt->snapshot(target, device)));
   });

@@ -5,6 +5,7 @@
 
 #include <torch/optim.h>
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "runtime/particle_record.h"
@@ -43,19 +44,22 @@ void for_each_optimizer_tensor(torch::optim::Optimizer& optimizer, F&& visit) {
   }
 }
 
-// Every distinct tensor of the particle, parameters first, in a fixed order.
+// Every distinct tensor of the particle (by TensorImpl, so a tied weight is copied and
+// restored once and stays shared), parameters first, in a fixed order; and where each
+// parameter and gradient, duplicates included, lives among them.
 void collect_slots(ParticleRecord& r) {
   r.slots.clear();
+  r.param_slot.clear();
   r.grad_slot.clear();
-  std::unordered_set<const void*> seen;
+  std::unordered_map<const void*, int64_t> index;
   auto add = [&](const torch::Tensor& t) -> int64_t {
-    if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) return -1;
-    r.slots.push_back(t);
-    return static_cast<int64_t>(r.slots.size()) - 1;
+    if (!t.defined()) return -1;
+    auto [it, fresh] = index.emplace(t.unsafeGetTensorImpl(), static_cast<int64_t>(r.slots.size()));
+    if (fresh) r.slots.push_back(t);
+    return it->second;
   };
   auto params = r.module.ptr()->parameters();
-  for (const auto& p : params) add(p);
-  r.num_parameters = static_cast<int64_t>(r.slots.size());
+  for (const auto& p : params) r.param_slot.push_back(add(p));
   for (const auto& b : r.module.ptr()->buffers()) add(b);
   for (const auto& p : params) r.grad_slot.push_back(add(p.grad()));
   if (r.optimizer) for_each_optimizer_tensor(*r.optimizer, add);
@@ -177,7 +181,25 @@ torch::Tensor ParticleCache::take_buffer(const torch::Tensor& like) {
 
 std::vector<torch::Tensor> ParticleCache::parameters(ParticleRecord& r) const {
   if (r.resident) return r.module.ptr()->parameters();
-  return {r.host.begin(), r.host.begin() + r.num_parameters};
+  std::vector<torch::Tensor> out;
+  for (int64_t slot : r.param_slot) out.push_back(r.host[slot]);
+  return out;
+}
+
+std::unordered_set<const void*> ParticleCache::resident_storages() const {
+  std::unordered_set<const void*> out;
+  auto add = [&](const torch::Tensor& t) {
+    if (t.defined() && t.has_storage()) out.insert(t.storage().unsafeGetStorageImpl());
+  };
+  for (ParticleRecord* r : lru_) {
+    for (const auto& p : r->module.ptr()->parameters()) {
+      add(p);
+      add(p.grad());
+    }
+    for (const auto& b : r->module.ptr()->buffers()) add(b);
+    if (r->optimizer) for_each_optimizer_tensor(*r->optimizer, add);
+  }
+  return out;
 }
 
 std::vector<torch::Tensor> ParticleCache::gradients(ParticleRecord& r) const {

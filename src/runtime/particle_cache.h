@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <list>
+#include <unordered_set>
 #include <vector>
 
 namespace push::detail {
@@ -33,6 +34,11 @@ class ParticleCache {
   /// without materializing it. Read-only: callers copy.
   std::vector<torch::Tensor> parameters(ParticleRecord& record) const;
   std::vector<torch::Tensor> gradients(ParticleRecord& record) const;
+
+  /// The storages of every tensor of the resident particles (parameters, buffers,
+  /// gradients, optimizer state): a tensor sharing one of them changes when its particle
+  /// trains and is emptied when it is evicted.
+  std::unordered_set<const void*> resident_storages() const;
 
   int64_t resident() const { return resident_.load(std::memory_order_relaxed); }
   int64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }

@@ -17,6 +17,7 @@ struct ParticleRecord {
   int lane = 0;
   uint64_t seed = 0;
   torch::nn::AnyModule module;
+  OptimizerFactory make_optimizer;  // kept so that load() can check against a scratch copy
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   SchedulerFactory make_scheduler;
   std::unique_ptr<torch::optim::LRScheduler> scheduler;
@@ -36,8 +37,11 @@ struct ParticleRecord {
   std::list<ParticleRecord*>::iterator lru_position;
   std::vector<torch::Tensor> slots;  // the tensors that were evicted, same TensorImpls
   std::vector<torch::Tensor> host;   // their copies in the host store
-  int64_t num_parameters = 0;        // slots[0, num_parameters) are the parameters
-  std::vector<int64_t> grad_slot;    // parameter i's gradient is slots[grad_slot[i]] or -1
+  // One entry per parameter in module order, duplicates included (a tied weight is one
+  // slot under several names): parameter i is slots[param_slot[i]], its gradient
+  // slots[grad_slot[i]] (-1: none).
+  std::vector<int64_t> param_slot;
+  std::vector<int64_t> grad_slot;
 };
 
 }  // namespace push::detail

@@ -5,9 +5,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "runtime/runtime.h"
 
@@ -52,43 +55,101 @@ torch::nn::AnyModule build_module(const ModuleFactory& factory, uint64_t seed, P
   return module;
 }
 
-// Tensors in a message are moved to the receiver's device (a no-op when already there).
-c10::IValue to_device(const c10::IValue& value, const torch::Device& device) {
-  if (value.isTensor()) {
-    const auto& t = value.toTensor();
-    return t.defined() && t.device() != device ? c10::IValue(t.to(device)) : value;
-  }
+// `value` with `fn` applied to every tensor in it (lists, tuples and dicts rebuilt).
+c10::IValue map_tensors(const c10::IValue& value,
+                        const std::function<torch::Tensor(const torch::Tensor&)>& fn) {
+  if (value.isTensor()) return fn(value.toTensor());
   if (value.isTensorList()) {
     c10::List<torch::Tensor> out;
-    for (const torch::Tensor& t : value.toTensorList()) out.push_back(t.to(device));
+    for (const torch::Tensor& t : value.toTensorList()) out.push_back(fn(t));
     return out;
   }
   if (value.isList()) {
     auto list = value.toList();
     c10::impl::GenericList out(list.elementType());
-    for (const c10::IValue& v : list) out.push_back(to_device(v, device));
+    for (const c10::IValue& v : list) out.push_back(map_tensors(v, fn));
     return out;
   }
   if (value.isTuple()) {
     std::vector<c10::IValue> elements;
-    for (const auto& v : value.toTupleRef().elements()) elements.push_back(to_device(v, device));
+    for (const auto& v : value.toTupleRef().elements()) elements.push_back(map_tensors(v, fn));
     return c10::ivalue::Tuple::create(std::move(elements));
   }
   if (value.isGenericDict()) {
     auto dict = value.toGenericDict();
     c10::impl::GenericDict out(dict.keyType(), dict.valueType());
-    for (const auto& entry : dict) out.insert(entry.key(), to_device(entry.value(), device));
+    for (const auto& entry : dict) out.insert(entry.key(), map_tensors(entry.value(), fn));
     return out;
   }
   return value;
 }
 
-bool has_tensor_off(const Args& args, const torch::Device& device) {
-  for (const auto& a : args) {
-    if (a.isTensor() && a.toTensor().defined() && a.toTensor().device() != device) return true;
-    if (a.isList() || a.isTuple() || a.isGenericDict() || a.isTensorList()) return true;
+// Whether `pred` holds for some defined tensor in `value`.
+bool any_tensor(const c10::IValue& value, const std::function<bool(const torch::Tensor&)>& pred) {
+  if (value.isTensor()) return value.toTensor().defined() && pred(value.toTensor());
+  if (value.isTensorList()) {
+    for (const torch::Tensor& t : value.toTensorList()) {
+      if (t.defined() && pred(t)) return true;
+    }
+    return false;
+  }
+  if (value.isList()) {
+    for (const c10::IValue& v : value.toList()) {
+      if (any_tensor(v, pred)) return true;
+    }
+    return false;
+  }
+  if (value.isTuple()) {
+    for (const auto& v : value.toTupleRef().elements()) {
+      if (any_tensor(v, pred)) return true;
+    }
+    return false;
+  }
+  if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      if (any_tensor(entry.value(), pred)) return true;
+    }
   }
   return false;
+}
+
+// Tensors in a message are moved to the receiver's device (a no-op when already there).
+c10::IValue to_device(const c10::IValue& value, const torch::Device& device) {
+  return map_tensors(value, [&](const torch::Tensor& t) {
+    return t.defined() && t.device() != device ? t.to(device) : t;
+  });
+}
+
+bool has_tensor_off(const Args& args, const torch::Device& device) {
+  for (const auto& a : args) {
+    if (any_tensor(a, [&](const torch::Tensor& t) { return t.device() != device; })) return true;
+  }
+  return false;
+}
+
+// Messages and results are values. A tensor that shares storage with a particle
+// resident on this lane (its parameters, buffers, gradients or optimizer state: what a
+// handler can reach of its own particle) would change when that particle trains and
+// become empty when it is evicted, so it is copied here, at send or return time; any
+// other tensor is passed by reference. Only the lane that owns a particle can reach its
+// live tensors, so the sending lane is the one to ask.
+void detach_from_particles(std::vector<c10::IValue>& values, const ParticleCache& cache) {
+  auto has_storage = [](const torch::Tensor& t) { return t.has_storage(); };
+  bool any = false;
+  for (const auto& v : values) any = any || any_tensor(v, has_storage);
+  if (!any) return;
+  const std::unordered_set<const void*> owned = cache.resident_storages();
+  auto is_owned = [&](const torch::Tensor& t) {
+    return t.has_storage() && owned.count(t.storage().unsafeGetStorageImpl()) > 0;
+  };
+  for (auto& v : values) {
+    if (!any_tensor(v, is_owned)) continue;
+    v = map_tensors(v, [&](const torch::Tensor& t) {
+      if (!t.defined() || !is_owned(t)) return t;
+      torch::NoGradGuard no_grad;
+      return t.detach().clone();
+    });
+  }
 }
 
 // An exception from particle code, with the particle and message in its text.
@@ -146,6 +207,12 @@ Runtime::~Runtime() { shutdown(); }
 void Runtime::shutdown() {
   stopping_.store(true);
   for (auto& lane : lanes_) lane->stop();
+}
+
+bool Runtime::on_own_lane() const {
+  const Lane* here = Lane::current();
+  return here != nullptr &&
+         std::any_of(lanes_.begin(), lanes_.end(), [&](const auto& l) { return l.get() == here; });
 }
 
 void Runtime::check_open(const char* origin) const {
@@ -206,6 +273,12 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
       pid = next_pid_++;
     }
   }
+  register_record(build_record(options, pid, origin));
+  return pid;
+}
+
+std::unique_ptr<ParticleRecord> Runtime::build_record(const ParticleOptions& options, Pid pid,
+                                                      const char* origin) {
   const int lane = options.device().value_or(static_cast<int>(pid % num_lanes()));
   PUSH_CHECK(lane >= 0 && lane < num_lanes(), origin, "device ", lane,
              " is out of range: the distribution has ", num_lanes(), " device",
@@ -221,6 +294,7 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
   for (const auto& item : record->module.ptr()->named_parameters()) {
     record->parameter_names.push_back(item.key());
   }
+  record->make_optimizer = options.optimizer();
   if (options.optimizer()) {
     record->optimizer = options.optimizer()(record->module.ptr()->parameters());
     PUSH_CHECK(record->optimizer != nullptr, origin,
@@ -237,16 +311,19 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
   record->handlers = options.receive();
   record->state = options.state();
   record->handle = std::make_unique<Particle>(*this, *record);
+  return record;
+}
 
+void Runtime::register_record(std::unique_ptr<ParticleRecord> record) {
   // Into the cache before anyone can address it, so no message overtakes the insert.
   ParticleRecord* raw = record.get();
-  call_on_lane<bool>(lane, [this, raw] {
+  call_on_lane<bool>(raw->lane, [this, raw] {
     lanes_[raw->lane]->cache().insert(*raw);
     return true;
   }).wait();
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  records_.emplace(pid, std::move(record));
-  return pid;
+  next_pid_ = std::max(next_pid_, raw->pid + 1);
+  records_.emplace(raw->pid, std::move(record));
 }
 
 PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char* origin) {
@@ -255,6 +332,7 @@ PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char
         CancelledError(c10::str("[", origin, "] the distribution is shutting down"))));
   }
   ParticleRecord* record = &find(pid, origin);
+  if (Lane* here = Lane::current()) detach_from_particles(args, here->cache());
   auto state = std::make_shared<FutureState<c10::IValue>>();
   Lane::Job job;
   job.kind = Lane::Job::Kind::kHandler;
@@ -278,6 +356,11 @@ PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char
         result = it->second(*record->handle, local);
       } else {
         result = it->second(*record->handle, args);
+      }
+      {
+        std::vector<c10::IValue> out{std::move(result)};
+        detach_from_particles(out, lane.cache());
+        result = std::move(out[0]);
       }
       lane.unpin_running();
       state->set_value(std::move(result));
@@ -315,7 +398,22 @@ ParticleView::Data Runtime::snapshot(ParticleRecord& record, const torch::Device
 Push::Push(ModuleFactory module_factory, PushOptions options)
     : runtime_(std::make_shared<detail::Runtime>(std::move(module_factory), std::move(options))) {}
 
-Push::~Push() { runtime_->shutdown(); }
+Push::~Push() {
+  if (!runtime_->on_own_lane()) {
+    runtime_->shutdown();
+    return;
+  }
+  // Destroyed from inside one of its own handlers (or a continuation on one of its
+  // lanes): joining that lane from itself would terminate the process. The distribution
+  // refuses new work now; a background thread that owns the runtime shuts it down (the
+  // calling handler's lane stops once that handler returns or waits) and frees it.
+  runtime_->close();
+  std::thread([runtime = std::move(runtime_)]() mutable {
+    pthread_setname_np(pthread_self(), "push-shutdown");
+    runtime->shutdown();
+    runtime.reset();
+  }).detach();
+}
 
 Pid Push::p_create(ParticleOptions options) { return runtime_->create(options); }
 

@@ -28,7 +28,13 @@ class Runtime {
   ~Runtime();
 
   /// Cancels pending work, unwinds suspended handlers, joins every lane. Idempotent.
+  /// Not on one of this runtime's own lanes (a lane cannot join itself).
   void shutdown();
+  /// Refuses new work at once (p_create, p_launch, save, load throw CancelledError).
+  void close() { stopping_.store(true); }
+
+  /// Whether this thread is one of this runtime's lanes (e.g. inside one of its handlers).
+  bool on_own_lane() const;
 
   int num_lanes() const { return static_cast<int>(lanes_.size()); }
   Lane& lane(int index) { return *lanes_.at(static_cast<size_t>(index)); }
@@ -40,6 +46,12 @@ class Runtime {
   int64_t num_particles() const;
 
   Pid create(const ParticleOptions& options, std::optional<Pid> pid = std::nullopt);
+  /// A particle built from `options` (module, optimizer, scheduler, handlers) but not yet
+  /// in the distribution: nothing can address it. Any thread.
+  std::unique_ptr<ParticleRecord> build_record(const ParticleOptions& options, Pid pid,
+                                               const char* origin);
+  /// Puts a built particle into its lane's cache, then into the registry.
+  void register_record(std::unique_ptr<ParticleRecord> record);
 
   /// Runs `pid`'s handler for `message` on its lane.
   PFuture send(Pid pid, const std::string& message, Args args, const char* origin);

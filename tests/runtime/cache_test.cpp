@@ -128,5 +128,50 @@ TEST(Cache, ViewsOfEvictedParticlesComeFromTheHostStore) {
   EXPECT_TRUE(torch::equal(seen, torch::cat(parts)));
 }
 
+// One weight registered under two names (weight tying): 3 names, 10 numbers.
+struct Tied : torch::nn::Module {
+  Tied() : fc(register_module("fc", torch::nn::Linear(2, 2))) {
+    register_parameter("tied", fc->weight);
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc(x).matmul(named_parameters()["tied"]); }
+  torch::nn::Linear fc;
+};
+
+// Views, flat parameters and gradients are the same whether the particle is resident or
+// evicted, also when a parameter appears under several names.
+TEST(Cache, TiedParametersLookTheSameResidentOrEvicted) {
+  Push dist([] { return std::make_shared<Tied>(); }, PushOptions().cache_size(1));
+  auto opts = ParticleOptions()
+                  .optimizer([](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
+                    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.1));
+                  })
+                  .on("train",
+                      [](Particle& p, const Args&) {
+                        auto x = torch::ones({3, 2});
+                        return p.step(mse, x, x).wait();
+                      })
+                  .on("peek", [](Particle& p, const Args& a) {
+                    ParticleView v = p.get(a[0].toInt()).wait();
+                    return c10::IValue(std::vector<torch::Tensor>{v.flat_parameters(), v.flat_gradients()});
+                  });
+  dist.p_create(opts);
+  dist.p_create(opts);
+  dist.p_launch(0, "train").wait();
+  auto resident = dist.p_launch(0, "peek", int64_t{0}).wait().toTensorVector();
+  auto evicted = dist.p_launch(1, "peek", int64_t{0}).wait().toTensorVector();  // evicts 0
+  EXPECT_GE(dist.cache_stats(0).evictions, 2);
+  ASSERT_EQ(resident[0].numel(), 10);
+  EXPECT_TRUE(torch::equal(evicted[0], resident[0]));
+  EXPECT_TRUE(torch::equal(evicted[1], resident[1]));
+  EXPECT_TRUE(torch::any(resident[1] != 0).item<bool>());  // the gradients are real
+  auto named = dist.p_named_parameters(0);  // 0 is evicted now
+  ASSERT_EQ(named.size(), 3u);
+  EXPECT_TRUE(torch::equal(named[0].second, named[1].second));  // "tied" and "fc.weight"
+  // Training continues with the weight still shared after a restore.
+  dist.p_launch(0, "train").wait();
+  named = dist.p_named_parameters(0);
+  EXPECT_TRUE(torch::equal(named[0].second, named[1].second));
+}
+
 }  // namespace
 }  // namespace push

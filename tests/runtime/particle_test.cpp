@@ -167,6 +167,39 @@ TEST(Particle, GetReturnsACopyOfAnotherParticleAndCachesIt) {
   }
 }
 
+// A view reflects every change made before it was asked for, also of the asking
+// particle itself (whose version does not change while its handler runs).
+TEST(Particle, ViewOfItselfReflectsItsOwnSteps) {
+  Push dist(tiny_mlp);
+  auto flat = [&](Pid pid) {
+    std::vector<torch::Tensor> parts;
+    for (auto& t : dist.p_parameters(pid)) parts.push_back(t.reshape(-1));
+    return torch::cat(parts);
+  };
+  auto opts = ParticleOptions()
+                  .optimizer(adam(0.1))
+                  .on("step_between_gets",
+                      [](Particle& p, const Args&) {
+                        auto before = p.get(p.pid()).wait().flat_parameters();
+                        auto x = torch::ones({4, 1});
+                        p.step(mse, x, 2 * x).wait();
+                        auto after = p.get(p.pid()).wait().flat_parameters();
+                        return c10::IValue(std::vector<torch::Tensor>{before, after});
+                      })
+                  .on("peek", [](Particle& p, const Args& a) {
+                    return c10::IValue(p.get(a[0].toInt()).wait().flat_parameters());
+                  });
+  dist.p_create(opts);
+  dist.p_create(opts);
+  auto initial = flat(0);
+  auto seen = dist.p_launch(0, "step_between_gets").wait().toTensorVector();
+  EXPECT_TRUE(torch::equal(seen[0], initial));
+  EXPECT_FALSE(torch::equal(seen[1], seen[0]));
+  EXPECT_TRUE(torch::equal(seen[1], flat(0)));
+  // A sibling on the same lane sees the stepped particle too.
+  EXPECT_TRUE(torch::equal(dist.p_launch(1, "peek", int64_t{0}).wait().toTensor(), flat(0)));
+}
+
 TEST(Particle, StatePersistsAcrossMessages) {
   Push dist(tiny_mlp);
   Pid pid = dist.p_create(ParticleOptions()

@@ -18,7 +18,10 @@
 //
 // Thread-safety: every member may be called from any thread, including from inside a
 // handler. The destructor cancels work that has not started, unwinds suspended
-// handlers (their futures fail with CancelledError) and joins every thread.
+// handlers (their futures fail with CancelledError) and joins every thread. Destroyed
+// from inside one of its own handlers, it returns at once instead: new work is refused
+// and a background thread does the rest as soon as that handler returns or waits (the
+// handler must not touch the distribution afterwards).
 #include <push/runtime/future.h>
 #include <push/runtime/options.h>
 #include <push/runtime/particle.h>
