@@ -40,19 +40,19 @@ TEST_P(ThreadState, AutocastIsPerHandler) {
   const auto a = torch::randn({8, 8});
   const auto lane_dtype = Autocast::dtype(kCuda);
   Pid mixed = dist.p_create(ParticleOptions().device(0).on("mixed", [opened, a](Particle&, const Args&) {
-    at::autocast::set_cpu_enabled(true);
+    Autocast::set_enabled(c10::DeviceType::CPU, true);
     Autocast::set_dtype(kCuda, at::kBFloat16);
     opened.wait();
-    auto out = c10::ivalue::Tuple::create({c10::IValue(at::autocast::is_cpu_enabled()),
+    auto out = c10::ivalue::Tuple::create({c10::IValue(Autocast::is_enabled(c10::DeviceType::CPU)),
                                            name(torch::mm(a, a).scalar_type()),
                                            name(Autocast::dtype(kCuda)),
                                            c10::IValue(at::autocast::is_autocast_cache_enabled())});
-    at::autocast::set_cpu_enabled(false);
+    Autocast::set_enabled(c10::DeviceType::CPU, false);
     at::autocast::clear_cache();
     return out;
   }));
   Pid plain = dist.p_create(ParticleOptions().device(0).on("plain", [gate, a](Particle&, const Args&) {
-    auto out = c10::ivalue::Tuple::create({c10::IValue(at::autocast::is_cpu_enabled()),
+    auto out = c10::ivalue::Tuple::create({c10::IValue(Autocast::is_enabled(c10::DeviceType::CPU)),
                                            name(torch::mm(a, a).scalar_type()),
                                            name(Autocast::dtype(kCuda))});
     Autocast::set_dtype(kCuda, at::kDouble);

@@ -102,9 +102,7 @@ class AutocastState {
 #endif
   }
 
- private:
-  static constexpr std::array<c10::DeviceType, 2> kTypes = {c10::DeviceType::CPU,
-                                                            c10::DeviceType::CUDA};
+  /// Whether autocast is on for `type` (CPU or CUDA) on this thread.
   static bool is_enabled(c10::DeviceType type) {
 #if PUSH_TORCH_AT_LEAST(2, 4)
     return at::autocast::is_autocast_enabled(type);
@@ -125,6 +123,9 @@ class AutocastState {
 #endif
   }
 
+ private:
+  static constexpr std::array<c10::DeviceType, 2> kTypes = {c10::DeviceType::CPU,
+                                                            c10::DeviceType::CUDA};
   std::array<bool, 2> enabled_{};
   std::array<at::ScalarType, 2> dtype_{};
   bool cache_enabled_ = true;
