@@ -56,9 +56,9 @@ ThreadState ThreadState::capture(const c10::Device& lane_device) {
   return state;
 }
 
-void ThreadState::restore() const {
+void ThreadState::restore_over(const ThreadState& current) const {
   at::ThreadLocalState::setThreadLocalState(torch_);
-  autocast_.restore();
+  autocast_.restore_over(current.autocast_);
   if (device_) {
     const c10::impl::VirtualGuardImpl guard(device_->type());
     guard.uncheckedSetDevice(*device_);
@@ -136,15 +136,15 @@ void Fiber::run_body() {
   body_ = nullptr;
   finished_ = true;
   // The final switch never returns here; the stack is reused by the next start().
+  switch_out();
 #if defined(PUSH_ASAN)
   __sanitizer_start_switch_fiber(nullptr, asan_caller_bottom_, asan_caller_size_);
 #endif
-  switch_out();
   ::swapcontext(&context_, &caller_);
   __builtin_unreachable();
 }
 
-void Fiber::switch_in() {
+void Fiber::switch_in(const ThreadState& caller) {
   // Scheduler side, just before the jump: install the fiber's view of the thread.
   previous_ = t_current;
   t_current = this;
@@ -152,7 +152,8 @@ void Fiber::switch_in() {
   eh_caller_ = *eh;
   *eh = eh_fiber_;
   // A fiber's first run inherits the lane's state (the caller's).
-  if (state_) state_->restore();
+  if (state_) state_->restore_over(caller);
+  caller_state_ = &caller;
 #if defined(PUSH_TSAN)
   tsan_caller_ = __tsan_get_current_fiber();
   __tsan_switch_to_fiber(tsan_fiber_, 0);
@@ -161,14 +162,14 @@ void Fiber::switch_in() {
 
 void Fiber::switch_out() {
   // Fiber side, just before the jump back: save the fiber's view, give the caller its own.
-  if (!finished_) {
-    state_.emplace(ThreadState::capture(device_));
-    // The autocast cache maps a parameter to its low-precision copy; the parameter may
-    // change (another handler steps it) before this fiber resumes: drop the copies.
-    if (state_->autocast_enabled()) at::autocast::clear_cache();
-  } else if (compat::AutocastState::enabled_now()) {
-    at::autocast::clear_cache();  // a handler that returned inside an autocast region
-  }
+  // The fiber's state: saved to resume with, and what the caller's is restored over.
+  state_.emplace(ThreadState::capture(device_));
+  // The autocast cache maps a parameter to its low-precision copy; the parameter may
+  // change (another handler steps it) before this fiber resumes: drop the copies. Also
+  // when the handler returned inside an autocast region.
+  if (state_->autocast_enabled()) at::autocast::clear_cache();
+  caller_state_->restore_over(*state_);
+  if (finished_) state_.reset();
   EhGlobals* eh = eh_globals();
   eh_fiber_ = *eh;
   *eh = eh_caller_;
@@ -179,10 +180,10 @@ void Fiber::switch_out() {
 }
 
 void Fiber::resume() {
-  // The scheduler's thread state: restored after the fiber hands control back.
+  // The scheduler's thread state: switch_out() restores it before control comes back.
   const ThreadState caller = ThreadState::capture(device_);
   if (caller.autocast_enabled()) at::autocast::clear_cache();
-  switch_in();
+  switch_in(caller);
 #if defined(PUSH_ASAN)
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(&fake_stack, stack_, stack_size_);
@@ -191,7 +192,8 @@ void Fiber::resume() {
 #if defined(PUSH_ASAN)
   __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
-  caller.restore();
+  // switch_out() restored `caller` before the jump back.
+  caller_state_ = nullptr;
 }
 
 void Fiber::suspend() {

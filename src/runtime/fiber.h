@@ -41,7 +41,8 @@ struct EhGlobals {
 class ThreadState {
  public:
   static ThreadState capture(const c10::Device& lane_device);
-  void restore() const;
+  /// Makes this the thread's state, given that `current` (captured just now) is.
+  void restore_over(const ThreadState& current) const;
   bool autocast_enabled() const { return autocast_.any_enabled(); }
 
  private:
@@ -81,7 +82,7 @@ class Fiber {
  private:
   static void trampoline(unsigned int lo, unsigned int hi);
   void run_body();
-  void switch_in();
+  void switch_in(const ThreadState& caller);
   void switch_out();
 
   ucontext_t context_{};
@@ -97,6 +98,7 @@ class Fiber {
   EhGlobals eh_caller_{};
   c10::Device device_;
   std::optional<ThreadState> state_;  // the fiber's, while suspended
+  const ThreadState* caller_state_ = nullptr;  // the resume() running it: restored on switch-out
   Fiber* previous_ = nullptr;
 
   // Sanitizer bookkeeping (used only in instrumented builds).

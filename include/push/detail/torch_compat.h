@@ -54,16 +54,18 @@ class AutocastState {
     return s;
   }
 
-  void restore() const {
+  /// Makes this the thread's state, given that `current` is: only what differs is set, so
+  /// a switch between handlers that leave autocast alone costs no writes.
+  void restore_over(const AutocastState& current) const {
     for (std::size_t i = 0; i < kTypes.size(); ++i) {
-      set_enabled(kTypes[i], enabled_[i]);
-      set_dtype(kTypes[i], dtype_[i]);
+      if (enabled_[i] != current.enabled_[i]) set_enabled(kTypes[i], enabled_[i]);
+      if (dtype_[i] != current.dtype_[i]) set_dtype(kTypes[i], dtype_[i]);
     }
-    at::autocast::set_autocast_cache_enabled(cache_enabled_);
-    int nesting = at::autocast::increment_nesting() - 1;
-    at::autocast::decrement_nesting();
-    while (nesting < nesting_) nesting = at::autocast::increment_nesting();
-    while (nesting > nesting_) nesting = at::autocast::decrement_nesting();
+    if (cache_enabled_ != current.cache_enabled_) {
+      at::autocast::set_autocast_cache_enabled(cache_enabled_);
+    }
+    for (int n = current.nesting_; n < nesting_; ++n) at::autocast::increment_nesting();
+    for (int n = current.nesting_; n > nesting_; --n) at::autocast::decrement_nesting();
   }
 
   /// Whether autocast is on for any device type on this thread now.
