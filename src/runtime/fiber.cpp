@@ -1,5 +1,9 @@
 #include "runtime/fiber.h"
 
+#include <push/runtime/errors.h>
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <cxxabi.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -41,9 +45,30 @@ std::size_t page_size() {
 
 }  // namespace
 
+ThreadState ThreadState::capture(const c10::Device& lane_device) {
+  ThreadState state;  // torch_ captures at::ThreadLocalState
+  state.autocast_ = compat::AutocastState::capture();
+  if (lane_device.type() != c10::DeviceType::CPU) {
+    const c10::impl::VirtualGuardImpl guard(lane_device.type());
+    state.device_ = guard.getDevice();
+    state.stream_ = guard.getStream(*state.device_);
+  }
+  return state;
+}
+
+void ThreadState::restore_over(const ThreadState& current) const {
+  at::ThreadLocalState::setThreadLocalState(torch_);
+  autocast_.restore_over(current.autocast_);
+  if (device_) {
+    const c10::impl::VirtualGuardImpl guard(device_->type());
+    guard.uncheckedSetDevice(*device_);
+    guard.exchangeStream(*stream_);
+  }
+}
+
 Fiber* Fiber::current() { return t_current; }
 
-Fiber::Fiber(std::size_t stack_size) {
+Fiber::Fiber(std::size_t stack_size, const c10::Device& device) : device_(device) {
   const std::size_t page = page_size();
   stack_size_ = (stack_size + page - 1) / page * page;
   mapping_size_ = stack_size_ + page;
@@ -51,12 +76,22 @@ Fiber::Fiber(std::size_t stack_size) {
   mapping_ = ::mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapping_ == MAP_FAILED) {
-    throw std::runtime_error("[push::detail::Fiber] cannot map a " +
-                             std::to_string(mapping_size_) + "-byte stack: " +
-                             std::strerror(errno));
+    const int error = errno;
+    throw Error(c10::str("[push::detail::Fiber] cannot map a fiber stack of ", mapping_size_,
+                         " bytes (PushOptions::stack_size plus a guard page): ",
+                         std::strerror(error),
+                         error == ENOMEM ? " (out of address space, or the process is at "
+                                           "vm.max_map_count mappings)"
+                                         : ""));
   }
   // Guard page: a handler that overflows its stack faults instead of corrupting memory.
-  ::mprotect(mapping_, page, PROT_NONE);
+  // Without it an overflow would corrupt memory silently, so a failure is an error too.
+  if (::mprotect(mapping_, page, PROT_NONE) != 0) {
+    const int error = errno;
+    ::munmap(mapping_, mapping_size_);
+    throw Error(c10::str("[push::detail::Fiber] cannot protect the guard page of a fiber stack: ",
+                         std::strerror(error)));
+  }
   stack_ = static_cast<char*>(mapping_) + page;
 #if defined(PUSH_TSAN)
   tsan_fiber_ = __tsan_create_fiber(0);
@@ -75,7 +110,7 @@ void Fiber::release_stack() { ::madvise(stack_, stack_size_, MADV_DONTNEED); }
 void Fiber::start(std::function<void()> body) {
   body_ = std::move(body);
   finished_ = false;
-  torch_tls_.reset();
+  state_.reset();
   eh_fiber_ = EhGlobals{};
   ::getcontext(&context_);
   context_.uc_stack.ss_sp = stack_;
@@ -101,24 +136,24 @@ void Fiber::run_body() {
   body_ = nullptr;
   finished_ = true;
   // The final switch never returns here; the stack is reused by the next start().
+  switch_out();
 #if defined(PUSH_ASAN)
   __sanitizer_start_switch_fiber(nullptr, asan_caller_bottom_, asan_caller_size_);
 #endif
-  switch_out();
   ::swapcontext(&context_, &caller_);
   __builtin_unreachable();
 }
 
-void Fiber::switch_in() {
+void Fiber::switch_in(const ThreadState& caller) {
   // Scheduler side, just before the jump: install the fiber's view of the thread.
   previous_ = t_current;
   t_current = this;
   EhGlobals* eh = eh_globals();
   eh_caller_ = *eh;
   *eh = eh_fiber_;
-  if (torch_tls_) {
-    at::ThreadLocalState::setThreadLocalState(*torch_tls_);
-  }
+  // A fiber's first run inherits the lane's state (the caller's).
+  if (state_) state_->restore_over(caller);
+  caller_state_ = &caller;
 #if defined(PUSH_TSAN)
   tsan_caller_ = __tsan_get_current_fiber();
   __tsan_switch_to_fiber(tsan_fiber_, 0);
@@ -127,9 +162,14 @@ void Fiber::switch_in() {
 
 void Fiber::switch_out() {
   // Fiber side, just before the jump back: save the fiber's view, give the caller its own.
-  if (!finished_) {
-    torch_tls_.emplace();
-  }
+  // The fiber's state: saved to resume with, and what the caller's is restored over.
+  state_.emplace(ThreadState::capture(device_));
+  // The autocast cache maps a parameter to its low-precision copy; the parameter may
+  // change (another handler steps it) before this fiber resumes: drop the copies. Also
+  // when the handler returned inside an autocast region.
+  if (state_->autocast_enabled()) at::autocast::clear_cache();
+  caller_state_->restore_over(*state_);
+  if (finished_) state_.reset();
   EhGlobals* eh = eh_globals();
   eh_fiber_ = *eh;
   *eh = eh_caller_;
@@ -140,9 +180,10 @@ void Fiber::switch_out() {
 }
 
 void Fiber::resume() {
-  // The scheduler's LibTorch thread state: restored after the fiber hands control back.
-  at::ThreadLocalState caller_tls;
-  switch_in();
+  // The scheduler's thread state: switch_out() restores it before control comes back.
+  const ThreadState caller = ThreadState::capture(device_);
+  if (caller.autocast_enabled()) at::autocast::clear_cache();
+  switch_in(caller);
 #if defined(PUSH_ASAN)
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(&fake_stack, stack_, stack_size_);
@@ -151,7 +192,8 @@ void Fiber::resume() {
 #if defined(PUSH_ASAN)
   __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
-  at::ThreadLocalState::setThreadLocalState(caller_tls);
+  // switch_out() restored `caller` before the jump back.
+  caller_state_ = nullptr;
 }
 
 void Fiber::suspend() {

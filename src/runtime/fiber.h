@@ -6,11 +6,17 @@
 // stack; C++20 stackless coroutines would force co_await into every user handler.
 //
 // A Fiber never migrates between threads: it is resumed only by the lane thread that
-// started it. That keeps thread_local state (ours, LibTorch's, the C++ runtime's)
-// coherent; what LibTorch keeps per thread (grad mode, dispatch keys, ...) and the
-// C++ exception-handling globals are saved and restored on every switch, so a handler
-// that waits inside a NoGradGuard or a catch block resumes exactly as it left.
+// started it. On every switch the per-thread state a handler can change is saved and
+// restored (ThreadState below, and the C++ exception-handling globals), so a handler that
+// waits inside a NoGradGuard, an autocast region, a device or stream guard or a catch
+// block resumes exactly as it left, and leaks none of it into other handlers. Not saved:
+// the autograd engine's state during a backward pass (wait() refuses to suspend there)
+// and the autocast cache of casts (cleared instead when an autocast handler switches).
+#include <push/detail/torch_compat.h>
+
 #include <ATen/ThreadLocalState.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
 
 #include <cstddef>
 #include <functional>
@@ -28,9 +34,29 @@ struct EhGlobals {
   unsigned int uncaught_exceptions = 0;
 };
 
+// LibTorch's per-thread state beyond the C++ runtime's: at::ThreadLocalState (grad mode,
+// dispatch keys, saved-tensor hooks, ...), autocast, and for a device with a current
+// device and stream (CUDA), both, through the device type's guard implementation (so the
+// CPU build needs no CUDA headers).
+class ThreadState {
+ public:
+  static ThreadState capture(const c10::Device& lane_device);
+  /// Makes this the thread's state, given that `current` (captured just now) is.
+  void restore_over(const ThreadState& current) const;
+  bool autocast_enabled() const { return autocast_.any_enabled(); }
+
+ private:
+  at::ThreadLocalState torch_;
+  compat::AutocastState autocast_;
+  std::optional<c10::Device> device_;  // current device of the lane's type
+  std::optional<c10::Stream> stream_;  // current stream on device_
+};
+
 class Fiber {
  public:
-  explicit Fiber(std::size_t stack_size);
+  /// A stack of `stack_size` bytes; `device` is the lane's (whose current device and
+  /// stream are saved on switches). Throws push::Error when the stack cannot be mapped.
+  Fiber(std::size_t stack_size, const c10::Device& device);
   ~Fiber();
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
@@ -56,7 +82,7 @@ class Fiber {
  private:
   static void trampoline(unsigned int lo, unsigned int hi);
   void run_body();
-  void switch_in();
+  void switch_in(const ThreadState& caller);
   void switch_out();
 
   ucontext_t context_{};
@@ -70,7 +96,9 @@ class Fiber {
 
   EhGlobals eh_fiber_{};
   EhGlobals eh_caller_{};
-  std::optional<at::ThreadLocalState> torch_tls_;  // the fiber's, while suspended
+  c10::Device device_;
+  std::optional<ThreadState> state_;  // the fiber's, while suspended
+  const ThreadState* caller_state_ = nullptr;  // the resume() running it: restored on switch-out
   Fiber* previous_ = nullptr;
 
   // Sanitizer bookkeeping (used only in instrumented builds).

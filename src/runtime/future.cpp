@@ -1,5 +1,7 @@
 #include <push/runtime/future.h>
 
+#include <push/detail/torch_compat.h>
+
 #include <c10/util/Exception.h>
 
 #include "runtime/fiber.h"
@@ -30,12 +32,28 @@ void check_not_lane_stack(const char* origin) {
                          "wait inside a handler or from another thread"));
   }
 }
+
+// The running handler's lane, when this wait may suspend a fiber; throws where it may not.
+Lane* suspendable_lane(const char* origin) {
+  Lane* lane = Lane::current();
+  if (lane == nullptr || Fiber::current() == nullptr) return nullptr;
+  // The autograd engine keeps per-thread state for the backward pass it is running on this
+  // thread (its graph task, ready queue, depth); a second fiber's backward on the same
+  // thread would run inside it. That state cannot be saved, so a fiber never leaves it.
+  if (compat::in_backward_pass()) {
+    throw Error(c10::str("[", origin,
+                         "] cannot wait inside a backward pass (a tensor or module hook run by "
+                         "the autograd engine) on a future that is not complete: finish "
+                         "backward(), then wait"));
+  }
+  return lane;
+}
 }  // namespace
 
 void FutureCore::wait_ready() {
   if (ready()) return;
-  if (Lane* lane = Lane::current(); lane != nullptr && Fiber::current() != nullptr) {
-    lane->suspend_until(*this);
+  if (Lane* lane = suspendable_lane("push::Future::wait")) {
+    lane->suspend_until(*this, std::nullopt);
     return;
   }
   check_not_lane_stack("push::Future::wait");
@@ -45,14 +63,14 @@ void FutureCore::wait_ready() {
 
 bool FutureCore::wait_ready_for(std::chrono::nanoseconds timeout) {
   if (ready()) return true;
-  if (Lane::current() != nullptr && Fiber::current() != nullptr) {
-    // Inside a handler there is no timer to wake the fiber: wait for completion.
-    wait_ready();
-    return true;
+  if (timeout <= std::chrono::nanoseconds::zero()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (Lane* lane = suspendable_lane("push::Future::wait_for")) {
+    return lane->suspend_until(*this, deadline);
   }
   check_not_lane_stack("push::Future::wait_for");
   std::unique_lock<std::mutex> lock(mutex_);
-  return cv_.wait_for(lock, timeout, [&] { return ready(); });
+  return cv_.wait_until(lock, deadline, [&] { return ready(); });
 }
 
 void FutureCore::add_callback(std::function<void()> callback) {
@@ -66,17 +84,28 @@ void FutureCore::add_callback(std::function<void()> callback) {
   callback();
 }
 
-void FutureCore::mark_ready(std::exception_ptr error) {
+void FutureCore::mark_ready(std::exception_ptr error, c10::function_ref<void()> store) {
   std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Checked before anything is written: a second completion must not touch the first.
     if (ready()) throw Error("[push::Promise] this future already has a value or an error");
+    store();
     error_ = std::move(error);
     ready_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
-  for (auto& callback : callbacks) callback();
+  // Every continuation runs: one that throws must not leave the waiters behind it hanging.
+  // Its exception has nowhere to go (the completer's work succeeded), so it is reported.
+  for (auto& callback : callbacks) {
+    try {
+      callback();
+    } catch (...) {
+      TORCH_WARN("[push::Future] a continuation threw (the others still ran): ",
+                 describe(std::current_exception()));
+    }
+  }
 }
 
 }  // namespace detail

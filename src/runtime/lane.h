@@ -8,15 +8,21 @@
 //  - handler: a particle's receive handler, run in a fiber (a stackful coroutine), with
 //    its particle pinned in the cache while it runs.
 //  - resume: a suspended handler whose awaited future completed.
+// A handler waiting with a deadline (wait_for) also sits in the lane's timer queue: the
+// loop sleeps at most until the nearest deadline and resumes an expired waiter itself.
+// Any exception out of a job fails that job's future; it never escapes the loop.
 // Only one fiber runs at a time, so NN work on a device is serialized; handlers on one
 // device interleave exactly at their wait() points; lanes run in parallel.
 #include <push/runtime/future.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -34,11 +40,15 @@ struct LaneConfig {
   int cache_size = 4;
   int view_size = 4;
   int intra_op_threads = 1;
+  /// OpenBLAS's thread count. Its pool is one per process, shared by every lane: with
+  /// several lanes, 1 (each lane runs BLAS on its own thread); with one, intra_op_threads.
+  int blas_threads = 1;
   std::size_t stack_size = std::size_t{1} << 20;
 };
 
 class Lane : public std::enable_shared_from_this<Lane> {
  public:
+  using Clock = std::chrono::steady_clock;
   struct Task;  // a fiber and what it is running
 
   struct Job {
@@ -72,9 +82,10 @@ class Lane : public std::enable_shared_from_this<Lane> {
   /// The particle whose handler is running now on this lane (lane thread only).
   ParticleRecord* running() const;
 
-  /// Fiber side: suspends the running handler until `future` is ready. Unpins its
-  /// particle meanwhile. Throws CancelledError when the lane is stopping.
-  void suspend_until(FutureCore& future);
+  /// Fiber side: suspends the running handler until `future` is ready or `deadline`
+  /// passes; true when ready. Unpins its particle meanwhile. A completion after the
+  /// deadline does not resume it again. Throws CancelledError when the lane is stopping.
+  bool suspend_until(FutureCore& future, std::optional<Clock::time_point> deadline);
 
   /// Pins / unpins the running handler's particle (lane thread only).
   void pin_running();
@@ -82,7 +93,10 @@ class Lane : public std::enable_shared_from_this<Lane> {
 
  private:
   void loop();
+  void run_guarded(Job& job);
   void dispatch(Job& job);
+  void fire_timers();
+  void cancel_timer(Task* task);
   void run_task(Task* task);
   Task* take_task();
   void recycle(Task* task);
@@ -104,6 +118,7 @@ class Lane : public std::enable_shared_from_this<Lane> {
   std::vector<std::unique_ptr<Task>> tasks_;
   std::vector<Task*> idle_tasks_;
   std::vector<Task*> suspended_;
+  std::multimap<Clock::time_point, Task*> timers_;  // suspended handlers with a deadline
   Task* current_ = nullptr;
   bool stopping_ = false;
 };

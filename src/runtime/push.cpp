@@ -196,6 +196,7 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
     config.cache_size = options_.cache_size();
     config.view_size = options_.view_size();
     config.intra_op_threads = threads;
+    config.blas_threads = lanes == 1 ? threads : 1;  // OpenBLAS's pool is one per process
     config.stack_size = options_.stack_size();
     lanes_.push_back(std::make_shared<Lane>(config));
   }

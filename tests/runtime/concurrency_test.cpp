@@ -6,10 +6,14 @@
 #include <torch/torch.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 
+#include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "test_util.h"
@@ -26,6 +30,40 @@ int count_threads() {
     ::closedir(dir);
   }
   return n;
+}
+
+// A thread that was joined can stay listed in /proc for a moment (the kernel reaps it after
+// waking the joiner): wait, at most 5 s, until no more than `limit` threads remain.
+int settled_thread_count(int limit) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int n = count_threads();
+  while (n > limit && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = count_threads();
+  }
+  return n;
+}
+
+// Threads whose name starts with `prefix` (a thread inherits its creator's name).
+int threads_named(const std::string& prefix) {
+  int n = 0;
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string name;
+      n += std::getline(comm, name) && name.rfind(prefix, 0) == 0;
+    }
+    ::closedir(dir);
+  }
+  return n;
+}
+
+// OpenBLAS's process-wide thread count, or -1 where LibTorch uses another BLAS.
+int openblas_threads() {
+  using Get = int (*)();
+  static const auto get = reinterpret_cast<Get>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get != nullptr ? get() : -1;
 }
 
 class Lanes : public ::testing::TestWithParam<int> {};
@@ -153,13 +191,42 @@ TEST_P(Lanes, LaunchesFromManyThreads) {
 }
 
 TEST_P(Lanes, LaneThreadsAreBoundedAndJoined) {
-  const int before = count_threads();
-  {
-    Push dist(scalar_module, PushOptions().devices(GetParam()).intra_op_threads(1));
-    for (int i = 0; i < 200; ++i) dist.p_create();
-    EXPECT_LE(count_threads(), before + GetParam());
+  // Per lane: its thread and its OpenMP team (intra - 1 workers); process-wide: LibTorch's
+  // pthreadpool and OpenBLAS's pool, at most intra - 1 workers each. Intra 2 first, so that
+  // the intra 1 round checks that nothing is left behind.
+  const int lanes = GetParam();
+  for (int intra : {2, 1}) {
+    SCOPED_TRACE("intra_op_threads " + std::to_string(intra));
+    const int before = count_threads();
+    {
+      Push dist(scalar_module, PushOptions().devices(lanes).intra_op_threads(intra));
+      for (int i = 0; i < 200; ++i) dist.p_create();
+      // BLAS and OpenMP work on every lane, so that every pool a lane can grow has grown.
+      auto opts = ParticleOptions().on("work", [](Particle&, const Args&) {
+        auto a = torch::randn({256, 256});
+        auto product = torch::mm(a, a).sum() + (torch::randn({1 << 18}).exp() + 1).sum();
+        EXPECT_TRUE(std::isfinite(product.item<double>()));
+        return c10::IValue(int64_t{openblas_threads()});
+      });
+      std::vector<PFuture> fs;
+      for (int l = 0; l < lanes; ++l) fs.push_back(dist.p_launch(dist.p_create(opts.device(l)), "work"));
+      for (const auto& blas : dist.p_wait(fs)) {
+        // One lane may use its intra-op threads for BLAS; several lanes would share the one
+        // pool, so each runs BLAS on its own thread.
+        if (blas.toInt() >= 0) EXPECT_EQ(blas.toInt(), lanes == 1 ? intra : 1);
+      }
+      EXPECT_LE(count_threads(), before + (lanes + 2) * intra);
+    }
+    // The lanes and their OpenMP teams are gone; only the process-wide pools may remain.
+    const int left = before + 2 * (intra - 1);
+    EXPECT_LE(settled_thread_count(left), left);
   }
-  EXPECT_EQ(count_threads(), before);
+  // With one intra-op thread no pool keeps a worker a lane created: none is left.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (threads_named("push-lane-") > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(threads_named("push-lane-"), 0);
 }
 
 TEST_P(Lanes, GradModeIsPerHandler) {

@@ -138,6 +138,18 @@ TEST(Errors, DestroyingWithPendingWorkCancelsItAndJoins) {
   never.set_value(int64_t{1});
 }
 
+TEST(Errors, AFiberStackThatCannotBeMappedFailsTheJobNotTheProcess) {
+  // mmap refuses a 4 PiB stack just as it refuses one more mapping past vm.max_map_count.
+  Push dist(tiny_mlp, PushOptions().stack_size(std::size_t{1} << 52));
+  Pid pid = dist.p_create(ParticleOptions().on("run", [](Particle&, const Args&) {
+    return c10::IValue(int64_t{1});
+  }));
+  EXPECT_PUSH_ERROR(dist.p_launch(pid, "run").wait(), "cannot map a fiber stack");
+  EXPECT_PUSH_ERROR(dist.p_launch(pid, "run").wait(), "stack_size");
+  // The lane survives: work that needs no fiber still runs.
+  EXPECT_EQ(dist.p_parameters(pid).size(), 4u);
+}
+
 TEST(Errors, BrokenPromise) {
   PFuture f;
   { Promise<c10::IValue> p; f = p.future(); }

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include "test_util.h"
 
@@ -57,6 +60,44 @@ TEST(Future, ContinuationAddedBeforeCompletionRunsOnce) {
   EXPECT_EQ(g.wait(), 42);
   t.join();
   EXPECT_EQ(runs.load(), 1);
+}
+
+TEST(Future, AThrowingCallbackDoesNotStopTheOthers) {
+  Promise<int> promise;
+  Future<int> f = promise.future();
+  std::atomic<int> runs{0};
+  f.state()->add_callback([&] {
+    runs.fetch_add(1);
+    throw std::runtime_error("a bad callback");
+  });
+  f.state()->add_callback([&] { runs.fetch_add(1); });
+  auto g = f.then([](const int& v) { return v + 1; });  // a waiter behind the bad callback
+  EXPECT_NO_THROW(promise.set_value(20));
+  EXPECT_EQ(runs.load(), 2);
+  ASSERT_TRUE(g.wait_for(std::chrono::seconds(1))) << "a waiter behind the throwing callback hangs";
+  EXPECT_EQ(g.wait(), 21);
+  EXPECT_EQ(f.wait(), 20);
+}
+
+TEST(Future, ASecondSetIsAnErrorAndKeepsTheFirstValue) {
+  Promise<int> promise;
+  Future<int> f = promise.future();
+  promise.set_value(1);
+  EXPECT_PUSH_ERROR(promise.set_value(2), "already has a value or an error");
+  EXPECT_EQ(f.wait(), 1);
+  EXPECT_PUSH_ERROR(promise.set_error(std::make_exception_ptr(Error("late"))), "already has");
+  EXPECT_FALSE(f.has_error());
+  EXPECT_EQ(f.wait(), 1);
+}
+
+PFuture temporary_future() { return PFuture::ready(c10::IValue(std::string(64, 'v'))); }
+
+TEST(Future, WaitReturnsAValueThatOutlivesTheFuture) {
+  // Binding wait()'s result to a reference must not point into a future that is gone.
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<const PFuture&>().wait())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<const Future<int>&>().get())>);
+  const auto& value = temporary_future().wait();
+  EXPECT_EQ(value.toStringRef(), std::string(64, 'v'));
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #pragma once
 // The one place where LibTorch 1.13 (Debian, CPU) and 2.x (pip wheel, CUDA) differ for
 // push. Everything else in the project compiles unchanged against both.
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
 #include <torch/version.h>
 
+#include <array>
 #include <cstdint>
 
 #define PUSH_TORCH_AT_LEAST(major, minor) \
@@ -25,6 +28,111 @@ inline bool wants_pinned_host(const torch::Device& device) { return device.is_cu
 inline int cuda_device_count() {
   return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
 }
+
+/// Whether the autograd engine is running a backward pass on this thread (a hook is
+/// running inside it). Both 1.13 and 2.x expose the current graph task's exec info,
+/// non-null exactly while one is current.
+inline bool in_backward_pass() {
+  return torch::autograd::get_current_graph_task_exec_info() != nullptr;
+}
+
+/// A thread's autocast state, which LibTorch keeps in thread_locals outside
+/// at::ThreadLocalState (1.13 saves only the enabled flags, as dispatch keys, there):
+/// per device type the enabled flag and the lower-precision dtype, the cache flag, and the
+/// nesting count. The cache of casts itself cannot be saved (no API reads it).
+class AutocastState {
+ public:
+  static AutocastState capture() {
+    AutocastState s;
+    for (std::size_t i = 0; i < kTypes.size(); ++i) {
+      s.enabled_[i] = is_enabled(kTypes[i]);
+      s.dtype_[i] = dtype(kTypes[i]);
+    }
+    s.cache_enabled_ = at::autocast::is_autocast_cache_enabled();
+    s.nesting_ = at::autocast::increment_nesting() - 1;  // no getter: read by a round trip
+    at::autocast::decrement_nesting();
+    return s;
+  }
+
+  /// Makes this the thread's state, given that `current` is: only what differs is set, so
+  /// a switch between handlers that leave autocast alone costs no writes.
+  void restore_over(const AutocastState& current) const {
+    for (std::size_t i = 0; i < kTypes.size(); ++i) {
+      if (enabled_[i] != current.enabled_[i]) set_enabled(kTypes[i], enabled_[i]);
+      if (dtype_[i] != current.dtype_[i]) set_dtype(kTypes[i], dtype_[i]);
+    }
+    if (cache_enabled_ != current.cache_enabled_) {
+      at::autocast::set_autocast_cache_enabled(cache_enabled_);
+    }
+    for (int n = current.nesting_; n < nesting_; ++n) at::autocast::increment_nesting();
+    for (int n = current.nesting_; n > nesting_; --n) at::autocast::decrement_nesting();
+  }
+
+  /// Whether autocast is on for any device type on this thread now.
+  static bool enabled_now() {
+    for (c10::DeviceType type : kTypes) {
+      if (is_enabled(type)) return true;
+    }
+    return false;
+  }
+
+  bool any_enabled() const {
+    for (bool e : enabled_) {
+      if (e) return true;
+    }
+    return false;
+  }
+
+  /// This thread's autocast dtype for `type` (CPU or CUDA).
+  static at::ScalarType dtype(c10::DeviceType type) {
+#if PUSH_TORCH_AT_LEAST(2, 4)
+    return at::autocast::get_autocast_dtype(type);
+#else
+    return type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
+#endif
+  }
+  static void set_dtype(c10::DeviceType type, at::ScalarType dtype) {
+#if PUSH_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_dtype(type, dtype);
+#else
+    if (type == c10::DeviceType::CPU) {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    } else {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    }
+#endif
+  }
+
+  /// Whether autocast is on for `type` (CPU or CUDA) on this thread.
+  static bool is_enabled(c10::DeviceType type) {
+#if PUSH_TORCH_AT_LEAST(2, 4)
+    return at::autocast::is_autocast_enabled(type);
+#else
+    return type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled()
+                                        : at::autocast::is_enabled();
+#endif
+  }
+  static void set_enabled(c10::DeviceType type, bool enabled) {
+#if PUSH_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_enabled(type, enabled);
+#else
+    if (type == c10::DeviceType::CPU) {
+      at::autocast::set_cpu_enabled(enabled);
+    } else {
+      at::autocast::set_enabled(enabled);
+    }
+#endif
+  }
+
+ private:
+  static constexpr std::array<c10::DeviceType, 2> kTypes = {c10::DeviceType::CPU,
+                                                            c10::DeviceType::CUDA};
+  std::array<bool, 2> enabled_{};
+  std::array<at::ScalarType, 2> dtype_{};
+  bool cache_enabled_ = true;
+  int nesting_ = 0;
+};
 
 }  // namespace push::compat
 

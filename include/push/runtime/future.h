@@ -4,13 +4,20 @@
 //   push::PFuture f = dist.p_launch(pid, "train", x);
 //   f.then([](const c10::IValue& loss) { ... });   // runs where f completes
 //   c10::IValue v = f.wait();                      // rethrows a particle's exception
+//   if (!f.wait_for(std::chrono::milliseconds(50))) { /* not done yet */ }
 //
-// wait() is fiber-aware: inside a particle handler it suspends that handler and lets
-// the device's event loop run other work (including the work being waited on), so
-// handlers may wait on their own device without deadlock. On any other thread it blocks.
+// wait() and wait_for() are fiber-aware: inside a particle handler they suspend that
+// handler and let the device's event loop run other work (including the work being
+// waited on), so handlers may wait on their own device without deadlock; wait_for()'s
+// deadline is a timer of that loop. On any other thread they block. wait() returns a copy
+// of the value (for tensors and IValues a reference count), which stays valid after the
+// future is gone. Inside a backward pass (a tensor or module hook run by the autograd
+// engine) a handler cannot be suspended: waiting there on a pending future is an error.
 // All members are thread-safe. Continuations run on the thread that completes the
-// future (or at once if it is already complete): keep them short and never wait in them.
+// future (or at once if it is already complete): keep them short and never wait in them;
+// one that throws is reported and does not stop the others.
 #include <ATen/core/ivalue.h>
+#include <c10/util/FunctionRef.h>
 
 #include <push/runtime/errors.h>
 
@@ -37,7 +44,7 @@ class FutureCore {
 
   /// Blocks (plain thread) or suspends (particle handler) until ready.
   void wait_ready();
-  /// Plain threads only; inside a handler this is wait_ready() when `timeout` allows.
+  /// Like wait_ready(), for at most `timeout`; true when ready.
   bool wait_ready_for(std::chrono::nanoseconds timeout);
 
   /// Runs `callback` once ready (immediately, on this thread, if already ready).
@@ -50,7 +57,9 @@ class FutureCore {
   }
 
  protected:
-  void mark_ready(std::exception_ptr error);
+  /// Completes the future: `store` (which writes the value) and the error are applied only
+  /// when it is not complete yet; a second completion throws push::Error and changes nothing.
+  void mark_ready(std::exception_ptr error, c10::function_ref<void()> store);
 
  private:
   mutable std::mutex mutex_;
@@ -64,10 +73,11 @@ template <class T>
 class FutureState final : public FutureCore {
  public:
   void set_value(T value) {
-    value_.emplace(std::move(value));
-    mark_ready(nullptr);
+    mark_ready(nullptr, [&] { value_.emplace(std::move(value)); });
   }
-  void set_error(std::exception_ptr error) { mark_ready(std::move(error)); }
+  void set_error(std::exception_ptr error) {
+    mark_ready(std::move(error), [] {});
+  }
   const T& value() const { return *value_; }
 
  private:
@@ -100,20 +110,26 @@ class Future {
   bool is_ready() const { return check().ready(); }
   bool has_error() const { return is_ready() && state_->error() != nullptr; }
 
-  /// Waits, then returns the value or rethrows the error.
-  const T& wait() const {
+  /// Waits, then returns (a copy of) the value or rethrows the error. By value, so that
+  /// `const auto& v = make_future().wait();` does not refer into a destroyed future.
+  T wait() const {
     auto& state = check();
     state.wait_ready();
     state.rethrow_if_error();
     return state.value();
   }
-  const T& get() const { return wait(); }
+  T get() const { return wait(); }
 
-  /// Waits at most `timeout`; true when the future is complete.
+  /// Waits at most `timeout`; true when the future is complete. Inside a handler the
+  /// handler is suspended until completion or the deadline, whichever comes first.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
-    return check().wait_ready_for(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(timeout));
+    // Clamped so that "wait a century" cannot overflow nanoseconds or the clock.
+    constexpr std::chrono::duration<double> kLongest = std::chrono::hours(24 * 365 * 100);
+    const auto ns = std::chrono::duration<double>(timeout) >= kLongest
+                        ? std::chrono::duration_cast<std::chrono::nanoseconds>(kLongest)
+                        : std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
+    return check().wait_ready_for(ns);
   }
 
   /// A future of f(value); an error skips f and propagates.
