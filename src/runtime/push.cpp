@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -392,6 +393,50 @@ ParticleView::Data Runtime::snapshot(ParticleRecord& record, const torch::Device
   return data;
 }
 
+// Shutdowns that ~Push hands to a thread of their own (see ~Push). The threads are joined
+// when the next one starts (those already done) and, at the latest, at exit, when this
+// object is destroyed: none is detached, none outlives the process's static destructors.
+class DeferredShutdowns {
+ public:
+  static DeferredShutdowns& instance() {
+    static DeferredShutdowns shutdowns;
+    return shutdowns;
+  }
+
+  void start(std::shared_ptr<Runtime> runtime) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    join_finished();
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.push_back({std::thread([runtime = std::move(runtime), done]() mutable {
+                          pthread_setname_np(pthread_self(), "push-shutdown");
+                          runtime->shutdown();
+                          runtime.reset();
+                          done->store(true, std::memory_order_release);
+                        }),
+                        done});
+  }
+
+  ~DeferredShutdowns() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& t : threads_) t.thread.join();
+  }
+
+ private:
+  struct Entry {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  void join_finished() {
+    std::erase_if(threads_, [](Entry& t) {
+      if (!t.done->load(std::memory_order_acquire)) return false;
+      t.thread.join();
+      return true;
+    });
+  }
+  std::mutex mutex_;
+  std::vector<Entry> threads_;
+};
+
 }  // namespace detail
 
 // ---- Push -------------------------------------------------------------------------
@@ -409,11 +454,7 @@ Push::~Push() {
   // refuses new work now; a background thread that owns the runtime shuts it down (the
   // calling handler's lane stops once that handler returns or waits) and frees it.
   runtime_->close();
-  std::thread([runtime = std::move(runtime_)]() mutable {
-    pthread_setname_np(pthread_self(), "push-shutdown");
-    runtime->shutdown();
-    runtime.reset();
-  }).detach();
+  detail::DeferredShutdowns::instance().start(std::move(runtime_));
 }
 
 Pid Push::p_create(ParticleOptions options) { return runtime_->create(options); }
