@@ -153,6 +153,8 @@ TEST_P(Lanes, LaunchesFromManyThreads) {
 }
 
 TEST_P(Lanes, LaneThreadsAreBoundedAndJoined) {
+  // TSan starts its own background thread at the process's first pthread_create.
+  if (push::testing::sanitized()) std::thread([] {}).join();
   const int before = count_threads();
   {
     Push dist(scalar_module, PushOptions().devices(GetParam()).intra_op_threads(1));
