@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace push::testing {
@@ -36,6 +38,29 @@ inline torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& label) {
           << "message was: " << e.what();                                               \
     }                                                                                   \
   } while (false)
+
+/// True when this test binary is built with ThreadSanitizer or AddressSanitizer. Both run
+/// push's code several times slower and TSan keeps shadow state for every access, so the
+/// heavy tests shrink their work with scaled() rather than being skipped.
+constexpr bool sanitized() {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+/// `n` in a plain build; under a sanitizer `n / divisor`, but at least `min` (the
+/// smallest size at which the test still checks what it claims).
+constexpr int64_t scaled(int64_t n, int64_t min, int64_t divisor = 10) {
+  return sanitized() ? std::max(min, n / divisor) : n;
+}
 
 /// Lane counts the concurrency tests run at.
 inline std::vector<int> lane_counts() { return {1, 2, 4}; }

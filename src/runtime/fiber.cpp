@@ -112,6 +112,14 @@ void Fiber::start(std::function<void()> body) {
   finished_ = false;
   state_.reset();
   eh_fiber_ = EhGlobals{};
+#if defined(PUSH_TSAN)
+  // The last run's final switch never returned, so TSan never popped its entry frames
+  // (trampoline, run_body); reusing that TSan fiber would grow its shadow stack by two
+  // frames per handler and its trace without bound (GiBs in the SVGD tests). A fresh
+  // TSan fiber per run starts with an empty stack.
+  __tsan_destroy_fiber(tsan_fiber_);
+  tsan_fiber_ = __tsan_create_fiber(0);
+#endif
   ::getcontext(&context_);
   context_.uc_stack.ss_sp = stack_;
   context_.uc_stack.ss_size = stack_size_;

@@ -38,12 +38,17 @@ constexpr std::size_t kWarmIdleTasks = 64;
 // OpenBLAS (Debian's LibTorch links whichever BLAS the system selects) keeps one pthread
 // pool per process, not per calling thread, so at::set_num_threads does not limit it.
 // Looked up at run time: with another BLAS the symbols are absent and nothing is done.
+// push only limits the pool: never above the size it had before push first touched it
+// (OPENBLAS_NUM_THREADS, or the cores), which the user may have lowered on purpose.
 void set_blas_threads(int n) {
   using Get = int (*)();
   using Set = void (*)(int);
   static const auto get = reinterpret_cast<Get>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   static const auto set = reinterpret_cast<Set>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (get != nullptr && set != nullptr && get() != n) set(n);
+  if (get == nullptr || set == nullptr) return;
+  static const int initial = get();
+  n = std::max(1, std::min(n, initial));
+  if (get() != n) set(n);
 }
 
 const char* const kCancelledWhileWaiting =

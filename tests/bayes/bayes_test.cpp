@@ -121,13 +121,16 @@ SVGD make_svgd(const LinearProblem& p, int particles, bool repulsive, int device
 TEST(SVGD, RecoversCorrelatedGaussianPosterior) {
   auto p = linear_problem(20, 1.0, 1.0, 11);
   ASSERT_LT((p.cov[0][1] / (p.cov[0][0] * p.cov[1][1]).sqrt()).item<double>(), -0.5);  // correlated
-  auto svgd = make_svgd(p, 40, true, 2);
-  svgd.fit(p.data, 500);
+  // Under a sanitizer 20 particles for 250 steps (testing::scaled): TSan made 40 x 500 take 84 s.
+  auto svgd = make_svgd(p, testing::scaled(40, 20, 2), true, 2);
+  svgd.fit(p.data, testing::scaled(500, 250, 2));
   auto theta = particle_matrix(svgd.dist());
   auto scale = p.cov.trace().sqrt();
   EXPECT_LT(((theta.mean(0) - p.mean.view(-1)).norm() / scale).item<double>(), 0.03)
       << theta.mean(0) << " vs " << p.mean.view(-1);
-  EXPECT_LT(rel_error(covariance(theta), p.cov), 0.05) << covariance(theta) << " vs " << p.cov;
+  // 20 particles (sanitizer builds) underestimate the covariance by ~7%, 40 by under 5%.
+  EXPECT_LT(rel_error(covariance(theta), p.cov), testing::sanitized() ? 0.1 : 0.05)
+      << covariance(theta) << " vs " << p.cov;
 }
 
 TEST(SVGD, CollapsesWithoutRepulsion) {
@@ -135,7 +138,7 @@ TEST(SVGD, CollapsesWithoutRepulsion) {
   // The median heuristic scales the kernel with the spread, so the attraction keeps
   // its strength as the particles close in.
   auto svgd = make_svgd(p, 10, false, 1, std::nullopt);
-  svgd.fit(p.data, 600);
+  svgd.fit(p.data, testing::scaled(600, 300, 2));
   auto theta = particle_matrix(svgd.dist());
   // Every particle climbs to the mode: the spread vanishes, the mean is the MAP.
   EXPECT_LT(covariance(theta).trace().item<double>(), 1e-3 * p.cov.trace().item<double>());
@@ -471,7 +474,7 @@ TEST(Docs, ExampleRunsAndBeatsTheMean) {
   auto model = pb::make_model("mlp:64,64", train.input_shape(), pb::output_units(pb::Likelihood::heteroscedastic, 1));
   pb::SVGD svgd(model, pb::InferOptions().particles(16).devices(2).lr(1e-2)
                            .likelihood(pb::Likelihood::heteroscedastic).seed(7));
-  svgd.fit(train, 30);
+  svgd.fit(train, testing::scaled(30, 15, 2));
   pb::Predictive p = svgd.predict(test.x);
   auto m = push::metrics::regression(scaler.unscale_mean(p.mean), scaler.unscale_variance(p.variance), test_raw.y);
   const double sd = test_raw.y.std().item<double>();  // the RMSE of predicting the mean
