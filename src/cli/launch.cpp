@@ -84,6 +84,9 @@ class Watchdog {
       fail("cannot fork the watchdog");
     }
     if (pid_ == 0) {
+      // A group of its own: `kill -- -PGID` aimed at the launcher must not take the
+      // watchdog along before it has cleaned up the ranks' groups.
+      setpgid(0, 0);
       close(fds[1]);
       run(fds[0]);
     }

@@ -87,7 +87,12 @@ void untrack(const fs::path* p) {
 
 }  // namespace
 
-fs::path resolve_path(const fs::path& path) { return fs::weakly_canonical(fs::absolute(path)).lexically_normal(); }
+fs::path resolve_path(const fs::path& path) {
+  fs::path p = fs::weakly_canonical(fs::absolute(path)).lexically_normal();
+  // "runs/new/" names the folder runs/new: drop the empty last component it leaves.
+  if (!p.has_filename() && p != p.root_path()) p = p.parent_path();
+  return p;
+}
 
 bool path_contains(const fs::path& outer, const fs::path& inner) {
   auto o = outer.begin(), i = inner.begin();

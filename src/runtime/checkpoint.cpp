@@ -292,7 +292,19 @@ void Runtime::save(const fs::path& dir) {
   constexpr const char* origin = "push::Push::save";
   check_open(origin);
   PUSH_CHECK(!dir.empty(), origin, "the checkpoint path is empty");
-  const fs::path target = fs::absolute(dir).lexically_normal();
+  fs::path target = fs::absolute(dir).lexically_normal();
+  // "ck/" names the folder ck: drop the empty last component it leaves.
+  if (!target.has_filename() && target != target.root_path()) target = target.parent_path();
+  PUSH_CHECK(target != target.root_path(), origin, "cannot save into the root folder");
+  // The folder is replaced as a whole: never one that holds something else.
+  std::error_code ec;
+  if (fs::is_directory(target, ec) && !fs::is_empty(target, ec) && !fs::exists(target / kManifest, ec)) {
+    throw Error(c10::str("[", origin, "] '", dir.string(),
+                         "' is a folder that holds something other than a push checkpoint; "
+                         "save into a new, empty or checkpoint folder"));
+  }
+  PUSH_CHECK(!fs::exists(target, ec) || fs::is_directory(target, ec), origin, "'", dir.string(),
+             "' exists and is not a folder");
   static std::atomic<uint64_t> counter{0};
   const fs::path staged = target.parent_path() /
       (target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
@@ -382,7 +394,7 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
 
   std::vector<Incoming> incoming;
   try {
-    for (const auto& e : read_manifest(dir)) incoming.push_back(Incoming{e});
+    for (const auto& e : read_manifest(dir)) incoming.push_back(Incoming{e, {}, {}, {}, {}});
   } catch (const Error&) {
     throw corrupt(std::current_exception());
   }
@@ -415,6 +427,22 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
     PUSH_CHECK(in.lane >= 0 && in.lane < num_lanes(), origin, "make_options gave particle ",
                in.entry.pid, " device ", in.lane, ", out of range 0..", num_lanes() - 1);
     to_create.emplace(in.entry.pid, std::move(options));
+  }
+
+  // The ids of the particles to create are claimed now, so that no p_create running
+  // meanwhile can take one (it would be registered twice); the claims are given back
+  // when the load fails before registering them.
+  std::vector<Pid> claimed;
+  struct Release {
+    Runtime& runtime;
+    std::vector<Pid>& pids;
+    ~Release() {
+      for (Pid pid : pids) runtime.release_pid(pid);
+    }
+  } release{*this, claimed};
+  for (const auto& [pid, options] : to_create) {
+    reserve_pid(pid, origin);
+    claimed.push_back(pid);
   }
 
   // Every file, checked and parsed.
@@ -450,16 +478,12 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
     }
   }
 
-  // Everything fits: apply. New particles first (nothing live has changed if one of
-  // their ids was taken meanwhile), then the live ones, each on its own lane.
+  // Everything fits: apply. New particles first (their ids are claimed), then the live
+  // ones, each on its own lane.
   for (auto& in : incoming) {
     if (!in.created) continue;
-    {
-      std::shared_lock<std::shared_mutex> lock(mutex_);
-      PUSH_CHECK(!records_.count(in.entry.pid), origin, "particle ", in.entry.pid,
-                 " was created while the checkpoint loaded");
-    }
-    register_record(std::move(in.created));
+    register_record(std::move(in.created));  // its id was claimed above
+    std::erase(claimed, in.entry.pid);
   }
   std::vector<Future<bool>> applied;
   for (int lane = 0; lane < num_lanes(); ++lane) {

@@ -155,7 +155,7 @@ void Lane::cancel_suspended() {
     task->cancelled = true;
     cancel_timer(task);
     remove_suspended(task);
-    run_task(task);
+    run_task_guarded(task);
   }
 }
 
@@ -169,7 +169,18 @@ void Lane::fire_timers() {
     task->timer.reset();
     task->timed_out = true;
     remove_suspended(task);
+    run_task_guarded(task);
+  }
+}
+
+// The exception barrier for resumes the loop makes itself (timers, cancellation): the
+// handler's own errors reach its future inside the fiber; what escapes is the runtime's.
+void Lane::run_task_guarded(Task* task) {
+  try {
     run_task(task);
+  } catch (...) {
+    TORCH_WARN("[push::Lane] lane ", config_.index, ": resuming a handler failed: ",
+               describe(std::current_exception()));
   }
 }
 

@@ -98,6 +98,7 @@ class Lane : public std::enable_shared_from_this<Lane> {
   void fire_timers();
   void cancel_timer(Task* task);
   void run_task(Task* task);
+  void run_task_guarded(Task* task);
   Task* take_task();
   void recycle(Task* task);
   void cancel_suspended();

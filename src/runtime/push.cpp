@@ -264,19 +264,36 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
   constexpr const char* origin = "push::Push::p_create";
   check_open(origin);
   Pid pid;
-  {
+  if (wanted) {
+    PUSH_CHECK(*wanted >= 0, origin, "particle ids are non-negative, got ", *wanted);
+    pid = *wanted;
+    reserve_pid(pid, origin);
+  } else {
     std::unique_lock<std::shared_mutex> lock(mutex_);
-    if (wanted) {
-      PUSH_CHECK(*wanted >= 0, origin, "particle ids are non-negative, got ", *wanted);
-      PUSH_CHECK(!records_.count(*wanted), origin, "particle ", *wanted, " already exists");
-      pid = *wanted;
-      next_pid_ = std::max(next_pid_, pid + 1);
-    } else {
-      pid = next_pid_++;
-    }
+    while (records_.count(next_pid_) || reserved_.count(next_pid_)) ++next_pid_;
+    pid = next_pid_++;
+    reserved_.insert(pid);
   }
-  register_record(build_record(options, pid, origin));
+  try {
+    register_record(build_record(options, pid, origin));
+  } catch (...) {
+    release_pid(pid);
+    throw;
+  }
   return pid;
+}
+
+void Runtime::reserve_pid(Pid pid, const char* origin) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  PUSH_CHECK(!records_.count(pid) && !reserved_.count(pid), origin, "particle ", pid,
+             reserved_.count(pid) ? " is being created by another call" : " already exists");
+  reserved_.insert(pid);
+  next_pid_ = std::max(next_pid_, pid + 1);
+}
+
+void Runtime::release_pid(Pid pid) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  reserved_.erase(pid);
 }
 
 std::unique_ptr<ParticleRecord> Runtime::build_record(const ParticleOptions& options, Pid pid,
@@ -324,8 +341,11 @@ void Runtime::register_record(std::unique_ptr<ParticleRecord> record) {
     return true;
   }).wait();
   std::unique_lock<std::shared_mutex> lock(mutex_);
+  // The id was reserved by the caller, so no other record can hold it.
+  TORCH_INTERNAL_ASSERT(!records_.count(raw->pid), "particle ", raw->pid, " registered twice");
   next_pid_ = std::max(next_pid_, raw->pid + 1);
   records_.emplace(raw->pid, std::move(record));
+  reserved_.erase(raw->pid);
 }
 
 PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char* origin) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -52,6 +53,10 @@ class Runtime {
                                                const char* origin);
   /// Puts a built particle into its lane's cache, then into the registry.
   void register_record(std::unique_ptr<ParticleRecord> record);
+  /// Claims `pid` for a record about to be built (throws if it exists or is claimed);
+  /// release_pid gives back a claim whose record was never registered.
+  void reserve_pid(Pid pid, const char* origin);
+  void release_pid(Pid pid);
 
   /// Runs `pid`'s handler for `message` on its lane.
   PFuture send(Pid pid, const std::string& message, Args args, const char* origin);
@@ -76,6 +81,9 @@ class Runtime {
   std::vector<std::shared_ptr<Lane>> lanes_;
   mutable std::shared_mutex mutex_;
   std::map<Pid, std::unique_ptr<ParticleRecord>> records_;
+  // Ids handed out (by create or load) whose records are being built: no one else may
+  // take them meanwhile. Guarded by mutex_.
+  std::set<Pid> reserved_;
   Pid next_pid_ = 0;
   std::atomic<bool> stopping_{false};
 };

@@ -89,7 +89,8 @@ class Push {
 
   /// Writes every particle's parameters, buffers, optimizer and scheduler state, user
   /// state and id to `dir`, atomically (a crash mid-save leaves any previous checkpoint
-  /// at `dir` intact). Call it when no handler is running.
+  /// at `dir` intact). `dir` must be new, empty or a push checkpoint: the folder is
+  /// replaced as a whole. Callable from a handler too; it waits for the particles' lanes.
   void save(const std::filesystem::path& dir);
 
   /// Restores the particles saved in `dir`. A saved id that exists here is overwritten;
