@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "runtime/crc32c.h"
+#include "scratch_dir.h"
 #include "test_util.h"
 
 namespace push {
@@ -25,12 +26,7 @@ namespace fs = std::filesystem;
 using testing::mse;
 using testing::tiny_mlp;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("push-integrity-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir.parent_path());
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("integrity", name); }
 
 OptimizerFactory sgd_momentum() {
   return [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {

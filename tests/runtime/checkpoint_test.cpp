@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.h"
 #include "test_util.h"
 
 namespace push {
@@ -16,12 +17,7 @@ namespace fs = std::filesystem;
 using testing::mse;
 using testing::tiny_mlp;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("push-test-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir.parent_path());
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("test", name); }
 
 ParticleOptions trainable() {
   return ParticleOptions()

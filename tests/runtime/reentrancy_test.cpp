@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "scratch_dir.h"
 #include "test_util.h"
 
 namespace push {
@@ -20,12 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::tiny_mlp;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("push-reentrancy-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir.parent_path());
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("reentrancy", name); }
 
 // Threads of this process whose name starts with `prefix` (lanes are push-lane-N).
 size_t threads_named(const std::string& prefix) {
