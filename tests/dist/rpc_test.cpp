@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <thread>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -172,42 +173,20 @@ PUSH_DIST_WORKER(rpc_barriers) {
 
 TEST(DistRpc, ThousandBarriersInARow) { expect_all_ok(run_workers(3, "rpc_barriers", 120s)); }
 
-PUSH_DIST_WORKER(rpc_malformed) {
-  using push::dist::detail::RpcTestAccess;
-  auto world = push::testing::test_world();
-  auto rpc = world.rpc_group("wire", world.names());
-  if (world.rank() == 0) {
-    auto good = torch::pickle_save(c10::ivalue::Tuple::create(
-        {c10::IValue(std::string("whoami")), c10::ivalue::Tuple::create({})}));
-    EXPECT_PUSH_ERROR(RpcTestAccess::call_raw(rpc, 1, 99, good, 10s).wait(),
-                      "unknown message type tag 99");
-    std::vector<char> truncated(good.begin(), good.begin() + good.size() / 2);
-    EXPECT_PUSH_ERROR(RpcTestAccess::call_raw(rpc, 1, RpcTestAccess::kCall, truncated, 10s).wait(),
-                      "cannot unpickle");
-    auto wrong_shape = torch::pickle_save(c10::IValue(int64_t{7}));
-    EXPECT_PUSH_ERROR(RpcTestAccess::call_raw(rpc, 1, RpcTestAccess::kCall, wrong_shape, 10s).wait(),
-                      "expected (name, (args...))");
-    EXPECT_PUSH_ERROR(RpcTestAccess::call_raw(rpc, 1, RpcTestAccess::kCall, {}, 10s).wait(),
-                      "cannot unpickle");
-    // The group still works.
-    EXPECT_EQ(RpcTestAccess::call_raw(rpc, 1, RpcTestAccess::kCall, good, 10s).wait().toInt(), 1);
-    EXPECT_EQ(rpc.rpc_sync(1, "whoami").toInt(), 1);
-  }
-  rpc.barrier();
-}
-
-TEST(DistRpc, MalformedWireMessagesFailOnlyTheirCall) { expect_all_ok(run_workers(2, "rpc_malformed")); }
-
 PUSH_DIST_WORKER(rpc_dies) {
+  // The call timeout is a minute: the failure must come from the closed connection.
   auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .rpc_timeout(3s).timeout(3s).shutdown_timeout(2s));
-  auto rpc = world.rpc_group("dying", world.names());
+                                     .rpc_timeout(60s).timeout(3s).shutdown_timeout(2s));
+  auto rpc = world.rpc_group("dying", world.names(), push::dist::RpcGroupOptions().timeout(60s));
   if (world.rank() == 0) {
     EXPECT_EQ(rpc.rpc_sync(1, "whoami").toInt(), 1);
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "die"), "worker1");
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 3s + 5s);
-    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "whoami", {}, 2s), "worker1");
+    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "die"), "lost the connection to worker1 (rank 1)");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    // Later calls fail at once too: the dead member refuses the new connection.
+    const auto again = std::chrono::steady_clock::now();
+    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "whoami"), "worker1 (rank 1)");
+    EXPECT_LT(std::chrono::steady_clock::now() - again, 2s);
   } else {
     rpc.barrier(30s);  // worker0's call of "die" ends this process
   }
@@ -217,6 +196,92 @@ TEST(DistFailure, MemberDiesMidRpc) {
   auto codes = run_workers(2, "rpc_dies", 60s);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 9);
+}
+
+PUSH_DIST_WORKER(rpc_three_one_dies) {
+  auto world = push::dist::World(push::dist::WorldOptions::from_env()
+                                     .rpc_timeout(60s).timeout(3s).shutdown_timeout(2s));
+  // Shutdown's barrier cannot complete without worker2: bound it by the group's timeout.
+  auto rpc = world.rpc_group("three", world.names(), push::dist::RpcGroupOptions().timeout(3s));
+  const int rank = world.rank();
+  if (rank == 2) {
+    rpc.barrier(30s);
+    return;
+  }
+  rpc.barrier(30s);  // worker2 waits in a second barrier it never leaves
+  if (rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_PUSH_ERROR(rpc.rpc_sync(2, "die", {}, 60s), "worker2 (rank 2)");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  }
+  world.store()->add("test/after_death", 1);
+  world.store()->wait({"test/after_death"});
+  // The two that are left go on calling each other, and themselves.
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(rpc.rpc_sync(1 - rank, "whoami", {}, 60s).toInt(), 1 - rank);
+    EXPECT_EQ(rpc.rpc_sync(rank, "whoami", {}, 60s).toInt(), rank);
+  }
+  auto sum = rpc.rpc_sync(1 - rank, "add", {torch::ones({4}), torch::ones({4})}, 60s);
+  EXPECT_EQ(sum.toTensor().sum().item<double>(), 8.0);
+  EXPECT_PUSH_ERROR(rpc.rpc_sync(2, "whoami", {}, 60s), "worker2 (rank 2)");
+  try {
+    rpc.shutdown();
+  } catch (const push::Error&) {
+    // worker2 never reaches the barrier of shutdown.
+  }
+}
+
+TEST(DistFailure, ThreeMembersOneDiesTheOthersGoOn) {
+  auto codes = run_workers(3, "rpc_three_one_dies", 90s);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(codes[2], 9);
+}
+
+PUSH_DIST_WORKER(rpc_init_timeout) {
+  auto world = push::dist::World(push::dist::WorldOptions::from_env()
+                                     .init_timeout(2s).timeout(30s).shutdown_timeout(5s));
+  if (world.rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_PUSH_ERROR(world.rpc_group("lonely", world.names()), "worker1 (rank 1) did not join RPC group 'lonely' within 2000 ms");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  }
+  world.barrier();  // worker1 never creates the group
+}
+
+TEST(DistFailure, GroupCreationObeysInitTimeout) { expect_all_ok(run_workers(2, "rpc_init_timeout", 60s)); }
+
+c10::IValue slow_echo(const RpcArgs& a) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(a.at(1).toInt()));
+  return a.at(0);
+}
+PUSH_RPC_FUNCTION(slow_echo);
+
+PUSH_DIST_WORKER(rpc_late_replies) {
+  auto world = push::testing::test_world();
+  auto rpc = world.rpc_group("late", world.names());
+  if (world.rank() == 0) {
+    const c10::IValue slow(int64_t{600});
+    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "slow_echo", {torch::ones({2}), slow}, 200ms), "within the timeout");
+    auto r = rpc.remote(1, "slow_echo", {torch::ones({1 << 16}), slow}, 200ms);
+    EXPECT_PUSH_ERROR(r.wait_confirmed(), "within the timeout");
+    // The late replies are dropped; calls after them get their own answers.
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(rpc.rpc_sync(1, "whoami").toInt(), 1);
+    std::this_thread::sleep_for(1s);
+    EXPECT_EQ(rpc.rpc_sync(1, "slow_echo", {c10::IValue(int64_t{3}), c10::IValue(int64_t{0})}).toInt(), 3);
+  }
+  rpc.barrier();
+  if (world.rank() == 1) {
+    // The value kept for the timed-out remote() is released when its reply finds no caller.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (rpc.owned_count() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(rpc.owned_count(), 0u);
+  }
+  rpc.barrier();
+}
+
+TEST(DistRpc, LateRepliesAreDroppedAndTheirRemoteValuesReleased) {
+  expect_all_ok(run_workers(2, "rpc_late_replies", 60s));
 }
 
 // -- push launch --------------------------------------------------------------------------

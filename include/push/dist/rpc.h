@@ -16,13 +16,17 @@
 //   rpc.registered_sync("count", {});            // runs on whoever registered "count"
 //   rpc.pair("weights", w);  rpc.get_paired("weights").to_here();
 //
-// Arguments and results are c10::IValues, pickled with LibTorch's pickler; an exception in
-// the callee comes back as push::dist::RemoteError (rank and message). Every call has a
-// timeout (RpcGroupOptions::timeout, or per call). All members are thread-safe. Handlers
-// run on the group's handler threads; a handler may call other members, but a chain of
-// nested calls deeper than the handler threads can deadlock a process's own pool.
-// The group leaves with shutdown() (a barrier of all members, then the threads stop);
-// the destructor does it if you did not.
+// Arguments and results are c10::IValues: None, bools, ints, doubles, complex numbers,
+// strings, tensors, and tuples, lists and dicts of them. Tensors travel out of band (their
+// bytes are never pickled) and arrive as dense CPU tensors; each view arrives as a tensor
+// of its own. An exception in the callee comes back as push::dist::RemoteError (rank and
+// message). Every call has a timeout (RpcGroupOptions::timeout, or per call); a call to a
+// member whose connection closes (it died or left) fails at once, naming it. All members
+// are thread-safe. Handlers run on the group's handler threads; a handler may call other
+// members, but a chain of nested calls deeper than the handler threads can deadlock a
+// process's own pool. The group leaves with shutdown() (a barrier of all members, then the
+// threads stop); the destructor does it if you did not. docs/distributed.md describes the
+// transport.
 #include <ATen/core/ivalue.h>
 #include <torch/arg.h>
 
@@ -83,6 +87,9 @@ struct RpcGroupOptions {
   TORCH_ARG(std::optional<Milliseconds>, timeout) = std::nullopt;
   /// Threads that run incoming calls.
   TORCH_ARG(int, handler_threads) = 4;
+  /// Largest message (request or reply, tensors included) sent or accepted; a larger one
+  /// fails its call, and a peer announcing one loses its connection.
+  TORCH_ARG(uint64_t, max_message_bytes) = uint64_t{4} << 30;
 };
 
 namespace detail {
@@ -165,13 +172,12 @@ class RpcGroup {
 };
 
 namespace detail {
-/// Tests of the wire protocol: sends `payload` as a message of type `kind` to `to` and
-/// returns the future of its reply, bypassing the checks of the public calls.
+/// Tests of the wire protocol: where a member listens, and the token its connections
+/// must introduce themselves with (src/dist/wire.h has the frame format).
 class RpcTestAccess {
  public:
-  static constexpr int64_t kCall = 1;  // payload: pickled ("function", (args...))
-  static Future<c10::IValue> call_raw(const RpcGroup& group, const Target& to, int64_t kind,
-                                      std::vector<char> payload, Milliseconds timeout);
+  static int port(const RpcGroup& group);
+  static std::string token(const RpcGroup& group);
 };
 }  // namespace detail
 

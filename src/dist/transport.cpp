@@ -1,0 +1,552 @@
+#include "transport.h"
+
+#include <push/runtime/errors.h>
+
+#include <ATen/ATen.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <iostream>
+
+namespace push::dist::detail {
+namespace {
+
+constexpr const char* kOrigin = "push::dist::RpcGroup";
+constexpr std::size_t kStaging = std::size_t{64} << 10;
+constexpr uint64_t kListenTag = 0;
+constexpr uint64_t kWakeTag = 1;
+
+std::string errno_text(int code) { return std::strerror(code); }
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void set_send_timeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+sockaddr_in parse_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  PUSH_CHECK(colon != std::string::npos, kOrigin, "bad member address '", address, "'");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  const std::string host = address.substr(0, colon);
+  PUSH_CHECK(::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, kOrigin,
+             "bad member address '", address, "' (an IPv4 address is expected)");
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  return sa;
+}
+
+}  // namespace
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(int fd_, bool outgoing_, int peer_) : fd(fd_), outgoing(outgoing_), peer(peer_), introduced(outgoing_) {}
+
+  int fd;
+  const bool outgoing;
+  int peer;          // group rank; -1 until an incoming connection says hello
+  bool introduced;   // incoming: hello received
+  std::mutex send_mutex;
+  bool closed = false;  // guarded by send_mutex
+
+  // The reader's state (I/O thread only).
+  enum class Stage { kHeader, kMeta, kData };
+  Stage stage = Stage::kHeader;
+  std::vector<char> staging = std::vector<char>(kStaging);
+  std::size_t begin = 0, end = 0;
+  char header_bytes[wire::kHeaderBytes];
+  std::size_t header_got = 0;
+  wire::Header header;
+  std::vector<char> meta;
+  std::size_t meta_got = 0;
+  std::vector<at::Tensor> tensors;
+  std::size_t tensor_index = 0;
+  uint64_t tensor_got = 0;
+  uint64_t skip = 0;               // data bytes to discard (the table was malformed)
+  std::exception_ptr table_error;  // why
+
+  /// Where the current tensor's next bytes go, and how many it still needs.
+  std::pair<char*, uint64_t> tensor_window() {
+    while (tensor_index < tensors.size() && tensor_got == tensors[tensor_index].nbytes()) {
+      ++tensor_index;
+      tensor_got = 0;
+    }
+    if (tensor_index == tensors.size()) return {nullptr, 0};
+    auto& t = tensors[tensor_index];
+    return {static_cast<char*>(t.data_ptr()) + tensor_got, t.nbytes() - tensor_got};
+  }
+  bool data_complete() {
+    if (skip > 0) return false;
+    return tensor_window().first == nullptr;
+  }
+};
+
+Transport::Transport(TransportOptions options, TransportCallbacks callbacks)
+    : options_(std::move(options)), callbacks_(std::move(callbacks)) {
+  outgoing_.resize(options_.size);
+  addresses_.resize(options_.size);
+  for (int i = 0; i < options_.size; ++i) dial_mutex_.push_back(std::make_unique<std::mutex>());
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  PUSH_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, kOrigin, "cannot create an epoll instance: ",
+             errno_text(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeTag;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+}
+
+Transport::~Transport() {
+  stop();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+std::string Transport::describe(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(options_.names.size())) return c10::str("an unknown peer");
+  return c10::str(options_.names[peer], " (rank ", peer, " of the group)");
+}
+
+std::string Transport::listen(const std::string& host) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  PUSH_CHECK(listen_fd_ >= 0, kOrigin, "cannot open a socket: ", errno_text(errno));
+  int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa = parse_address(host + ":0");
+  PUSH_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, kOrigin,
+             "cannot listen on ", host, ": ", errno_text(errno));
+  PUSH_CHECK(::listen(listen_fd_, 128) == 0, kOrigin, "cannot listen on ", host, ": ", errno_text(errno));
+  socklen_t len = sizeof(sa);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+  port_ = ntohs(sa.sin_port);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  return c10::str(host, ":", port_);
+}
+
+void Transport::start() { thread_ = std::thread([this] { loop(); }); }
+
+void Transport::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+}
+
+void Transport::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_ = true;
+  wake();
+  if (thread_.joinable()) thread_.join();
+  std::vector<ConnectionPtr> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left.swap(all_);
+    for (auto& c : outgoing_) c.reset();
+  }
+  for (auto& c : left) close(c.get(), "the group shut down");
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+// -- dialing and sending ------------------------------------------------------------------
+
+ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_point deadline,
+                              bool retry) {
+  const sockaddr_in sa = parse_address(address);
+  for (;;) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    PUSH_CHECK(fd >= 0, kOrigin, "cannot open a socket: ", errno_text(errno));
+    int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
+    int error = rc == 0 ? 0 : errno;
+    if (error == EINPROGRESS) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{fd, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+      socklen_t len = sizeof(error);
+      if (ready == 1) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      else error = ETIMEDOUT;
+    }
+    if (error == 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // sends block; reads use MSG_DONTWAIT
+      set_nodelay(fd);
+      set_send_timeout(fd, options_.send_timeout);
+      auto c = std::make_shared<Connection>(fd, /*outgoing=*/true, peer);
+      wire::Header hello;
+      hello.type = wire::kHello;
+      hello.id = static_cast<uint64_t>(options_.rank);
+      wire::Encoded token;
+      token.meta.assign(options_.token.begin(), options_.token.end());
+      hello.meta_bytes = static_cast<uint32_t>(token.meta.size());
+      write_frame(*c, hello, token);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        all_.push_back(c);
+      }
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.ptr = c.get();
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+      return c;
+    }
+    ::close(fd);
+    if (!retry || Clock::now() >= deadline || (error != ECONNREFUSED && error != EAGAIN)) {
+      throw Error(c10::str("[", kOrigin, "] cannot connect to ", describe(peer), " at ", address,
+                           ": ", errno_text(error)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Transport::connect(int peer, const std::string& address, Clock::time_point deadline) {
+  auto c = dial(peer, address, deadline, /*retry=*/true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  addresses_[peer] = address;
+  outgoing_[peer] = std::move(c);
+}
+
+void Transport::send(int peer, const wire::Header& header, const wire::Encoded& body) {
+  ConnectionPtr c;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    c = outgoing_.at(peer);
+  }
+  if (!c) {
+    // The connection was lost: dial once more (a dead peer refuses at once).
+    std::lock_guard<std::mutex> dial_lock(*dial_mutex_.at(peer));
+    std::string address;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      c = outgoing_[peer];
+      address = addresses_[peer];
+    }
+    if (!c) {
+      PUSH_CHECK(!stopping_, kOrigin, "the group is shut down");
+      c = dial(peer, address, Clock::now() + options_.send_timeout, /*retry=*/false);
+      std::lock_guard<std::mutex> lock(mutex_);
+      outgoing_[peer] = c;
+    }
+  }
+  write_frame(*c, header, body);
+}
+
+void Transport::reply(const ConnectionPtr& to, const wire::Header& header, const wire::Encoded& body) {
+  write_frame(*to, header, body);
+}
+
+void Transport::write_frame(Connection& c, const wire::Header& header_in, const wire::Encoded& body) {
+  wire::Header header = header_in;
+  header.meta_bytes = static_cast<uint32_t>(body.meta.size());
+  header.tensor_count = static_cast<uint32_t>(body.tensors.size());
+  header.data_bytes = body.data_bytes;
+  PUSH_CHECK(body.meta.size() <= options_.max_message_bytes &&
+                 body.data_bytes <= options_.max_message_bytes - body.meta.size(),
+             kOrigin, "a message of ", body.meta.size() + body.data_bytes,
+             " bytes is over the limit of ", options_.max_message_bytes,
+             " bytes (RpcGroupOptions::max_message_bytes)");
+  std::vector<char> head(wire::kHeaderBytes + body.meta.size());
+  wire::write_header(header, head.data());
+  std::copy(body.meta.begin(), body.meta.end(), head.begin() + wire::kHeaderBytes);
+  std::vector<iovec> iov;
+  iov.reserve(1 + body.tensors.size());
+  iov.push_back({head.data(), head.size()});
+  for (const auto& t : body.tensors) {
+    if (t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
+  }
+  std::lock_guard<std::mutex> lock(c.send_mutex);
+  PUSH_CHECK(!c.closed, kOrigin, "the connection to ", describe(c.peer), " is closed");
+  std::size_t first = 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      // The stream may hold half a frame now: end it, so the reader side closes it too.
+      ::shutdown(c.fd, SHUT_RDWR);
+      throw Error(c10::str("[", kOrigin, "] cannot send to ", describe(c.peer), ": ",
+                           error == EAGAIN || error == EWOULDBLOCK
+                               ? std::string("no progress within the send timeout")
+                               : errno_text(error)));
+    }
+    auto left = static_cast<std::size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+}
+
+// -- the I/O thread -----------------------------------------------------------------------
+
+void Transport::loop() {
+  epoll_event events[64];
+  while (!stopping_) {
+    int timeout_ms = 1000;
+    if (auto next = callbacks_.tick()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
+    }
+    const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
+    for (int i = 0; i < n && !stopping_; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
+        uint64_t count;
+        [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof(count));
+      } else if (tag == kListenTag) {
+        accept_all();
+      } else {
+        auto* c = static_cast<Connection*>(events[i].data.ptr);
+        std::string why;
+        if (!read_some(*c, why)) close(c, why);
+      }
+    }
+  }
+}
+
+void Transport::accept_all() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: nothing more; other errors: try at the next event
+    set_nodelay(fd);
+    set_send_timeout(fd, options_.send_timeout);
+    auto c = std::make_shared<Connection>(fd, /*outgoing=*/false, -1);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      all_.push_back(c);
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = c.get();
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+bool Transport::read_some(Connection& c, std::string& why) {
+  using Stage = Connection::Stage;
+  try {
+    for (int turn = 0; turn < 64; ++turn) {
+      if (c.begin == c.end) {
+        // Large tensor bytes go straight into their tensor, past the staging buffer.
+        if (c.stage == Stage::kData && c.skip == 0) {
+          auto [dst, need] = c.tensor_window();
+          if (dst != nullptr && need >= kStaging) {
+            const ssize_t n = ::recv(c.fd, dst, need, MSG_DONTWAIT);
+            if (n > 0) {
+              c.tensor_got += static_cast<uint64_t>(n);
+              if (c.data_complete()) deliver(c);
+              continue;
+            }
+            if (n == 0) { why = "the peer closed the connection"; return false; }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+            if (errno == EINTR) continue;
+            why = errno_text(errno);
+            return false;
+          }
+        }
+        const ssize_t n = ::recv(c.fd, c.staging.data(), c.staging.size(), MSG_DONTWAIT);
+        if (n == 0) { why = "the peer closed the connection"; return false; }
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+          if (errno == EINTR) continue;
+          why = errno_text(errno);
+          return false;
+        }
+        c.begin = 0;
+        c.end = static_cast<std::size_t>(n);
+      }
+      while (c.begin < c.end) {
+        const std::size_t avail = c.end - c.begin;
+        const char* src = c.staging.data() + c.begin;
+        if (c.stage == Stage::kHeader) {
+          const auto take = std::min(avail, wire::kHeaderBytes - c.header_got);
+          std::memcpy(c.header_bytes + c.header_got, src, take);
+          c.header_got += take;
+          c.begin += take;
+          if (c.header_got < wire::kHeaderBytes) continue;
+          c.header_got = 0;
+          c.header = wire::read_header(c.header_bytes, options_.max_message_bytes);
+          PUSH_CHECK((c.header.type == wire::kHello) == (!c.outgoing && !c.introduced), kOrigin,
+                     "malformed frame: ", c.header.type == wire::kHello ? "a second hello" : "no hello first");
+          c.meta.assign(c.header.meta_bytes, 0);
+          c.meta_got = 0;
+          c.stage = Stage::kMeta;
+        } else if (c.stage == Stage::kMeta) {
+          const auto take = std::min<std::size_t>(avail, c.meta.size() - c.meta_got);
+          std::memcpy(c.meta.data() + c.meta_got, src, take);
+          c.meta_got += take;
+          c.begin += take;
+        } else if (c.skip > 0) {
+          const auto take = std::min<uint64_t>(avail, c.skip);
+          c.skip -= take;
+          c.begin += take;
+        } else {
+          auto [dst, need] = c.tensor_window();
+          const auto take = std::min<uint64_t>(avail, need);
+          std::memcpy(dst, src, take);
+          c.tensor_got += take;
+          c.begin += take;
+        }
+        if (c.stage == Stage::kMeta && c.meta_got == c.meta.size()) {
+          if (c.header.type == wire::kHello) {
+            const std::string token(c.meta.begin(), c.meta.end());
+            PUSH_CHECK(token == options_.token && c.header.data_bytes == 0 &&
+                           c.header.id < static_cast<uint64_t>(options_.size),
+                       kOrigin, "a hello that is not from a member of this group");
+            c.peer = static_cast<int>(c.header.id);
+            c.introduced = true;
+            c.stage = Stage::kHeader;
+            continue;
+          }
+          c.tensors.clear();
+          c.table_error = nullptr;
+          try {
+            c.tensors = wire::read_tensor_table(c.meta, c.header);
+          } catch (const std::exception&) {
+            c.table_error = std::current_exception();
+            c.skip = c.header.data_bytes;
+          }
+          c.tensor_index = 0;
+          c.tensor_got = 0;
+          c.stage = Stage::kData;
+        }
+        if (c.stage == Stage::kData && c.data_complete()) deliver(c);
+      }
+    }
+    return true;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+void Transport::deliver(Connection& c) {
+  c.stage = Connection::Stage::kHeader;
+  const wire::Header header = c.header;
+  c10::IValue value;
+  std::exception_ptr error = c.table_error;
+  if (!error) {
+    try {
+      value = wire::decode(c.meta, c.tensors);
+    } catch (const std::exception&) {
+      error = std::current_exception();
+    }
+  }
+  c.tensors.clear();
+  c.table_error = nullptr;
+  if (c.outgoing) {
+    PUSH_CHECK(wire::is_reply(header.type), kOrigin, "malformed frame: a request (type ",
+               header.type, ") where only replies are expected");
+    callbacks_.reply(c.peer, header, std::move(value), std::move(error));
+  } else {
+    PUSH_CHECK(wire::is_request(header.type), kOrigin, "malformed frame: a reply (type ",
+               header.type, ") where only requests are expected");
+    callbacks_.request(c.shared_from_this(), c.peer, header, std::move(value), std::move(error));
+  }
+}
+
+void Transport::close(Connection* c, const std::string& why) {
+  ConnectionPtr keep;
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = std::find_if(all_.begin(), all_.end(), [&](const ConnectionPtr& p) { return p.get() == c; });
+    if (it != all_.end()) {
+      keep = *it;
+      all_.erase(it);
+    }
+    if (c->outgoing && c->peer >= 0 && outgoing_[c->peer].get() == c) {
+      outgoing_[c->peer].reset();
+      lost = true;
+    }
+  }
+  if (!keep && !lost) {
+    // Already closed (stop() after the loop ended); keep the object alive until done.
+    keep = c->shared_from_this();
+  }
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
+  {
+    std::lock_guard<std::mutex> lock(c->send_mutex);
+    if (!c->closed) {
+      c->closed = true;
+      ::close(c->fd);
+    }
+  }
+  if (stopping_) return;
+  if (!c->outgoing && c->introduced == false && why != "the peer closed the connection") {
+    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank)
+              << ": dropped a connection that was not a member of the group: " << why << "\n";
+  } else if (!c->outgoing && why != "the peer closed the connection") {
+    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank)
+              << ": closed the connection from " << describe(c->peer) << ": " << why << "\n";
+  }
+  if (lost) callbacks_.peer_lost(c->peer, why);
+}
+
+// -- addresses ----------------------------------------------------------------------------
+
+std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface) {
+  auto loopback = [](const std::string& h) { return h == "localhost" || h.rfind("127.", 0) == 0; };
+  if (interface.empty() && loopback(master_addr)) return "127.0.0.1";
+  if (!interface.empty()) {
+    ifaddrs* list = nullptr;
+    PUSH_CHECK(::getifaddrs(&list) == 0, kOrigin, "cannot list network interfaces: ", errno_text(errno));
+    std::string found;
+    for (auto* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || interface != a->ifa_name) continue;
+      char text[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
+      found = text;
+      break;
+    }
+    ::freeifaddrs(list);
+    PUSH_CHECK(!found.empty(), kOrigin, "network interface '", interface, "' has no IPv4 address");
+    return found;
+  }
+  // The address this host reaches the master from: a connected UDP socket sends nothing.
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  PUSH_CHECK(::getaddrinfo(master_addr.c_str(), std::to_string(master_port).c_str(), &hints, &res) == 0,
+             kOrigin, "cannot resolve the master address '", master_addr, "'");
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  const bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  PUSH_CHECK(ok, kOrigin, "cannot find this host's address towards '", master_addr, "'");
+  char text[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  return text;
+}
+
+}  // namespace push::dist::detail

@@ -1,0 +1,120 @@
+#pragma once
+// The RPC transport: TCP connections that stay open, one frame per message (wire.h), one
+// I/O thread per group that reads every connection with epoll.
+//
+// Each member listens on a port of its own and dials every other member once: a member's
+// requests, and the replies to them, travel on the connection it dialed ("outgoing"); the
+// requests of a peer arrive on the connection that peer dialed ("incoming") and are
+// answered on it. So a reply never waits behind a request going the other way, and the
+// end of an outgoing connection means exactly: the calls pending on that peer will not
+// be answered (peer_lost fails them at once; the next call dials again).
+//
+// Senders write from their own thread with one sendmsg of gathered buffers (header, meta,
+// each tensor's storage): no copy of tensor bytes and no thread hop. The I/O thread only
+// reads: it assembles frames in a staging buffer, reads large tensor bytes straight into
+// their tensors, and hands complete messages to the group's callbacks. It never sends, so
+// two members sending to each other at once cannot deadlock.
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "wire.h"
+
+namespace push::dist::detail {
+
+class Connection;
+using ConnectionPtr = std::shared_ptr<Connection>;
+using Clock = std::chrono::steady_clock;
+
+struct TransportOptions {
+  std::string token;  // the group's identity: a hello carrying another token is refused
+  int rank = -1;      // this member's group rank
+  int size = 0;       // members in the group
+  uint64_t max_message_bytes = 0;
+  std::chrono::milliseconds send_timeout{0};
+  std::vector<std::string> names;  // of each group rank, for errors: "worker1 (rank 1)"
+};
+
+struct TransportCallbacks {
+  /// A request from group rank `peer` arrived on `from`; answer with Transport::reply.
+  /// `value` is null and `error` set when its frame was intact but its value malformed.
+  std::function<void(ConnectionPtr from, int peer, const wire::Header&, c10::IValue value,
+                     std::exception_ptr error)> request;
+  /// A reply from `peer`; `error` set when it was malformed.
+  std::function<void(int peer, const wire::Header&, c10::IValue value, std::exception_ptr error)> reply;
+  /// The connection this member dialed to `peer` ended (the peer died, left, or sent bytes
+  /// that are not frames): nothing pending there will be answered.
+  std::function<void(int peer, const std::string& why)> peer_lost;
+  /// Called by the I/O thread on every turn: the next deadline it should wake up for.
+  std::function<std::optional<Clock::time_point>()> tick;
+};
+
+class Transport {
+ public:
+  Transport(TransportOptions options, TransportCallbacks callbacks);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  /// Opens the listening socket on `host` (port chosen by the kernel); returns "host:port".
+  std::string listen(const std::string& host);
+  /// Starts the I/O thread.
+  void start();
+  /// Dials `peer` at "host:port", retrying refused connections until `deadline`, and
+  /// introduces this member. Throws push::Error naming the peer.
+  void connect(int peer, const std::string& address, Clock::time_point deadline);
+  /// Sends a request to `peer` on the connection this member dialed (dialing again, once,
+  /// when it was lost). Throws push::Error naming the peer.
+  void send(int peer, const wire::Header& header, const wire::Encoded& body);
+  /// Answers on the connection a request came in on. Throws push::Error.
+  void reply(const ConnectionPtr& to, const wire::Header& header, const wire::Encoded& body);
+  /// Makes the I/O thread call tick() again (a nearer deadline was added).
+  void wake();
+  /// Stops the I/O thread and closes every connection. Idempotent.
+  void stop();
+
+  /// "worker1 (rank 1)".
+  std::string describe(int peer) const;
+  /// The listening port (tests throw raw bytes at it).
+  int port() const { return port_; }
+
+ private:
+  void loop();
+  void accept_all();
+  /// Reads what `c` has; false when the connection must close (`why` says why).
+  bool read_some(Connection& c, std::string& why);
+  void deliver(Connection& c);
+  void close(Connection* c, const std::string& why);
+  void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
+  ConnectionPtr dial(int peer, const std::string& address, Clock::time_point deadline, bool retry);
+
+  TransportOptions options_;
+  TransportCallbacks callbacks_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+
+  mutable std::mutex mutex_;                // guards the members below
+  std::vector<ConnectionPtr> outgoing_;     // by group rank
+  std::vector<std::string> addresses_;      // by group rank, for dialing again
+  std::vector<std::unique_ptr<std::mutex>> dial_mutex_;
+  std::vector<ConnectionPtr> all_;          // every open connection (the I/O thread closes)
+};
+
+/// The address other members should dial this one at: 127.0.0.1 when the job's master is
+/// local, the address of `interface` when given, else the address this host reaches the
+/// master from.
+std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface);
+
+}  // namespace push::dist::detail

@@ -1,0 +1,115 @@
+#include "raw_peer.h"
+
+#include <push/runtime/errors.h>
+
+#include <ATen/ATen.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace push::testing {
+
+namespace wire = dist::detail::wire;
+
+RawPeer::RawPeer(int port, const std::optional<std::string>& token, int rank) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  PUSH_CHECK(::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, "RawPeer",
+             "cannot connect to port ", port, ": ", std::strerror(errno));
+  if (token) write(frame(wire::kHello, static_cast<uint64_t>(rank), std::vector<char>(token->begin(), token->end())));
+}
+
+RawPeer::~RawPeer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool RawPeer::write(const std::vector<char>& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::vector<char> RawPeer::frame(uint16_t type, uint64_t id, const std::vector<char>& meta, uint32_t tensors,
+                                 const std::vector<char>& data) {
+  wire::Header h;
+  h.type = type;
+  h.id = id;
+  h.meta_bytes = static_cast<uint32_t>(meta.size());
+  h.tensor_count = tensors;
+  h.data_bytes = data.size();
+  std::vector<char> out(wire::kHeaderBytes);
+  wire::write_header(h, out.data());
+  out.insert(out.end(), meta.begin(), meta.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+std::vector<char> RawPeer::call_frame(uint64_t id, const std::string& function, std::vector<c10::IValue> args,
+                                      uint16_t type) {
+  auto e = wire::encode(c10::ivalue::Tuple::create({c10::IValue(function), c10::ivalue::Tuple::create(std::move(args))}));
+  std::vector<char> data;
+  for (const auto& t : e.tensors) {
+    const char* p = static_cast<const char*>(t.data_ptr());
+    data.insert(data.end(), p, p + t.nbytes());
+  }
+  return frame(type, id, e.meta, static_cast<uint32_t>(e.tensors.size()), data);
+}
+
+bool RawPeer::read_exact(char* out, std::size_t n, std::chrono::steady_clock::time_point deadline) {
+  std::size_t got = 0;
+  while (got < n) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t r = ::recv(fd_, out + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+std::optional<RawPeer::Reply> RawPeer::read_reply(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char head[wire::kHeaderBytes];
+  if (!read_exact(head, sizeof(head), deadline)) return std::nullopt;
+  Reply r;
+  r.header = wire::read_header(head, uint64_t{1} << 32);
+  std::vector<char> meta(r.header.meta_bytes);
+  if (!read_exact(meta.data(), meta.size(), deadline)) return std::nullopt;
+  auto tensors = wire::read_tensor_table(meta, r.header);
+  for (auto& t : tensors) {
+    if (!read_exact(static_cast<char*>(t.data_ptr()), t.nbytes(), deadline)) return std::nullopt;
+  }
+  r.value = wire::decode(meta, tensors);
+  return r;
+}
+
+bool RawPeer::closed_within(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char sink[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t r = ::recv(fd_, sink, sizeof(sink), 0);
+    if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return true;
+  }
+}
+
+}  // namespace push::testing

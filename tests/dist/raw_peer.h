@@ -1,0 +1,47 @@
+#pragma once
+// A raw TCP client of an RpcGroup member, for tests that speak the wire format by hand
+// (src/dist/wire.h): well-formed calls, and malformed or random frames.
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/wire.h"
+
+namespace push::testing {
+
+class RawPeer {
+ public:
+  /// Connects to 127.0.0.1:port; with a token, introduces itself as group rank `rank`.
+  RawPeer(int port, const std::optional<std::string>& token, int rank = 0);
+  ~RawPeer();
+  RawPeer(const RawPeer&) = delete;
+  RawPeer& operator=(const RawPeer&) = delete;
+
+  /// Writes bytes; false when the member has closed the connection.
+  bool write(const std::vector<char>& bytes);
+  /// A call frame: header + encoded ("function", (args...)).
+  static std::vector<char> call_frame(uint64_t id, const std::string& function, std::vector<c10::IValue> args,
+                                      uint16_t type = dist::detail::wire::kCall);
+  /// A frame of `type` with raw meta and data bytes, its header computed from them.
+  static std::vector<char> frame(uint16_t type, uint64_t id, const std::vector<char>& meta,
+                                 uint32_t tensors = 0, const std::vector<char>& data = {});
+
+  struct Reply {
+    dist::detail::wire::Header header;
+    c10::IValue value;
+  };
+  /// The next reply, or nullopt when the connection closed or `timeout` passed.
+  std::optional<Reply> read_reply(std::chrono::milliseconds timeout);
+  /// True when the member closed the connection within `timeout` (reading and dropping
+  /// whatever arrives first).
+  bool closed_within(std::chrono::milliseconds timeout);
+
+ private:
+  bool read_exact(char* out, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  int fd_ = -1;
+};
+
+}  // namespace push::testing
