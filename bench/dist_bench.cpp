@@ -6,7 +6,11 @@
 // push / raw (target >= 0.95). Rpc/<bytes>: round-trip latency and calls/s of rpc_sync
 // with a float tensor argument echoed back; tcp_us is the round trip of the same bytes
 // echoed over one plain TCP connection (TCP_NODELAY) between the same two processes, in
-// the same run, and ratio = rpc / tcp. Every row has a `ratio`, so CSV output works.
+// the same run, and ratio = rpc / tcp (for the large rows, 1/ratio is the throughput
+// ratio). Rpc/inflight64: calls per second into rank 1 from 2 threads of rank 0 that keep
+// 32 rpc_async calls in flight each; tcp_us is then the time per message of the raw echo
+// with 64 messages in flight on its one connection (written 64 at a time, then read).
+// Every row has a `ratio`, so CSV output works.
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
@@ -28,6 +32,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -225,6 +231,58 @@ void BM_Rpc(benchmark::State& state) {
   same_counters(state);
 }
 
+/// Seconds per message of `bytes` echoed `count` times, 64 messages in flight at a time.
+double tcp_pipelined(int64_t bytes, int64_t count) {
+  std::vector<char> out(sizeof(uint64_t) + static_cast<size_t>(bytes), 1), back(static_cast<size_t>(bytes));
+  const uint64_t n = static_cast<uint64_t>(bytes);
+  std::memcpy(out.data(), &n, sizeof(n));
+  std::vector<char> batch;
+  for (int i = 0; i < 64; ++i) batch.insert(batch.end(), out.begin(), out.end());
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t done = 0; done < count; done += 64) {
+    write_all(g_tcp, batch.data(), batch.size());
+    for (int i = 0; i < 64; ++i) read_all(g_tcp, back.data(), back.size());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         static_cast<double>((count + 63) / 64 * 64);
+}
+
+void BM_RpcInFlight(benchmark::State& state) {
+  command(kRpc, 16, 0);
+  auto arg = torch::ones({4}, torch::kFloat);
+  constexpr int kCallers = 2, kDepth = 32, kPerCaller = 4000;
+  double seconds = 0;
+  int64_t calls = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> callers;
+    for (int c = 0; c < kCallers; ++c) {
+      callers.emplace_back([&] {
+        std::deque<push::Future<c10::IValue>> window;
+        for (int i = 0; i < kPerCaller; ++i) {
+          if (window.size() == kDepth) {
+            window.front().wait();
+            window.pop_front();
+          }
+          window.push_back(g_job->rpc.rpc_async(1, "bench_echo", {arg}));
+        }
+        for (auto& f : window) f.wait();
+      });
+    }
+    for (auto& t : callers) t.join();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    calls += kCallers * kPerCaller;
+  }
+  const double per_call = seconds / static_cast<double>(calls);
+  tcp_pipelined(16, 64);  // warm-up
+  const double tcp = tcp_pipelined(16, calls);
+  state.counters["calls_per_s"] = 1.0 / per_call;
+  state.counters["rpc_us"] = per_call * 1e6;
+  state.counters["tcp_us"] = tcp * 1e6;
+  state.counters["ratio"] = per_call / tcp;
+  same_counters(state);
+}
+
 // Rank 1: mirror rank 0's collectives until told to stop (RPCs are served by its threads).
 void follow() {
   for (;;) {
@@ -294,6 +352,8 @@ int main(int argc, char** argv) {
   }
   benchmark::RegisterBenchmark("Rpc/small", BM_Rpc)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Rpc/1MiB", BM_Rpc)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/64MiB", BM_Rpc)->Arg(64 << 20)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Rpc/inflight64", BM_RpcInFlight)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   command(kStop, 0, 0);
