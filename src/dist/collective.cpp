@@ -6,6 +6,9 @@
 
 #include <algorithm>
 
+#include "blocking_waits.h"
+#include "runtime/fiber.h"
+
 #if PUSH_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -75,6 +78,29 @@ c10::intrusive_ptr<c10d::Work> on_backend(detail::GroupState& s, const torch::Te
 
 std::string op_name(const char* fn) { return c10::str("push::dist::CollectiveGroup::", fn); }
 
+/// In a fiber (a particle's or an RPC handler), waits for `work` without blocking the
+/// thread, which runs the other fibers of its loop: the fiber suspends until c10d's future
+/// of the work completes. False when `timeout` passed first, or when the work has no
+/// future (Gloo's send/recv; see BlockingWaits).
+bool wait_for_future(const c10::intrusive_ptr<c10d::Work>& work, Milliseconds timeout, bool& has_future) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = work->getFuture();
+  } catch (const std::exception&) {
+    // Not implemented for this kind of work.
+  }
+  has_future = static_cast<bool>(future);
+  if (!future) return false;
+  auto done = std::make_shared<Promise<bool>>();
+  auto f = done->future();
+  future->addCallback([done](c10::ivalue::Future&) { done->set_value(true); });
+  return f.wait_for(timeout);
+}
+
+/// Waits for the work, blocking this thread (at most `timeout`), then records its source
+/// and runs its completion step. Once per work: later calls return at once.
+void finish(Work::State& s, Milliseconds timeout);
+
 }  // namespace
 
 void Work::wait() const {
@@ -85,23 +111,52 @@ void Work::wait() const {
 void Work::wait(Milliseconds timeout) const {
   PUSH_CHECK(state_, "push::dist::Work::wait", "this work handle is empty");
   auto& s = *state_;
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.finished) {
-    try {
-      // c10d reads 0 ms as "no timeout": never hand it a 0.
-      s.work->wait(std::max(timeout, Milliseconds(1)));
-      if (s.source) s.source_rank = s.source(s.work->sourceRank());
-      else s.source_rank = s.fixed_source;
-      if (s.on_success) s.on_success();
-    } catch (const std::exception&) {
-      s.error = std::make_exception_ptr(Error(c10::str(
-          "[", s.origin, "] failed or timed out (waited up to ", timeout.count(),
-          " ms): ", detail::current_message())));
+  if (push::detail::Fiber::current() != nullptr) {
+    // Never block the lane, and never hold the mutex across a suspension: another fiber
+    // of this thread may want it.
+    bool finished;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      finished = s.finished;
     }
-    s.finished = true;
+    if (!finished) {
+      bool has_future = false;
+      const bool done = wait_for_future(s.work, timeout, has_future);
+      if (!has_future) {
+        detail::BlockingWaits::instance().run([state = state_, timeout] { finish(*state, timeout); }).wait();
+      } else if (!done) {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (!s.finished) {
+          s.error = std::make_exception_ptr(Error(c10::str(
+              "[", s.origin, "] failed or timed out (waited up to ", timeout.count(), " ms)")));
+          s.finished = true;
+        }
+      }
+    }
   }
+  finish(s, timeout);
+  std::lock_guard<std::mutex> lock(s.mutex);
   if (s.error) std::rethrow_exception(s.error);
 }
+
+namespace {
+void finish(Work::State& s, Milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.finished) return;
+  try {
+    // c10d reads 0 ms as "no timeout": never hand it a 0.
+    s.work->wait(std::max(timeout, Milliseconds(1)));
+    if (s.source) s.source_rank = s.source(s.work->sourceRank());
+    else s.source_rank = s.fixed_source;
+    if (s.on_success) s.on_success();
+  } catch (const std::exception&) {
+    s.error = std::make_exception_ptr(Error(c10::str(
+        "[", s.origin, "] failed or timed out (waited up to ", timeout.count(),
+        " ms): ", detail::current_message())));
+  }
+  s.finished = true;
+}
+}  // namespace
 
 bool Work::is_completed() const {
   if (!state_) return false;

@@ -61,9 +61,10 @@ class Work {
   /// The global rank the data came from (recv/irecv); -1 for other calls.
   int source_rank() const;
 
+  struct State;  // opaque: defined in src/dist/collective.cpp
+
  private:
   friend struct WorkFactory;
-  struct State;
   std::shared_ptr<State> state_;
 };
 
