@@ -3,8 +3,8 @@
 // Includes all of LibTorch's C++ frontend, as a push program uses it throughout.
 #include <torch/torch.h>
 
-#include <push/runtime/errors.h>
-#include <push/runtime/future.h>
+#include <push/core/errors.h>
+#include <push/core/future.h>
 #include <push/runtime/options.h>
 #include <push/runtime/particle.h>
 #include <push/runtime/push.h>

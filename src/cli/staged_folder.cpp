@@ -1,7 +1,7 @@
 // Staged output folders: checked writes, one-step publication, cleanup of dead runs' staging.
 #include "staged_folder.h"
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <array>
 #include <atomic>

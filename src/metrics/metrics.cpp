@@ -1,6 +1,6 @@
 // Regression and classification metrics of predictive distributions.
 #include <push/metrics/metrics.h>
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <torch/torch.h>
 

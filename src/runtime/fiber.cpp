@@ -1,6 +1,6 @@
 #include "runtime/fiber.h"
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 

@@ -1,4 +1,4 @@
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 
 #include <push/detail/torch_compat.h>
 

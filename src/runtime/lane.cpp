@@ -1,6 +1,6 @@
 #include "runtime/lane.h"
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>

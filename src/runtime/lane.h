@@ -13,7 +13,7 @@
 // Any exception out of a job fails that job's future; it never escapes the loop.
 // Only one fiber runs at a time, so NN work on a device is serialized; handlers on one
 // device interleave exactly at their wait() points; lanes run in parallel.
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 
 #include <chrono>
 #include <condition_variable>

@@ -1,7 +1,7 @@
 #include "runtime/particle_cache.h"
 
 #include <push/detail/torch_compat.h>
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <torch/optim.h>
 

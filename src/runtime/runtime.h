@@ -1,7 +1,7 @@
 #pragma once
 // The internals behind push::Push: the device lanes and the particle registry.
-#include <push/runtime/errors.h>
-#include <push/runtime/future.h>
+#include <push/core/errors.h>
+#include <push/core/future.h>
 #include <push/runtime/options.h>
 #include <push/runtime/view.h>
 

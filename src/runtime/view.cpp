@@ -1,4 +1,4 @@
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 #include <push/runtime/view.h>
 
 #include <torch/torch.h>

@@ -3,7 +3,7 @@
 // particles, keyed by particle and validated by the particle's version, so a get() of a
 // particle that has not run since is answered without copying. Lane thread only, except
 // the stats.
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 #include <push/runtime/view.h>
 
 #include <atomic>

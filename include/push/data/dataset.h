@@ -12,7 +12,7 @@
 // header says).
 #include <torch/types.h>
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <filesystem>
 #include <optional>

@@ -31,7 +31,7 @@
 #include <torch/arg.h>
 
 #include <push/dist/world.h>
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 
 #include <functional>
 #include <memory>

@@ -11,7 +11,7 @@
 #include <torch/arg.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <chrono>
 #include <functional>

@@ -16,7 +16,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 #include <push/runtime/types.h>
 #include <push/runtime/view.h>
 

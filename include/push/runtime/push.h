@@ -22,7 +22,7 @@
 // from inside one of its own handlers, it returns at once instead: new work is refused
 // and a background thread does the rest as soon as that handler returns or waits (the
 // handler must not touch the distribution afterwards).
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 #include <push/runtime/options.h>
 #include <push/runtime/particle.h>
 #include <push/runtime/types.h>

@@ -19,7 +19,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/FunctionRef.h>
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <atomic>
 #include <chrono>
