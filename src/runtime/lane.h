@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/fiber.h"
+#include "core/fiber.h"
 #include "runtime/particle_cache.h"
 #include "runtime/view_cache.h"
 

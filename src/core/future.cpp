@@ -4,7 +4,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "runtime/fiber.h"
+#include "core/fiber.h"
 #include "runtime/lane.h"
 
 namespace push {

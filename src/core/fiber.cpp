@@ -1,4 +1,4 @@
-#include "runtime/fiber.h"
+#include "core/fiber.h"
 
 #include <push/core/errors.h>
 
