@@ -45,11 +45,11 @@ std::size_t page_size() {
 
 }  // namespace
 
-ThreadState ThreadState::capture(const c10::Device& lane_device) {
+ThreadState ThreadState::capture(const c10::Device& loop_device) {
   ThreadState state;  // torch_ captures at::ThreadLocalState
   state.autocast_ = compat::AutocastState::capture();
-  if (lane_device.type() != c10::DeviceType::CPU) {
-    const c10::impl::VirtualGuardImpl guard(lane_device.type());
+  if (loop_device.type() != c10::DeviceType::CPU) {
+    const c10::impl::VirtualGuardImpl guard(loop_device.type());
     state.device_ = guard.getDevice();
     state.stream_ = guard.getStream(*state.device_);
   }
@@ -78,7 +78,8 @@ Fiber::Fiber(std::size_t stack_size, const c10::Device& device) : device_(device
   if (mapping_ == MAP_FAILED) {
     const int error = errno;
     throw Error(c10::str("[push::detail::Fiber] cannot map a fiber stack of ", mapping_size_,
-                         " bytes (PushOptions::stack_size plus a guard page): ",
+                         " bytes (the event loop's stack_size, PushOptions::stack_size on a device "
+                         "lane, plus a guard page): ",
                          std::strerror(error),
                          error == ENOMEM ? " (out of address space, or the process is at "
                                            "vm.max_map_count mappings)"
@@ -159,7 +160,7 @@ void Fiber::switch_in(const ThreadState& caller) {
   EhGlobals* eh = eh_globals();
   eh_caller_ = *eh;
   *eh = eh_fiber_;
-  // A fiber's first run inherits the lane's state (the caller's).
+  // A fiber's first run inherits the loop's state (the caller's).
   if (state_) state_->restore_over(caller);
   caller_state_ = &caller;
 #if defined(PUSH_TSAN)

@@ -1,12 +1,13 @@
 #pragma once
 // A stackful coroutine on its own guarded stack, switched with ucontext.
 //
-// Why stackful: a particle handler is ordinary C++ that calls wait() anywhere in its
-// call tree. Suspending it without blocking the device's only OS thread needs its own
-// stack; C++20 stackless coroutines would force co_await into every user handler.
+// Why stackful: a handler (a particle's, an RPC's) is ordinary C++ that calls wait()
+// anywhere in its call tree. Suspending it without blocking its event loop's only OS thread
+// needs its own stack; C++20 stackless coroutines would force co_await into every user
+// handler.
 //
-// A Fiber never migrates between threads: it is resumed only by the lane thread that
-// started it. On every switch the per-thread state a handler can change is saved and
+// A Fiber never migrates between threads: it is resumed only by the event loop thread
+// that started it. On every switch the per-thread state a handler can change is saved and
 // restored (ThreadState below, and the C++ exception-handling globals), so a handler that
 // waits inside a NoGradGuard, an autocast region, a device or stream guard or a catch
 // block resumes exactly as it left, and leaks none of it into other handlers. Not saved:
@@ -40,7 +41,7 @@ struct EhGlobals {
 // CPU build needs no CUDA headers).
 class ThreadState {
  public:
-  static ThreadState capture(const c10::Device& lane_device);
+  static ThreadState capture(const c10::Device& loop_device);
   /// Makes this the thread's state, given that `current` (captured just now) is.
   void restore_over(const ThreadState& current) const;
   bool autocast_enabled() const { return autocast_.any_enabled(); }
@@ -48,13 +49,13 @@ class ThreadState {
  private:
   at::ThreadLocalState torch_;
   compat::AutocastState autocast_;
-  std::optional<c10::Device> device_;  // current device of the lane's type
+  std::optional<c10::Device> device_;  // current device of the loop device's type
   std::optional<c10::Stream> stream_;  // current stream on device_
 };
 
 class Fiber {
  public:
-  /// A stack of `stack_size` bytes; `device` is the lane's (whose current device and
+  /// A stack of `stack_size` bytes; `device` is the loop's (whose current device and
   /// stream are saved on switches). Throws push::Error when the stack cannot be mapped.
   Fiber(std::size_t stack_size, const c10::Device& device);
   ~Fiber();

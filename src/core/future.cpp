@@ -4,8 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "core/event_loop.h"
 #include "core/fiber.h"
-#include "runtime/lane.h"
 
 namespace push {
 namespace detail {
@@ -23,20 +23,21 @@ std::string describe(const std::exception_ptr& error) {
 }
 
 namespace {
-// A wait on a lane's own thread outside a fiber would block the loop that must make
+// A wait on an event loop's own thread outside a fiber would block the loop that must make
 // progress for the future to complete.
-void check_not_lane_stack(const char* origin) {
-  if (Lane::current() != nullptr && Fiber::current() == nullptr) {
+void check_not_loop_stack(const char* origin) {
+  if (EventLoop::current() != nullptr && Fiber::current() == nullptr) {
     throw Error(c10::str("[", origin,
-                         "] cannot block a device's event loop outside a handler; "
+                         "] cannot block an event loop (a device lane) outside a fiber job; "
                          "wait inside a handler or from another thread"));
   }
 }
 
-// The running handler's lane, when this wait may suspend a fiber; throws where it may not.
-Lane* suspendable_lane(const char* origin) {
-  Lane* lane = Lane::current();
-  if (lane == nullptr || Fiber::current() == nullptr) return nullptr;
+// The loop running this fiber job, when this wait may suspend it; throws where it may not.
+// Any event loop: a device lane's particle handler, an RPC handler, ...
+EventLoop* suspendable_loop(const char* origin) {
+  EventLoop* loop = EventLoop::current();
+  if (loop == nullptr || Fiber::current() == nullptr) return nullptr;
   // The autograd engine keeps per-thread state for the backward pass it is running on this
   // thread (its graph task, ready queue, depth); a second fiber's backward on the same
   // thread would run inside it. That state cannot be saved, so a fiber never leaves it.
@@ -46,17 +47,17 @@ Lane* suspendable_lane(const char* origin) {
                          "the autograd engine) on a future that is not complete: finish "
                          "backward(), then wait"));
   }
-  return lane;
+  return loop;
 }
 }  // namespace
 
 void FutureCore::wait_ready() {
   if (ready()) return;
-  if (Lane* lane = suspendable_lane("push::Future::wait")) {
-    lane->suspend_until(*this, std::nullopt);
+  if (EventLoop* loop = suspendable_loop("push::Future::wait")) {
+    loop->suspend_until(*this, std::nullopt);
     return;
   }
-  check_not_lane_stack("push::Future::wait");
+  check_not_loop_stack("push::Future::wait");
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return ready(); });
 }
@@ -65,10 +66,10 @@ bool FutureCore::wait_ready_for(std::chrono::nanoseconds timeout) {
   if (ready()) return true;
   if (timeout <= std::chrono::nanoseconds::zero()) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (Lane* lane = suspendable_lane("push::Future::wait_for")) {
-    return lane->suspend_until(*this, deadline);
+  if (EventLoop* loop = suspendable_loop("push::Future::wait_for")) {
+    return loop->suspend_until(*this, deadline);
   }
-  check_not_lane_stack("push::Future::wait_for");
+  check_not_loop_stack("push::Future::wait_for");
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, deadline, [&] { return ready(); });
 }

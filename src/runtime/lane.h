@@ -1,32 +1,21 @@
 #pragma once
-// A device lane: one OS thread running an event loop that owns one device's particles,
-// their cache and a view cache. Other threads only post jobs to it.
+// A device lane: an EventLoop (core/event_loop.h) that owns one device's particles, their
+// cache and a view cache. Other threads only post jobs to it.
 //
-// Jobs are of three kinds:
-//  - inline: short runtime work (a view snapshot, a checkpoint write) run on the lane's
-//    own stack; it never waits.
-//  - handler: a particle's receive handler, run in a fiber (a stackful coroutine), with
-//    its particle pinned in the cache while it runs.
-//  - resume: a suspended handler whose awaited future completed.
-// A handler waiting with a deadline (wait_for) also sits in the lane's timer queue: the
-// loop sleeps at most until the nearest deadline and resumes an expired waiter itself.
-// Any exception out of a job fails that job's future; it never escapes the loop.
+// What a lane adds to the loop is particle-specific:
+//  - a particle's receive handler is a fiber job whose owner is its ParticleRecord; the
+//    handler pins its particle in the cache while it runs, and the lane unpins it while
+//    the handler is suspended in a wait (a thousand waiting handlers must not need a
+//    thousand resident particles) and re-pins it, restoring it if needed, on resume;
+//  - its thread runs with the lane's device current and its own intra-op thread count.
 // Only one fiber runs at a time, so NN work on a device is serialized; handlers on one
 // device interleave exactly at their wait() points; lanes run in parallel.
-#include <push/core/future.h>
+#include <torch/types.h>
 
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <vector>
+#include <cstddef>
+#include <string>
 
-#include "core/fiber.h"
+#include "core/event_loop.h"
 #include "runtime/particle_cache.h"
 #include "runtime/view_cache.h"
 
@@ -46,29 +35,15 @@ struct LaneConfig {
   std::size_t stack_size = std::size_t{1} << 20;
 };
 
-class Lane : public std::enable_shared_from_this<Lane> {
+class Lane final : public EventLoop {
  public:
-  using Clock = std::chrono::steady_clock;
-  struct Task;  // a fiber and what it is running
-
-  struct Job {
-    enum class Kind { kInline, kHandler, kResume };
-    Kind kind = Kind::kInline;
-    std::function<void()> run;                       // inline, handler
-    std::function<void(std::exception_ptr)> cancel;  // inline, handler: fail its future
-    ParticleRecord* owner = nullptr;                 // handler: its particle
-    Task* task = nullptr;                            // resume
-    uint64_t ticket = 0;                             // resume
-  };
-
   explicit Lane(LaneConfig config);
-  ~Lane();
+  ~Lane() override;
 
-  void start();
-  /// Thread-safe. After stop, the job is cancelled at once instead.
-  void post(Job job);
-  /// Stops taking jobs, cancels queued ones, unwinds suspended handlers, joins.
-  void stop();
+  /// Runs `handler` in a fiber with `record` as the running particle. Thread-safe.
+  void post_handler(ParticleRecord& record, std::function<void()> handler, Cancel cancel) {
+    post_fiber(std::move(handler), std::move(cancel), &record);
+  }
 
   int index() const { return config_.index; }
   const torch::Device& device() const { return config_.device; }
@@ -77,51 +52,28 @@ class Lane : public std::enable_shared_from_this<Lane> {
   ViewCache& views() { return views_; }
   const ViewCache& views() const { return views_; }
 
-  /// The lane whose thread this is, or nullptr.
+  /// The lane whose thread this is, or nullptr (also on another kind of event loop).
   static Lane* current();
   /// The particle whose handler is running now on this lane (lane thread only).
-  ParticleRecord* running() const;
+  ParticleRecord* running() const { return static_cast<ParticleRecord*>(running_owner()); }
 
-  /// Fiber side: suspends the running handler until `future` is ready or `deadline`
-  /// passes; true when ready. Unpins its particle meanwhile. A completion after the
-  /// deadline does not resume it again. Throws CancelledError when the lane is stopping.
-  bool suspend_until(FutureCore& future, std::optional<Clock::time_point> deadline);
-
-  /// Pins / unpins the running handler's particle (lane thread only).
+  /// Pins / unpins the running handler's particle (lane thread only). Pinning bumps the
+  /// particle's version: its state may change from here on (see ViewCache).
   void pin_running();
   void unpin_running();
 
  private:
-  void loop();
-  void run_guarded(Job& job);
-  void dispatch(Job& job);
-  void fire_timers();
-  void cancel_timer(Task* task);
-  void run_task(Task* task);
-  void run_task_guarded(Task* task);
-  Task* take_task();
-  void recycle(Task* task);
-  void cancel_suspended();
-  void remove_suspended(Task* task);
+  void thread_main() override;
+  void on_suspend(void* owner) override { unpin_running(); }
+  void on_resume(void* owner) override { pin_running(); }
+  std::string describe_job(void* owner) const override;
 
   LaneConfig config_;
   ParticleCache cache_;
   ViewCache views_;
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool stop_requested_ = false;
-  bool closed_ = false;  // jobs posted now are cancelled
-  std::thread thread_;
-
-  // Lane thread only.
-  std::vector<std::unique_ptr<Task>> tasks_;
-  std::vector<Task*> idle_tasks_;
-  std::vector<Task*> suspended_;
-  std::multimap<Clock::time_point, Task*> timers_;  // suspended handlers with a deadline
-  Task* current_ = nullptr;
-  bool stopping_ = false;
+  // The particle the running handler has pinned (lane thread only). One is enough: only
+  // one fiber runs, and a handler unpins its particle before it suspends.
+  ParticleRecord* pinned_ = nullptr;
 };
 
 }  // namespace push::detail

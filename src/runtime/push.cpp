@@ -356,10 +356,7 @@ PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char
   ParticleRecord* record = &find(pid, origin);
   if (Lane* here = Lane::current()) detach_from_particles(args, here->cache());
   auto state = std::make_shared<FutureState<c10::IValue>>();
-  Lane::Job job;
-  job.kind = Lane::Job::Kind::kHandler;
-  job.owner = record;
-  job.run = [record, message, args = std::move(args), state] {
+  auto handler = [record, message, args = std::move(args), state] {
     Lane& lane = *Lane::current();
     try {
       lane.pin_running();
@@ -391,8 +388,8 @@ PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char
       state->set_error(wrap(record->pid, message, std::current_exception()));
     }
   };
-  job.cancel = [state](std::exception_ptr e) { state->set_error(std::move(e)); };
-  lanes_[record->lane]->post(std::move(job));
+  lanes_[record->lane]->post_handler(
+      *record, std::move(handler), [state](std::exception_ptr e) { state->set_error(std::move(e)); });
   return PFuture(std::move(state));
 }
 

@@ -102,11 +102,8 @@ Future<T> Runtime::call_on_lane(int lane, std::function<T()> fn) {
   if (Lane::current() == &target) {
     run();
   } else {
-    Lane::Job job;
-    job.kind = Lane::Job::Kind::kInline;
-    job.run = std::move(run);
-    job.cancel = [state](std::exception_ptr e) { state->set_error(std::move(e)); };
-    target.post(std::move(job));
+    target.post_inline(std::move(run),
+                       [state](std::exception_ptr e) { state->set_error(std::move(e)); });
   }
   return Future<T>(std::move(state));
 }

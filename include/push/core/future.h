@@ -1,21 +1,23 @@
 #pragma once
-// Future<T>: the result of work submitted to a particle.
+// Future<T>: the result of asynchronous work: a particle's message, a remote call, ...
 //
 //   push::PFuture f = dist.p_launch(pid, "train", x);
 //   f.then([](const c10::IValue& loss) { ... });   // runs where f completes
 //   c10::IValue v = f.wait();                      // rethrows a particle's exception
 //   if (!f.wait_for(std::chrono::milliseconds(50))) { /* not done yet */ }
 //
-// wait() and wait_for() are fiber-aware: inside a particle handler they suspend that
-// handler and let the device's event loop run other work (including the work being
-// waited on), so handlers may wait on their own device without deadlock; wait_for()'s
-// deadline is a timer of that loop. On any other thread they block. wait() returns a copy
-// of the value (for tensors and IValues a reference count), which stays valid after the
-// future is gone. Inside a backward pass (a tensor or module hook run by the autograd
-// engine) a handler cannot be suspended: waiting there on a pending future is an error.
-// All members are thread-safe. Continuations run on the thread that completes the
-// future (or at once if it is already complete): keep them short and never wait in them;
-// one that throws is reported and does not stop the others.
+// wait() and wait_for() are fiber-aware: inside a fiber job of one of push's event loops
+// (a particle handler runs in one, on its device's lane) they suspend that fiber and let
+// the loop run other work (including the work being waited on), so handlers may wait on
+// their own loop without deadlock; wait_for()'s deadline is a timer of that loop. On any
+// other thread they block; on a loop's thread outside a fiber (an inline job) they throw
+// rather than block the loop. wait() returns a copy of the value (for tensors and IValues
+// a reference count), which stays valid after the future is gone. Inside a backward pass
+// (a tensor or module hook run by the autograd engine) a handler cannot be suspended:
+// waiting there on a pending future is an error. All members are thread-safe.
+// Continuations run on the thread that completes the future (or at once if it is already
+// complete): keep them short and never wait in them; one that throws is reported and does
+// not stop the others.
 #include <ATen/core/ivalue.h>
 #include <c10/util/FunctionRef.h>
 
@@ -42,7 +44,7 @@ class FutureCore {
   virtual ~FutureCore() = default;
   bool ready() const { return ready_.load(std::memory_order_acquire); }
 
-  /// Blocks (plain thread) or suspends (particle handler) until ready.
+  /// Blocks (plain thread) or suspends (a fiber job of an event loop) until ready.
   void wait_ready();
   /// Like wait_ready(), for at most `timeout`; true when ready.
   bool wait_ready_for(std::chrono::nanoseconds timeout);
@@ -120,8 +122,8 @@ class Future {
   }
   T get() const { return wait(); }
 
-  /// Waits at most `timeout`; true when the future is complete. Inside a handler the
-  /// handler is suspended until completion or the deadline, whichever comes first.
+  /// Waits at most `timeout`; true when the future is complete. Inside a handler (a fiber
+  /// job) it is suspended until completion or the deadline, whichever comes first.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     // Clamped so that "wait a century" cannot overflow nanoseconds or the clock.
