@@ -5,59 +5,26 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <dirent.h>
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "test_util.h"
+#include "thread_count.h"
 
 namespace push {
 namespace {
 
+using testing::count_threads;
+using testing::settled_thread_count;
+using testing::threads_named;
+
 torch::nn::AnyModule scalar_module() { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); }
-
-int count_threads() {
-  int n = 0;
-  if (DIR* dir = ::opendir("/proc/self/task")) {
-    while (dirent* e = ::readdir(dir)) n += e->d_name[0] != '.';
-    ::closedir(dir);
-  }
-  return n;
-}
-
-// A thread that was joined can stay listed in /proc for a moment (the kernel reaps it after
-// waking the joiner): wait, at most 5 s, until no more than `limit` threads remain.
-int settled_thread_count(int limit) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int n = count_threads();
-  while (n > limit && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    n = count_threads();
-  }
-  return n;
-}
-
-// Threads whose name starts with `prefix` (a thread inherits its creator's name).
-int threads_named(const std::string& prefix) {
-  int n = 0;
-  if (DIR* dir = ::opendir("/proc/self/task")) {
-    while (dirent* e = ::readdir(dir)) {
-      if (e->d_name[0] == '.') continue;
-      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
-      std::string name;
-      n += std::getline(comm, name) && name.rfind(prefix, 0) == 0;
-    }
-    ::closedir(dir);
-  }
-  return n;
-}
 
 // OpenBLAS's process-wide thread count, or -1 where LibTorch uses another BLAS.
 int openblas_threads() {
