@@ -1,4 +1,8 @@
-#include <push/push.h>
+// Futures and promises on plain threads; fiber-aware waits are in event_loop_test.cpp.
+#include <push/core/future.h>
+// The paths from before the core layer, kept for user code: they must keep compiling.
+#include <push/runtime/errors.h>
+#include <push/runtime/future.h>
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,189 @@
+// The fiber event loop on its own, without particles: what an RPC handler's loop will rely
+// on. Fiber jobs wait on futures without blocking the thread, nest, time out, unwind on
+// stop, report their exceptions, and a thousand waiting ones need no extra threads.
+#include <push/core/errors.h>
+#include <push/core/future.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "test_util.h"
+#include "thread_count.h"
+
+namespace push {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::EventLoop;
+using detail::FutureState;
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<EventLoop> started_loop(EventLoop::Options options = {}) {
+  auto loop = std::make_shared<EventLoop>(std::move(options));
+  loop->start();
+  return loop;
+}
+
+// Runs `fn` in a fiber job of `loop`; its value, or what it throws, reaches the future.
+template <class F>
+auto in_fiber(EventLoop& loop, F fn) -> Future<std::invoke_result_t<F&>> {
+  auto state = std::make_shared<FutureState<std::invoke_result_t<F&>>>();
+  loop.post_fiber([state, fn]() mutable { state->set_value(fn()); },
+                  [state](std::exception_ptr e) { state->set_error(std::move(e)); });
+  return Future<std::invoke_result_t<F&>>(state);
+}
+
+template <class F>
+auto inline_job(EventLoop& loop, F fn) -> Future<std::invoke_result_t<F&>> {
+  auto state = std::make_shared<FutureState<std::invoke_result_t<F&>>>();
+  loop.post_inline([state, fn]() mutable { state->set_value(fn()); },
+                   [state](std::exception_ptr e) { state->set_error(std::move(e)); });
+  return Future<std::invoke_result_t<F&>>(state);
+}
+
+TEST(EventLoop, AFiberWaitsOnAFutureCompletedByAnotherThreadWithoutBlockingTheLoop) {
+  auto loop = started_loop();
+  Promise<int> promise;
+  Future<int> awaited = promise.future();
+  Future<int> waiter = in_fiber(*loop, [awaited, &loop] {
+    EXPECT_EQ(EventLoop::current(), loop.get());
+    return awaited.wait() + 1;
+  });
+  // The loop's one thread runs the next job while the fiber waits: it is not blocked.
+  Future<int> next = inline_job(*loop, [] { return 7; });
+  const bool loop_ran = next.wait_for(5s);
+  EXPECT_FALSE(waiter.is_ready());
+  std::thread completer([&] { promise.set_value(41); });
+  EXPECT_TRUE(loop_ran) << "the waiting fiber blocked its loop's thread";
+  EXPECT_EQ(next.wait(), 7);
+  EXPECT_EQ(waiter.wait(), 42);
+  completer.join();
+  EXPECT_EQ(EventLoop::current(), nullptr);  // this thread runs no loop
+}
+
+// Each fiber posts the next to its own loop and waits on it: 200 fibers suspended on one
+// thread, resumed innermost first.
+int chain(EventLoop& loop, int depth) {
+  if (depth == 0) return 0;
+  return in_fiber(loop, [&loop, depth] { return chain(loop, depth - 1); }).wait() + 1;
+}
+
+TEST(EventLoop, AChainOfNestedFiberJobsOnOneLoopCompletes) {
+  auto loop = started_loop();
+  Future<int> depth = in_fiber(*loop, [&loop] { return chain(*loop, 199); });
+  ASSERT_TRUE(depth.wait_for(30s)) << "the chain deadlocked";
+  EXPECT_EQ(depth.wait(), 199);
+}
+
+TEST(EventLoop, WaitForInAFiberHonoursItsTimeout) {
+  auto loop = started_loop();
+  Promise<int> never;
+  Future<int> pending = never.future();
+  Future<int64_t> elapsed_ms = in_fiber(*loop, [pending] {
+    const auto start = Clock::now();
+    EXPECT_FALSE(pending.wait_for(50ms));
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  });
+  // Without the loop's timer the fiber would wait for completion: complete late, not hang.
+  if (!elapsed_ms.wait_for(5s)) never.set_value(1);
+  EXPECT_GE(elapsed_ms.wait(), 50);
+  EXPECT_LT(elapsed_ms.wait(), 1000);
+}
+
+TEST(EventLoop, WaitOutsideAFiberOnTheLoopThreadIsAnErrorNotADeadlock) {
+  auto loop = started_loop();
+  Promise<int> never;
+  Future<int> pending = never.future();
+  EXPECT_PUSH_ERROR(inline_job(*loop, [pending] { return pending.wait(); }).wait(),
+                    "cannot block an event loop");
+}
+
+TEST(EventLoop, StopCancelsQueuedJobsUnwindsSuspendedFibersAndJoins) {
+  auto loop = started_loop();
+  Promise<int> never;
+  Future<int> pending = never.future();
+  std::atomic<int> unwound{0};
+  std::vector<Future<int>> suspended;
+  for (int i = 0; i < 3; ++i) {
+    suspended.push_back(in_fiber(*loop, [pending, &unwound] {
+      try {
+        return pending.wait();
+      } catch (const CancelledError&) {
+        unwound.fetch_add(1);  // the fiber's own stack unwinds through here
+        throw;
+      }
+    }));
+  }
+  // An inline job holds the loop while stop() is requested, so the job behind it is
+  // still queued when the loop sees the request.
+  Promise<int> gate;
+  Future<int> opened = gate.future();
+  std::atomic<bool> holding{false};
+  loop->post_inline(
+      [&] {
+        holding = true;
+        while (!opened.is_ready()) std::this_thread::yield();
+      },
+      nullptr);
+  Future<int> queued = in_fiber(*loop, [] { return 1; });
+  while (!holding) std::this_thread::yield();
+  std::thread stopper([&] { loop->stop(); });
+  std::this_thread::sleep_for(100ms);  // stop() has requested the stop and waits to join
+  gate.set_value(0);
+  stopper.join();  // joined: the loop thread is gone
+
+  EXPECT_EQ(unwound.load(), 3);
+  for (const auto& f : suspended) EXPECT_PUSH_ERROR(f.wait(), "while a handler was waiting");
+  EXPECT_THROW(queued.wait(), CancelledError);
+  EXPECT_PUSH_ERROR(queued.wait(), "before the work started");
+  // A job posted after stop is cancelled at once.
+  EXPECT_PUSH_ERROR(in_fiber(*loop, [] { return 1; }).wait(), "the work was not started");
+  never.set_value(1);  // the abandoned waits' resume finds no loop and does nothing
+}
+
+TEST(EventLoop, AnExceptionInAJobReachesItsFutureAndTheLoopRunsOn) {
+  auto loop = started_loop();
+  auto fails = []() -> int { throw std::runtime_error("job failed"); };
+  EXPECT_THROW(in_fiber(*loop, fails).wait(), std::runtime_error);
+  // A fiber's error crosses into the fiber that waits on it, as a thrown exception.
+  auto rethrows = [] {
+    try {
+      return in_fiber(*EventLoop::current(), []() -> int { throw Error("inner fiber failed"); })
+          .wait();
+    } catch (const Error& e) {
+      throw Error(std::string("caught: ") + e.what());
+    }
+  };
+  EXPECT_PUSH_ERROR(in_fiber(*loop, rethrows).wait(), "caught: inner fiber failed");
+  EXPECT_THROW(inline_job(*loop, fails).wait(), std::runtime_error);
+  EXPECT_EQ(in_fiber(*loop, [] { return 3; }).wait(), 3);
+}
+
+TEST(EventLoop, AThousandWaitingFibersNeedNoMoreThreads) {
+  const int n = 1000;
+  auto loop = started_loop();  // its thread (and TSan's, started with the first) counted
+  const int before = testing::count_threads();
+  std::vector<Promise<int>> promises(n);
+  std::vector<Future<int>> waiters;
+  for (int i = 0; i < n; ++i) {
+    Future<int> awaited = promises[i].future();
+    waiters.push_back(in_fiber(*loop, [awaited, i] { return awaited.wait() * 2 + i; }));
+  }
+  // Jobs run in order: when this one runs, every fiber above has started and suspended.
+  EXPECT_EQ(inline_job(*loop, [] { return 0; }).wait(), 0);
+  EXPECT_LE(testing::count_threads(), before + 1);
+  for (int i = n - 1; i >= 0; --i) promises[i].set_value(i);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(waiters[i].wait(), 3 * i);
+  EXPECT_LE(testing::count_threads(), before + 1);
+}
+
+}  // namespace
+}  // namespace push
