@@ -68,6 +68,8 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
 
   /// Create with std::make_shared: a waiting fiber's resume holds a weak_ptr to its loop.
   explicit EventLoop(Options options);
+  /// Stops the loop. A subclass whose hooks use its own members calls stop() in its own
+  /// destructor: by the time this one runs, they are gone.
   virtual ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;

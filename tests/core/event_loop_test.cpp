@@ -10,8 +10,10 @@
 #include <chrono>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/event_loop.h"
@@ -183,6 +185,36 @@ TEST(EventLoop, AThousandWaitingFibersNeedNoMoreThreads) {
   for (int i = n - 1; i >= 0; --i) promises[i].set_value(i);
   for (int i = 0; i < n; ++i) EXPECT_EQ(waiters[i].wait(), 3 * i);
   EXPECT_LE(testing::count_threads(), before + 1);
+}
+
+// What a device lane builds on: hooks around each suspension, given the fiber job's owner.
+class RecordingLoop final : public EventLoop {
+ public:
+  RecordingLoop() : EventLoop(Options{}) {}
+  ~RecordingLoop() override { stop(); }  // before `events` goes: the loop calls the hooks
+  std::vector<std::pair<std::string, void*>> events;  // loop thread; read after a handoff
+
+ private:
+  void on_suspend(void* owner) override { events.emplace_back("suspend", owner); }
+  void on_resume(void* owner) override { events.emplace_back("resume", owner); }
+};
+
+TEST(EventLoop, HooksSeeTheOwnerAroundEachSuspensionButNotACancellation) {
+  auto loop = std::make_shared<RecordingLoop>();
+  loop->start();
+  int a = 0, b = 0;
+  Promise<int> first, never;
+  Future<int> awaited = first.future(), pending = never.future();
+  auto done = std::make_shared<FutureState<int>>();
+  loop->post_fiber([awaited, done] { done->set_value(awaited.wait()); }, nullptr, &a);
+  loop->post_fiber([pending] { pending.wait(); }, [](std::exception_ptr) {}, &b);
+  EXPECT_EQ(inline_job(*loop, [] { return 0; }).wait(), 0);  // both are suspended now
+  first.set_value(5);
+  EXPECT_EQ(Future<int>(done).wait(), 5);
+  loop->stop();  // b is unwound: it is not resumed as if its wait had completed
+  const std::vector<std::pair<std::string, void*>> expected{
+      {"suspend", &a}, {"suspend", &b}, {"resume", &a}};
+  EXPECT_EQ(loop->events, expected);
 }
 
 }  // namespace
