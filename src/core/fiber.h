@@ -1,7 +1,7 @@
 #pragma once
 // A stackful coroutine on its own guarded stack, switched with ucontext.
 //
-// Why stackful: a handler (a particle's, an RPC's) is ordinary C++ that calls wait()
+// Why stackful: a handler (a particle's; soon an RPC's) is ordinary C++ that calls wait()
 // anywhere in its call tree. Suspending it without blocking its event loop's only OS thread
 // needs its own stack; C++20 stackless coroutines would force co_await into every user
 // handler.
