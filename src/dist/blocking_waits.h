@@ -5,7 +5,7 @@
 // running other fibers. The threads are started on demand, at most kMaxThreads (more waits
 // queue: each is bounded by its own timeout, and Gloo moves the data whether or not anyone
 // waits, so a queued wait is only noticed later, never stuck), and joined at exit.
-#include <push/runtime/future.h>
+#include <push/core/future.h>
 
 #include <condition_variable>
 #include <deque>

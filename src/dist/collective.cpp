@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "blocking_waits.h"
-#include "runtime/fiber.h"
+#include "core/fiber.h"
 
 #if PUSH_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

@@ -1,6 +1,6 @@
 #include "transport.h"
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <ATen/ATen.h>
 

@@ -1,6 +1,6 @@
 #include "wire.h"
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

@@ -1,6 +1,6 @@
 #include "raw_peer.h"
 
-#include <push/runtime/errors.h>
+#include <push/core/errors.h>
 
 #include <ATen/ATen.h>
 
