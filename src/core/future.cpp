@@ -34,7 +34,7 @@ void check_not_loop_stack(const char* origin) {
 }
 
 // The loop running this fiber job, when this wait may suspend it; throws where it may not.
-// Any event loop, not only a device lane: RPC handlers are to run as fibers too.
+// Any event loop, not only a device lane: RPC handlers run as fibers too.
 EventLoop* suspendable_loop(const char* origin) {
   EventLoop* loop = EventLoop::current();
   if (loop == nullptr || Fiber::current() == nullptr) return nullptr;

@@ -37,7 +37,7 @@ c10::IValue RRef::to_here(std::optional<Milliseconds> timeout) const {
   if (r.paired) {
     auto f = g->call(r.owner, detail::wire::kFetchPaired, c10::IValue(r.key), t,
                      c10::str("to_here of the value paired under '", r.key, "'"),
-                     detail::Pending::Retry{"paired", r.key});
+                     detail::Pending::Retry{"paired", r.key, 0, nullptr});
     return f.wait();
   }
   const c10::IValue id = r.id.wait();  // the reaper bounds this by the remote call's timeout
@@ -198,7 +198,7 @@ Future<c10::IValue> RpcGroup::registered_async(const std::string& key, RpcArgs a
   auto& s = check("registered_async");
   const int owner = service_owner(s, key, origin);
   return s.call(owner, detail::wire::kService, call_body(key, std::move(args)), timeout.value_or(s.timeout),
-                c10::str("service '", key, "'"), detail::Pending::Retry{"service", key});
+                c10::str("service '", key, "'"), detail::Pending::Retry{"service", key, 0, nullptr});
 }
 
 c10::IValue RpcGroup::registered_sync(const std::string& key, RpcArgs args,
@@ -230,7 +230,7 @@ RRef RpcGroup::registered_remote(const std::string& key, RpcArgs args,
   const int owner = service_owner(s, key, origin);
   return RRef(make_remote(s, state_, owner, detail::wire::kRemoteService, key, std::move(args),
                           timeout.value_or(s.timeout), c10::str("remote service '", key, "'"),
-                          detail::Pending::Retry{"service", key}));
+                          detail::Pending::Retry{"service", key, 0, nullptr}));
 }
 
 void RpcGroup::pair(const std::string& key, c10::IValue value) const {

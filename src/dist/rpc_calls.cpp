@@ -68,9 +68,7 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
     // Never joined: leave without shutdown's barrier, which the others would never reach.
     stopping = true;
     transport->stop();
-    { std::lock_guard<std::mutex> l(queue_mutex); }
-    queue_cv.notify_all();
-    for (auto& t : handlers) t.join();
+    stop_loops();
     stopped = true;
     throw;
   }
@@ -78,8 +76,14 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
 
 void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeout,
                             const c10::intrusive_ptr<c10d::Store>& waiter, int handler_threads) {
+  for (int i = 0; i < handler_threads; ++i) {
+    EventLoop::Options o;
+    o.name = "push-rpc";
+    o.stopped = c10::str("RPC group '", name, "' was shut down");
+    loops.push_back(std::make_shared<EventLoop>(std::move(o)));
+    loops.back()->start();
+  }
   transport->start();
-  for (int i = 0; i < handler_threads; ++i) handlers.emplace_back([this] { handler_loop(); });
   for (int peer = 0; peer < static_cast<int>(members.size()); ++peer) {
     if (peer == group_rank) continue;
     const std::string key = c10::str(prefix, "addr/", peer);
@@ -98,6 +102,7 @@ void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeou
 }
 
 void RpcState::shutdown() {
+  check_not_own_handler("be shut down");
   std::lock_guard<std::mutex> lock(shutdown_mutex);
   if (stopped) return;
   stopped = true;
@@ -110,10 +115,7 @@ void RpcState::shutdown() {
   }
   stopping = true;
   transport->stop();
-  // Taking the mutex once after setting `stopping` means no waiter can miss the wakeup.
-  { std::lock_guard<std::mutex> l(queue_mutex); }
-  queue_cv.notify_all();
-  for (auto& t : handlers) t.join();
+  stop_loops();
   std::map<int64_t, Pending> left;
   {
     std::lock_guard<std::mutex> l(pending_mutex);
@@ -160,8 +162,8 @@ void RpcState::send_pending(Pending p, uint16_t type, std::shared_ptr<const wire
   }
   if (earliest) transport->wake();
   if (to == group_rank) {
-    // A call to oneself takes the same path minus the wire: the handler threads run it on
-    // a copy of the arguments and the caller gets a copy of the result, as from any member.
+    // A call to oneself takes the same path minus the wire: a handler fiber runs it on a
+    // copy of the arguments and the caller gets a copy of the result, as from any member.
     enqueue([this, id, type, encoded] {
       Served served;
       try {

@@ -138,35 +138,28 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
 }
 
 void RpcState::enqueue(std::function<void()> job) {
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex);
-    queue.push_back(std::move(job));
-  }
-  queue_cv.notify_one();
+  auto& loop = loops[next_loop.fetch_add(1, std::memory_order_relaxed) % loops.size()];
+  loop->post_fiber(std::move(job), [this](std::exception_ptr error) {
+    if (stopping) return;  // cancelled by shutdown: its caller's call fails there
+    std::cerr << "[" << kOrigin << "] " << world.name() << ": " << push::detail::describe(error) << "\n";
+  });
 }
 
-void RpcState::handler_loop() {
-  for (;;) {
-    std::function<void()> job;
-    {
-      std::unique_lock<std::mutex> lock(queue_mutex);
-      queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping, and nothing left to run
-      job = std::move(queue.front());
-      queue.pop_front();
-    }
-    try {
-      job();
-    } catch (const std::exception& e) {
-      std::cerr << "[" << kOrigin << "] " << world.name() << ": " << e.what() << "\n";
-    }
+void RpcState::check_not_own_handler(const char* what) const {
+  for (const auto& loop : loops) {
+    PUSH_CHECK(EventLoop::current() != loop.get(), kOrigin, "group '", name, "' cannot ", what,
+               " from one of its own handlers (they run on its event loops)");
   }
+}
+
+void RpcState::stop_loops() {
+  for (auto& loop : loops) loop->stop();
 }
 
 RRefState::~RRefState() {
   if (paired || !id.valid()) return;
-  // The last handle is gone: tell the owner once it has the value's id (never from the
-  // transport's reader, which must not block on a send).
+  // The last handle is gone: tell the owner once it has the value's id (from a handler
+  // fiber, never from the transport's reader, which must not block on a send).
   auto release = [group = group, owner = owner, id = id] {
     auto g = group.lock();
     if (!g || g->stopping || id.has_error()) return;

@@ -1,8 +1,9 @@
 #pragma once
 // The state behind an RpcGroup handle: the transport (transport.h), the calls waiting for
 // replies, what this member serves (services, paired values, remote() results), and the
-// threads that run incoming requests.
+// event loops whose fibers run incoming requests.
 #include "c10d.h"
+#include "core/event_loop.h"
 #include "transport.h"
 
 #include <condition_variable>
@@ -12,6 +13,8 @@
 #include <thread>
 
 namespace push::dist::detail {
+
+using push::detail::EventLoop;
 
 struct Pending {
   Promise<c10::IValue> promise;
@@ -62,10 +65,10 @@ struct RpcState {
   int64_t next_owned = 0;
   std::map<std::string, int> owners;     // "kind/key" -> global rank, as last seen in the store
 
-  std::mutex queue_mutex;
-  std::condition_variable queue_cv;
-  std::deque<std::function<void()>> queue;
-  std::vector<std::thread> handlers;
+  // Incoming requests run as fibers on these loops (round robin), so a handler that waits
+  // for another call (to any member, itself included) suspends instead of holding a thread.
+  std::vector<std::shared_ptr<EventLoop>> loops;
+  std::atomic<uint64_t> next_loop{0};
 
   std::atomic<bool> stopping{false};
   std::mutex shutdown_mutex;
@@ -101,8 +104,11 @@ struct RpcState {
   void on_request(ConnectionPtr from, int peer, const wire::Header& header, c10::IValue value,
                   std::exception_ptr error);
   Served serve(uint16_t type, const c10::IValue& body);
+  /// Runs `job` as a fiber on one of the loops.
   void enqueue(std::function<void()> job);
-  void handler_loop();
+  void stop_loops();
+  /// Throws when called on one of this group's loops (shutdown would wait for itself).
+  void check_not_own_handler(const char* what) const;
 
   // Holders of keys (rpc.cpp).
   int lookup_owner(const char* kind, const std::string& key, bool fresh);

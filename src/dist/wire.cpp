@@ -107,7 +107,7 @@ struct Writer {
       put<uint8_t>(out, kList);
       put<uint8_t>(out, kind_of(list.elementType()));
       put<uint32_t>(out, checked_count(list.size(), "list"));
-      for (const c10::IValue e : list) value(e, depth + 1);
+      for (std::size_t i = 0; i < list.size(); ++i) value(list.get(i), depth + 1);
     } else if (v.isGenericDict()) {
       const auto dict = v.toGenericDict();
       put<uint8_t>(out, kDict);

@@ -22,11 +22,12 @@
 // of its own. An exception in the callee comes back as push::dist::RemoteError (rank and
 // message). Every call has a timeout (RpcGroupOptions::timeout, or per call); a call to a
 // member whose connection closes (it died or left) fails at once, naming it. All members
-// are thread-safe. Handlers run on the group's handler threads; a handler may call other
-// members, but a chain of nested calls deeper than the handler threads can deadlock a
-// process's own pool. The group leaves with shutdown() (a barrier of all members, then the
-// threads stop); the destructor does it if you did not. docs/distributed.md describes the
-// transport.
+// are thread-safe. Handlers run as fibers on the group's event loops: a handler may call
+// other members, itself, or back into its caller, to any depth, and a wait inside it
+// suspends the handler, not the thread (a handler that blocks its thread otherwise, with a
+// sleep or blocking I/O, holds up the other calls of its loop). The group leaves with
+// shutdown() (a barrier of all members, then the threads stop; not from its own handlers);
+// the destructor does it if you did not. docs/distributed.md describes the transport.
 #include <ATen/core/ivalue.h>
 #include <torch/arg.h>
 
@@ -85,7 +86,7 @@ class Target {
 struct RpcGroupOptions {
   /// Default timeout of each call; unset: the world's rpc_timeout.
   TORCH_ARG(std::optional<Milliseconds>, timeout) = std::nullopt;
-  /// Threads that run incoming calls.
+  /// Event loops (one thread each) that run incoming calls, each call as a fiber.
   TORCH_ARG(int, handler_threads) = 4;
   /// Largest message (request or reply, tensors included) sent or accepted; a larger one
   /// fails its call, and a peer announcing one loses its connection.

@@ -1,0 +1,96 @@
+// RPC handlers are fibers on event loops: nested calls to any depth, cycles between
+// members, and a thousand calls waiting at once inside one member, with a bounded number
+// of OS threads.
+#include "dist_test_util.h"
+
+#include <test_util.h>
+#include <thread_count.h>
+
+#include <atomic>
+
+using namespace std::chrono_literals;
+using push::dist::RpcArgs;
+using push::testing::run_workers;
+
+namespace {
+
+void expect_all_ok(const std::vector<int>& codes) {
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+push::dist::RpcGroup* g_group = nullptr;
+
+/// bounce(n): the other member's bounce(n-1), plus one; so a chain of n nested calls
+/// that alternates between the two members, each waiting inside a handler for the next.
+c10::IValue bounce(const RpcArgs& a) {
+  const int64_t n = a.at(0).toInt();
+  if (n == 0) return c10::IValue(int64_t{0});
+  const int other = 1 - std::atoi(std::getenv("RANK"));
+  return c10::IValue(g_group->rpc_sync(other, "bounce", {c10::IValue(n - 1)}).toInt() + 1);
+}
+PUSH_RPC_FUNCTION(bounce);
+
+// A gate that opens when `kHeld` calls are inside it at once.
+constexpr int kHeld = 1000;
+std::atomic<int> g_inside{0};
+push::Promise<bool>* g_gate = nullptr;
+std::atomic<int> g_peak_threads{0};
+
+c10::IValue hold(const RpcArgs&) {
+  auto open = g_gate->future();
+  if (g_inside.fetch_add(1) + 1 == kHeld) {
+    g_peak_threads = push::testing::count_threads();
+    g_gate->set_value(true);
+  }
+  open.wait();  // suspends this handler's fiber until all of them are in
+  return c10::IValue(int64_t{1});
+}
+PUSH_RPC_FUNCTION(hold);
+
+}  // namespace
+
+PUSH_DIST_WORKER(rpc_bounce) {
+  auto world = push::testing::test_world(60s);
+  auto rpc = world.rpc_group("bounce", world.names());
+  g_group = &rpc;
+  if (world.rank() == 0) {
+    // A cycle A -> B -> A -> B, then a chain 200 calls deep.
+    EXPECT_EQ(rpc.rpc_sync(1, "bounce", {c10::IValue(int64_t{3})}).toInt(), 3);
+    EXPECT_EQ(rpc.rpc_sync(1, "bounce", {c10::IValue(int64_t{200})}).toInt(), 200);
+  }
+  rpc.barrier();
+  rpc.shutdown();
+  g_group = nullptr;
+}
+
+TEST(DistRpcFibers, NestedCallsTwoHundredDeepAndCyclesComplete) {
+  expect_all_ok(run_workers(2, "rpc_bounce", 120s));
+}
+
+PUSH_DIST_WORKER(rpc_thousand) {
+  auto world = push::testing::test_world(60s);
+  push::Promise<bool> gate;
+  g_gate = &gate;
+  const int before = push::testing::count_threads();
+  auto rpc = world.rpc_group("thousand", world.names());
+  if (world.rank() == 0) {
+    std::vector<push::Future<c10::IValue>> calls;
+    for (int i = 0; i < kHeld; ++i) calls.push_back(rpc.rpc_async(1, "hold"));
+    int64_t sum = 0;
+    for (auto& f : calls) sum += f.wait().toInt();
+    EXPECT_EQ(sum, kHeld);
+  }
+  rpc.barrier();
+  if (world.rank() == 1) {
+    EXPECT_EQ(g_inside.load(), kHeld);
+    // The group's event loops and I/O thread: a fixed number, not one per waiting call.
+    EXPECT_LE(g_peak_threads.load() - before, push::dist::RpcGroupOptions().handler_threads() + 2)
+        << "threads before the group: " << before << ", with 1000 calls waiting: " << g_peak_threads.load();
+  }
+  rpc.shutdown();
+  g_gate = nullptr;
+}
+
+TEST(DistRpcFibers, AThousandCallsWaitAtOnceInOneMember) {
+  expect_all_ok(run_workers(2, "rpc_thousand", 120s));
+}
