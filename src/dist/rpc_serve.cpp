@@ -71,7 +71,7 @@ void RpcState::on_request(ConnectionPtr from, int peer, const wire::Header& head
                   << ": " << current_message() << "\n";
       }
     }
-  });
+  }, peer);
 }
 
 Served RpcState::serve(uint16_t type, const c10::IValue& body) {
@@ -137,8 +137,11 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
   }
 }
 
-void RpcState::enqueue(std::function<void()> job) {
-  auto& loop = loops[next_loop.fetch_add(1, std::memory_order_relaxed) % loops.size()];
+void RpcState::enqueue(std::function<void()> job, int peer) {
+  // A peer's requests go to one loop (its thread stays warm, its calls start in order);
+  // other jobs are dealt round robin.
+  const uint64_t slot = peer >= 0 ? static_cast<uint64_t>(peer) : next_loop.fetch_add(1, std::memory_order_relaxed);
+  auto& loop = loops[slot % loops.size()];
   loop->post_fiber(std::move(job), [this](std::exception_ptr error) {
     if (stopping) return;  // cancelled by shutdown: its caller's call fails there
     std::cerr << "[" << kOrigin << "] " << world.name() << ": " << push::detail::describe(error) << "\n";

@@ -104,8 +104,9 @@ struct RpcState {
   void on_request(ConnectionPtr from, int peer, const wire::Header& header, c10::IValue value,
                   std::exception_ptr error);
   Served serve(uint16_t type, const c10::IValue& body);
-  /// Runs `job` as a fiber on one of the loops.
-  void enqueue(std::function<void()> job);
+  /// Runs `job` as a fiber on one of the loops: `peer`'s loop for its requests, else the
+  /// next one round robin.
+  void enqueue(std::function<void()> job, int peer = -1);
   void stop_loops();
   /// Throws when called on one of this group's loops (shutdown would wait for itself).
   void check_not_own_handler(const char* what) const;

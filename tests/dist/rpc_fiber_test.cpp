@@ -18,7 +18,9 @@ void expect_all_ok(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
-push::dist::RpcGroup* g_group = nullptr;
+// Set by the worker before any call can arrive (a barrier follows); atomic because the
+// handlers that read them run on the group's threads.
+std::atomic<push::dist::RpcGroup*> g_group{nullptr};
 
 /// bounce(n): the other member's bounce(n-1), plus one; so a chain of n nested calls
 /// that alternates between the two members, each waiting inside a handler for the next.
@@ -26,21 +28,22 @@ c10::IValue bounce(const RpcArgs& a) {
   const int64_t n = a.at(0).toInt();
   if (n == 0) return c10::IValue(int64_t{0});
   const int other = 1 - std::atoi(std::getenv("RANK"));
-  return c10::IValue(g_group->rpc_sync(other, "bounce", {c10::IValue(n - 1)}).toInt() + 1);
+  return c10::IValue(g_group.load()->rpc_sync(other, "bounce", {c10::IValue(n - 1)}).toInt() + 1);
 }
 PUSH_RPC_FUNCTION(bounce);
 
 // A gate that opens when `kHeld` calls are inside it at once.
 constexpr int kHeld = 1000;
 std::atomic<int> g_inside{0};
-push::Promise<bool>* g_gate = nullptr;
+std::atomic<push::Promise<bool>*> g_gate{nullptr};
 std::atomic<int> g_peak_threads{0};
 
 c10::IValue hold(const RpcArgs&) {
-  auto open = g_gate->future();
+  auto* gate = g_gate.load();
+  auto open = gate->future();
   if (g_inside.fetch_add(1) + 1 == kHeld) {
     g_peak_threads = push::testing::count_threads();
-    g_gate->set_value(true);
+    gate->set_value(true);
   }
   open.wait();  // suspends this handler's fiber until all of them are in
   return c10::IValue(int64_t{1});
@@ -53,6 +56,7 @@ PUSH_DIST_WORKER(rpc_bounce) {
   auto world = push::testing::test_world(60s);
   auto rpc = world.rpc_group("bounce", world.names());
   g_group = &rpc;
+  rpc.barrier();  // nobody calls before every member can answer
   if (world.rank() == 0) {
     // A cycle A -> B -> A -> B, then a chain 200 calls deep.
     EXPECT_EQ(rpc.rpc_sync(1, "bounce", {c10::IValue(int64_t{3})}).toInt(), 3);
