@@ -204,18 +204,18 @@ PUSH_DIST_WORKER(rpc_three_one_dies) {
   // Shutdown's barrier cannot complete without worker2: bound it by the group's timeout.
   auto rpc = world.rpc_group("three", world.names(), push::dist::RpcGroupOptions().timeout(3s));
   const int rank = world.rank();
+  rpc.barrier(30s);
   if (rank == 2) {
-    rpc.barrier(30s);
+    rpc.barrier(60s);  // a second barrier, which worker0's call of "die" ends
     return;
   }
-  rpc.barrier(30s);  // worker2 waits in a second barrier it never leaves
   if (rank == 0) {
     const auto start = std::chrono::steady_clock::now();
     EXPECT_PUSH_ERROR(rpc.rpc_sync(2, "die", {}, 60s), "worker2 (rank 2)");
     EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    world.store()->set("test/dead", {1});
   }
-  world.store()->add("test/after_death", 1);
-  world.store()->wait({"test/after_death"});
+  world.store()->wait({"test/dead"});  // worker1 goes on once worker2 is gone
   // The two that are left go on calling each other, and themselves.
   for (int i = 0; i < 50; ++i) {
     EXPECT_EQ(rpc.rpc_sync(1 - rank, "whoami", {}, 60s).toInt(), 1 - rank);
