@@ -201,14 +201,7 @@ ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_
       token.meta.assign(options_.token.begin(), options_.token.end());
       hello.meta_bytes = static_cast<uint32_t>(token.meta.size());
       write_frame(*c, hello, token);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        all_.push_back(c);
-      }
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.ptr = c.get();
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+      watch(c);
       return c;
     }
     ::close(fd);
@@ -266,12 +259,12 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
              kOrigin, "a message of ", body.meta.size() + body.data_bytes,
              " bytes is over the limit of ", options_.max_message_bytes,
              " bytes (RpcGroupOptions::max_message_bytes)");
-  std::vector<char> head(wire::kHeaderBytes + body.meta.size());
-  wire::write_header(header, head.data());
-  std::copy(body.meta.begin(), body.meta.end(), head.begin() + wire::kHeaderBytes);
+  char head[wire::kHeaderBytes];
+  wire::write_header(header, head);
   std::vector<iovec> iov;
-  iov.reserve(1 + body.tensors.size());
-  iov.push_back({head.data(), head.size()});
+  iov.reserve(2 + body.tensors.size());
+  iov.push_back({head, sizeof(head)});
+  if (!body.meta.empty()) iov.push_back({const_cast<char*>(body.meta.data()), body.meta.size()});
   for (const auto& t : body.tensors) {
     if (t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
   }
@@ -335,16 +328,19 @@ void Transport::accept_all() {
     if (fd < 0) return;  // EAGAIN: nothing more; other errors: try at the next event
     set_nodelay(fd);
     set_send_timeout(fd, options_.send_timeout);
-    auto c = std::make_shared<Connection>(fd, /*outgoing=*/false, -1);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      all_.push_back(c);
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.ptr = c.get();
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    watch(std::make_shared<Connection>(fd, /*outgoing=*/false, -1));
   }
+}
+
+void Transport::watch(const ConnectionPtr& c) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all_.push_back(c);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = c.get();
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
 }
 
 bool Transport::read_some(Connection& c, std::string& why) {

@@ -10,7 +10,7 @@
 // be answered (peer_lost fails them at once; the next call dials again).
 //
 // Senders write from their own thread with one sendmsg of gathered buffers (header, meta,
-// each tensor's storage): no copy of tensor bytes and no thread hop. The I/O thread only
+// each tensor's storage): no copy of the meta or tensor bytes and no thread hop. The I/O thread only
 // reads: it assembles frames in a staging buffer, reads large tensor bytes straight into
 // their tensors, and hands complete messages to the group's callbacks. It never sends, so
 // two members sending to each other at once cannot deadlock.
@@ -88,6 +88,8 @@ class Transport {
  private:
   void loop();
   void accept_all();
+  /// Registers an open connection: the I/O thread reads it from now on.
+  void watch(const ConnectionPtr& c);
   /// Reads what `c` has; false when the connection must close (`why` says why).
   bool read_some(Connection& c, std::string& why);
   void deliver(Connection& c);

@@ -8,15 +8,12 @@
 #include <test_util.h>
 
 using namespace std::chrono_literals;
+using push::testing::expect_all_ok;
 using push::testing::run_workers;
 
 namespace {
 
 torch::nn::AnyModule tiny() { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); }
-
-void expect_all_ok(const std::vector<int>& codes) {
-  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
-}
 
 }  // namespace
 

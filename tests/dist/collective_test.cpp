@@ -10,13 +10,10 @@ using namespace std::chrono_literals;
 using push::dist::ReduceOp;
 using push::dist::World;
 using push::dist::WorldOptions;
+using push::testing::expect_all_ok;
 using push::testing::run_workers;
 
 namespace {
-
-void expect_all_ok(const std::vector<int>& codes) {
-  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
-}
 
 double factorial(int n) { return n <= 1 ? 1.0 : n * factorial(n - 1); }
 

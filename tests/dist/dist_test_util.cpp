@@ -169,6 +169,10 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
   return {status_code(status), output};
 }
 
+void expect_all_ok(const std::vector<int>& codes) {
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 push::dist::World test_world(std::chrono::milliseconds timeout) {
   return push::dist::World(push::dist::WorldOptions::from_env()
                                .timeout(timeout)

@@ -30,6 +30,9 @@ std::vector<int> run_workers(int n, const std::string& worker,
                              std::chrono::seconds deadline = std::chrono::seconds(90),
                              const std::vector<std::string>& extra_env = {});
 
+/// Expects every rank to have exited with 0 (a failure names the rank).
+void expect_all_ok(const std::vector<int>& codes);
+
 /// Runs `argv` (absolute program path first) with extra environment; returns the exit
 /// status (as above) and everything it printed (stdout and stderr).
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,

@@ -12,13 +12,10 @@
 
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
+using push::testing::expect_all_ok;
 using push::testing::run_workers;
 
 namespace {
-
-void expect_all_ok(const std::vector<int>& codes) {
-  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
-}
 
 int env_rank() { return std::atoi(std::getenv("RANK")); }
 
