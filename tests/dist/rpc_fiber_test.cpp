@@ -29,6 +29,12 @@ c10::IValue bounce(const RpcArgs& a) {
 }
 PUSH_RPC_FUNCTION(bounce);
 
+c10::IValue shut_down_from_inside(const RpcArgs&) {
+  g_group.load()->shutdown();
+  return c10::IValue();
+}
+PUSH_RPC_FUNCTION(shut_down_from_inside);
+
 // A gate that opens when `kHeld` calls are inside it at once.
 constexpr int kHeld = 1000;
 std::atomic<int> g_inside{0};
@@ -58,6 +64,8 @@ PUSH_DIST_WORKER(rpc_bounce) {
     // A cycle A -> B -> A -> B, then a chain 200 calls deep.
     EXPECT_EQ(rpc.rpc_sync(1, "bounce", {c10::IValue(int64_t{3})}).toInt(), 3);
     EXPECT_EQ(rpc.rpc_sync(1, "bounce", {c10::IValue(int64_t{200})}).toInt(), 200);
+    // A handler cannot shut its own group down (shutdown would wait for the handler).
+    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "shut_down_from_inside"), "cannot be shut down from one of its own handlers");
   }
   rpc.barrier();
   rpc.shutdown();

@@ -76,8 +76,11 @@ TEST(RpcWire, EveryValueKindSurvivesTheTrip) {
   EXPECT_EQ(back[11].toTensor().sizes(), torch::IntArrayRef({0, 3}));
   EXPECT_EQ(back[12].toTensor().scalar_type(), torch::kBool);
   EXPECT_EQ(back[13].toTensor().scalar_type(), torch::kBFloat16);
-  // The copy owns its bytes.
+  // The copy owns its bytes, and two values sharing storage arrive as two tensors.
   EXPECT_NE(back[6].toTensor().data_ptr(), t.data_ptr());
+  auto twice = round_trip(c10::ivalue::Tuple::create({c10::IValue(t), c10::IValue(t)})).toTupleRef().elements();
+  EXPECT_TRUE(torch::equal(twice[0].toTensor(), twice[1].toTensor()));
+  EXPECT_NE(twice[0].toTensor().data_ptr(), twice[1].toTensor().data_ptr());
 }
 
 TEST(RpcWire, UnsupportedValuesAreRefusedByName) {
