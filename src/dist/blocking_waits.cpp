@@ -1,5 +1,7 @@
 #include "blocking_waits.h"
 
+#include <exception>
+
 namespace push::dist::detail {
 
 BlockingWaits& BlockingWaits::instance() {
@@ -40,12 +42,18 @@ void BlockingWaits::loop() {
     queue_.pop_front();
     --idle_;
     lock.unlock();
+    std::exception_ptr error;
     try {
       job.first();
-      job.second.set_value(true);
     } catch (...) {
-      job.second.set_error(std::current_exception());
+      error = std::current_exception();
     }
+    // Drop what the wait captured (the work, and through it Gloo's buffers and context)
+    // before the waiter resumes: released later, here, it could outlive the World the
+    // waiter goes on to destroy.
+    job.first = nullptr;
+    if (error) job.second.set_error(error);
+    else job.second.set_value(true);
     lock.lock();
     ++idle_;
   }
