@@ -358,8 +358,7 @@ RpcGroup World::rpc_group(const std::string& name, std::vector<std::string> memb
                                                       static_cast<int>(s->members.size()));
   // Every member listens, publishes its address and dials the others; all within
   // init_timeout, or the group is not created (the error names who is missing).
-  s->connect(state_->options.init_timeout(), state_->new_client(), state_->options,
-             options.handler_threads(), options.max_message_bytes());
+  s->connect(state_->options.init_timeout(), state_->new_client(), state_->options, options);
   return RpcGroup(std::move(s));
 }
 

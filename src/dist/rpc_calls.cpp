@@ -40,13 +40,15 @@ std::string RpcState::member_list() const {
 }
 
 void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d::Store>& waiter,
-                       const WorldOptions& wo, int handler_threads, uint64_t max_message_bytes) {
+                       const WorldOptions& wo, const RpcGroupOptions& options) {
+  const int handler_threads = options.handler_threads();
   const auto deadline = Clock::now() + init_timeout;
   TransportOptions to;
   to.token = prefix;
   to.rank = group_rank;
   to.size = static_cast<int>(members.size());
-  to.max_message_bytes = max_message_bytes;
+  to.max_message_bytes = options.max_message_bytes();
+  to.receive_pool_bytes = options.receive_pool_bytes();
   to.send_timeout = timeout;
   for (int r : members) to.names.push_back(world.names().at(r));
   TransportCallbacks cb;

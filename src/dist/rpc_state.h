@@ -83,7 +83,7 @@ struct RpcState {
   /// Listens, publishes this member's address, dials the others and meets them at a
   /// barrier, all within `init_timeout`; `waiter` is a store client for the blocking waits.
   void connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d::Store>& waiter,
-               const WorldOptions& world_options, int handler_threads, uint64_t max_message_bytes);
+               const WorldOptions& world_options, const RpcGroupOptions& options);
   void join_members(Clock::time_point deadline, Milliseconds init_timeout,
                     const c10::intrusive_ptr<c10d::Store>& waiter, int handler_threads);
   void shutdown();

@@ -103,7 +103,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 Transport::Transport(TransportOptions options, TransportCallbacks callbacks)
-    : options_(std::move(options)), callbacks_(std::move(callbacks)) {
+    : options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      pool_(std::make_shared<ReceivePool>(options_.receive_pool_bytes)) {
   outgoing_.resize(options_.size);
   addresses_.resize(options_.size);
   for (int i = 0; i < options_.size; ++i) dial_mutex_.push_back(std::make_unique<std::mutex>());
@@ -422,7 +424,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
           c.tensors.clear();
           c.table_error = nullptr;
           try {
-            c.tensors = wire::read_tensor_table(c.meta, c.header);
+            c.tensors = wire::read_tensor_table(c.meta, c.header, pool_.get());
           } catch (const std::exception&) {
             c.table_error = std::current_exception();
             c.skip = c.header.data_bytes;

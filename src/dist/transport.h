@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "receive_pool.h"
 #include "wire.h"
 
 namespace push::dist::detail {
@@ -38,6 +39,7 @@ struct TransportOptions {
   int rank = -1;      // this member's group rank
   int size = 0;       // members in the group
   uint64_t max_message_bytes = 0;
+  std::size_t receive_pool_bytes = 0;  // freed large receive buffers kept for reuse
   std::chrono::milliseconds send_timeout{0};
   std::vector<std::string> names;  // of each group rank, for errors: "worker1 (rank 1)"
 };
@@ -99,6 +101,7 @@ class Transport {
 
   TransportOptions options_;
   TransportCallbacks callbacks_;
+  std::shared_ptr<ReceivePool> pool_;
   int listen_fd_ = -1;
   int port_ = 0;
   int epoll_fd_ = -1;

@@ -1,5 +1,7 @@
 #include "wire.h"
 
+#include "receive_pool.h"
+
 #include <push/core/errors.h>
 
 #include <ATen/ATen.h>
@@ -306,7 +308,8 @@ namespace {
 Reader table_reader(const std::vector<char>& meta) { return Reader{meta.data(), meta.data() + meta.size()}; }
 }  // namespace
 
-std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header) {
+std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header,
+                                          ReceivePool* pool) {
   Reader r = table_reader(meta);
   const auto n = r.get<uint32_t>("tensor table");
   PUSH_CHECK(n == header.tensor_count, kOrigin, "malformed message: a table of ", n,
@@ -335,7 +338,8 @@ std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const H
     total += bytes;
     PUSH_CHECK(total <= header.data_bytes, kOrigin, "malformed message: its tensors need more than the ",
                header.data_bytes, " data bytes announced");
-    tensors.push_back(at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype))));
+    const auto type = static_cast<at::ScalarType>(dtype);
+    tensors.push_back(pool != nullptr ? pool->empty(sizes, type) : at::empty(sizes, at::TensorOptions().dtype(type)));
   }
   PUSH_CHECK(total == header.data_bytes, kOrigin, "malformed message: its tensors need ", total,
              " bytes where the header announced ", header.data_bytes);

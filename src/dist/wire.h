@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+namespace push::dist::detail {
+class ReceivePool;
+}
+
 namespace push::dist::detail::wire {
 
 constexpr uint32_t kMagic = 0x32505250;  // "PRP2"
@@ -74,8 +78,10 @@ Encoded encode(const c10::IValue& value);
 
 /// The tensor table of received meta bytes: tensors allocated to the announced sizes,
 /// for the reader to fill. Throws push::Error when the table is inconsistent with the
-/// header (count, total bytes, unknown dtype, negative or overflowing sizes).
-std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header);
+/// header (count, total bytes, unknown dtype, negative or overflowing sizes). Large
+/// tensors come from `pool` when given.
+std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header,
+                                          ReceivePool* pool = nullptr);
 /// The value of received meta bytes, over the filled tensors. Throws push::Error.
 c10::IValue decode(const std::vector<char>& meta, const std::vector<at::Tensor>& tensors);
 

@@ -91,6 +91,10 @@ struct RpcGroupOptions {
   /// Largest message (request or reply, tensors included) sent or accepted; a larger one
   /// fails its call, and a peer announcing one loses its connection.
   TORCH_ARG(uint64_t, max_message_bytes) = uint64_t{4} << 30;
+  /// Received tensors of 1 MiB or more land in buffers that are reused once the tensors
+  /// are freed (no page faults, no zeroing); at most this many bytes of freed buffers are
+  /// kept per group. 0: every received tensor is a fresh allocation.
+  TORCH_ARG(std::size_t, receive_pool_bytes) = std::size_t{256} << 20;
 };
 
 namespace detail {
