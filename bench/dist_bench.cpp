@@ -1,15 +1,18 @@
-// push::dist benchmarks at 2 ranks on 127.0.0.1. The binary starts its own second rank
-// (fork + exec of itself with RANK=1), so it runs like any other benchmark:
+// push::dist benchmarks on 127.0.0.1. The binary starts its own ranks 1 and 2 (fork + exec
+// of itself), so it runs like any other benchmark:
 //   push_bench_dist --benchmark_counters_tabular=true
 // AllReduce/<bytes>: bus bandwidth (2(n-1)/n * bytes / time) through CollectiveGroup and
-// through the same c10d ProcessGroupGloo called directly, in the same run; `ratio` is
+// through the same c10d ProcessGroupGloo called directly, both on ranks 0 and 1, in the
+// same run; `ratio` is
 // push / raw (target >= 0.95). Rpc/<bytes>: round-trip latency and calls/s of rpc_sync
 // with a float tensor argument echoed back; tcp_us is the round trip of the same bytes
 // echoed over one plain TCP connection (TCP_NODELAY) between the same two processes, in
 // the same run, and ratio = rpc / tcp (for the large rows, 1/ratio is the throughput
-// ratio). Rpc/inflight64: calls per second into rank 1 from 2 threads of rank 0 that keep
-// 32 rpc_async calls in flight each; tcp_us is then the time per message of the raw echo
-// with 64 messages in flight on its one connection (written 64 at a time, then read).
+// ratio). Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and
+// 2) that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of
+// the raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
+// messages in flight on each (written 32 at a time, then read), rank 1 echoing each
+// connection on a thread of its own.
 // Every row has a `ratio`, so CSV output works.
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
@@ -43,14 +46,20 @@ namespace {
 c10::IValue bench_echo(const push::dist::RpcArgs& a) { return a.at(0); }
 PUSH_RPC_FUNCTION(bench_echo);
 
-constexpr int kWorldSize = 2;
-// Commands from rank 0 to rank 1, which mirrors every measured call.
-enum Command : int64_t { kStop = 0, kAllReducePush = 1, kAllReduceRaw = 2, kRpc = 3 };
+constexpr int kWorldSize = 3;
+constexpr int kReduceRanks = 2;  // the all_reduce rows run on ranks 0 and 1
+// Commands from rank 0 (a broadcast to every rank): rank 1 mirrors every measured
+// collective and serves the calls; rank 2 joins the 2-caller rows.
+enum Command : int64_t {
+  kStop = 0, kAllReducePush = 1, kAllReduceRaw = 2, kRpc = 3, kRpcInFlight = 4, kTcpInFlight = 5
+};
+constexpr int kCallers = 2, kDepth = 32, kPerCaller = 4000;
 
 struct Job {
   push::dist::World world;
-  push::dist::CollectiveGroup group;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> raw;  // a second Gloo group, called directly
+  push::dist::CollectiveGroup commands;  // every rank
+  push::dist::CollectiveGroup pair;     // ranks 0 and 1
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> raw;  // ranks 0 and 1: Gloo called directly
   push::dist::RpcGroup rpc;
 };
 Job* g_job = nullptr;
@@ -92,7 +101,8 @@ void no_delay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/// Rank 1: listens on a free loopback port, publishes it in the store, echoes until EOF.
+/// Rank 1: listens on a free loopback port, publishes it in the store, and echoes what
+/// ranks 0 and 2 send, each on a thread of its own, until they close their connections.
 std::thread serve_tcp_echo(const push::dist::World& world) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -105,22 +115,28 @@ std::thread serve_tcp_echo(const push::dist::World& world) {
   const std::string port = std::to_string(ntohs(addr.sin_port));
   world.store()->set("bench/tcp_port", std::vector<uint8_t>(port.begin(), port.end()));
   return std::thread([listener] {
-    const int fd = accept(listener, nullptr, nullptr);
-    check_io(fd >= 0, "push_bench_dist: tcp accept");
-    no_delay(fd);
-    std::vector<char> buffer;
-    uint64_t n = 0;
-    while (read_all(fd, &n, sizeof(n))) {
-      buffer.resize(n);
-      read_all(fd, buffer.data(), n);
-      write_all(fd, buffer.data(), n);
+    std::vector<std::thread> echoes;
+    for (int client = 0; client < kCallers; ++client) {
+      const int fd = accept(listener, nullptr, nullptr);
+      check_io(fd >= 0, "push_bench_dist: tcp accept");
+      no_delay(fd);
+      echoes.emplace_back([fd] {
+        std::vector<char> buffer;
+        uint64_t n = 0;
+        while (read_all(fd, &n, sizeof(n))) {
+          buffer.resize(n);
+          read_all(fd, buffer.data(), n);
+          write_all(fd, buffer.data(), n);
+        }
+        close(fd);
+      });
     }
-    close(fd);
+    for (auto& t : echoes) t.join();
     close(listener);
   });
 }
 
-/// Rank 0: the connection to rank 1's echo.
+/// Ranks 0 and 2: the connection to rank 1's echo.
 int connect_tcp_echo(const push::dist::World& world) {
   const auto bytes = world.store()->get("bench/tcp_port");
   sockaddr_in addr{};
@@ -154,13 +170,13 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> make_raw(const push::dist::World& wor
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   options->threads = world.options().gloo_threads();
   auto store = c10::make_intrusive<c10d::PrefixStore>("bench/raw/", world.store());
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, world.rank(), world.size(), options);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, world.rank(), kReduceRanks, options);
 }
 
 /// Rank 0 tells rank 1 what to run next: [command, bytes, iterations].
 void command(int64_t what, int64_t bytes, int64_t iterations) {
   auto c = torch::tensor({what, bytes, iterations}, torch::kLong);
-  g_job->group.broadcast(c, 0);
+  g_job->commands.broadcast(c, 0);
 }
 
 /// Exactly `count` all_reduces of `bytes` through push (or the raw Gloo group).
@@ -169,7 +185,7 @@ void all_reduce_loop(bool raw, int64_t bytes, int64_t count) {
   std::vector<at::Tensor> v{t};
   for (int64_t i = 0; i < count; ++i) {
     if (raw) g_job->raw->allreduce(v)->wait();
-    else g_job->group.all_reduce(t);
+    else g_job->pair.all_reduce(t);
   }
 }
 
@@ -198,7 +214,7 @@ void BM_AllReduce(benchmark::State& state, bool raw) {
     total += iterations;
   }
   const double per_call = seconds / static_cast<double>(total);
-  const double busbw = 2.0 * (kWorldSize - 1) / kWorldSize * static_cast<double>(bytes) / per_call;
+  const double busbw = 2.0 * (kReduceRanks - 1) / kReduceRanks * static_cast<double>(bytes) / per_call;
   state.counters["busbw_GBps"] = busbw / 1e9;
   state.counters["us_per_call"] = per_call * 1e6;
   const int slot = static_cast<int>(std::log2(static_cast<double>(bytes)));
@@ -231,51 +247,60 @@ void BM_Rpc(benchmark::State& state) {
   same_counters(state);
 }
 
-/// Seconds per message of `bytes` echoed `count` times, 64 messages in flight at a time.
-double tcp_pipelined(int64_t bytes, int64_t count) {
-  std::vector<char> out(sizeof(uint64_t) + static_cast<size_t>(bytes), 1), back(static_cast<size_t>(bytes));
-  const uint64_t n = static_cast<uint64_t>(bytes);
-  std::memcpy(out.data(), &n, sizeof(n));
-  std::vector<char> batch;
-  for (int i = 0; i < 64; ++i) batch.insert(batch.end(), out.begin(), out.end());
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t done = 0; done < count; done += 64) {
-    write_all(g_tcp, batch.data(), batch.size());
-    for (int i = 0; i < 64; ++i) read_all(g_tcp, back.data(), back.size());
+/// One caller's share of Rpc/inflight64 (ranks 0 and 2): kPerCaller echo calls into rank 1,
+/// kDepth in flight.
+void rpc_caller() {
+  auto arg = torch::ones({4}, torch::kFloat);
+  std::deque<push::Future<c10::IValue>> window;
+  for (int i = 0; i < kPerCaller; ++i) {
+    if (window.size() == kDepth) {
+      window.front().wait();
+      window.pop_front();
+    }
+    window.push_back(g_job->rpc.rpc_async(1, "bench_echo", {arg}));
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-         static_cast<double>((count + 63) / 64 * 64);
+  for (auto& f : window) f.wait();
+}
+
+/// One caller's share of the raw baseline: kPerCaller messages of 16 bytes echoed over
+/// this rank's connection, kDepth in flight (written kDepth at a time, then read).
+void tcp_caller() {
+  constexpr uint64_t kBytes = 16;
+  std::vector<char> batch, back(kBytes);
+  for (int i = 0; i < kDepth; ++i) {
+    const auto* n = reinterpret_cast<const char*>(&kBytes);
+    batch.insert(batch.end(), n, n + sizeof(kBytes));
+    batch.insert(batch.end(), kBytes, 1);
+  }
+  for (int done = 0; done < kPerCaller; done += kDepth) {
+    write_all(g_tcp, batch.data(), batch.size());
+    for (int i = 0; i < kDepth; ++i) read_all(g_tcp, back.data(), back.size());
+  }
+}
+
+/// Seconds for ranks 0 and 2 to run `what` together: the command starts rank 2, a
+/// barrier after both callers have finished ends the measurement.
+double two_callers(Command what, void (*caller)()) {
+  const auto start = std::chrono::steady_clock::now();
+  command(what, 0, 0);
+  caller();
+  g_job->commands.barrier();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void BM_RpcInFlight(benchmark::State& state) {
-  command(kRpc, 16, 0);
-  auto arg = torch::ones({4}, torch::kFloat);
-  constexpr int kCallers = 2, kDepth = 32, kPerCaller = 4000;
+  two_callers(kRpcInFlight, rpc_caller);  // warm-up
   double seconds = 0;
   int64_t calls = 0;
   for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> callers;
-    for (int c = 0; c < kCallers; ++c) {
-      callers.emplace_back([&] {
-        std::deque<push::Future<c10::IValue>> window;
-        for (int i = 0; i < kPerCaller; ++i) {
-          if (window.size() == kDepth) {
-            window.front().wait();
-            window.pop_front();
-          }
-          window.push_back(g_job->rpc.rpc_async(1, "bench_echo", {arg}));
-        }
-        for (auto& f : window) f.wait();
-      });
-    }
-    for (auto& t : callers) t.join();
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds += two_callers(kRpcInFlight, rpc_caller);
     calls += kCallers * kPerCaller;
   }
+  two_callers(kTcpInFlight, tcp_caller);  // warm-up
+  double tcp_seconds = 0;
+  for (int64_t i = 0; i < state.iterations(); ++i) tcp_seconds += two_callers(kTcpInFlight, tcp_caller);
   const double per_call = seconds / static_cast<double>(calls);
-  tcp_pipelined(16, 64);  // warm-up
-  const double tcp = tcp_pipelined(16, calls);
+  const double tcp = tcp_seconds / static_cast<double>(calls);
   state.counters["calls_per_s"] = 1.0 / per_call;
   state.counters["rpc_us"] = per_call * 1e6;
   state.counters["tcp_us"] = tcp * 1e6;
@@ -283,16 +308,21 @@ void BM_RpcInFlight(benchmark::State& state) {
   same_counters(state);
 }
 
-// Rank 1: mirror rank 0's collectives until told to stop (RPCs are served by its threads).
+// Ranks 1 and 2: follow rank 0's commands until told to stop. Rank 1 mirrors the
+// collectives (its RPC group's threads serve the calls); rank 2 is the second caller.
 void follow() {
   for (;;) {
     auto c = torch::zeros({3}, torch::kLong);
-    g_job->group.broadcast(c, 0);
+    g_job->commands.broadcast(c, 0);
     const int64_t what = c[0].item<int64_t>(), bytes = c[1].item<int64_t>(), n = c[2].item<int64_t>();
     if (what == kStop) return;
-    if (what == kRpc) continue;
-    all_reduce_loop(what == kAllReduceRaw, bytes, 1);
-    all_reduce_loop(what == kAllReduceRaw, bytes, n);
+    if (what == kRpcInFlight || what == kTcpInFlight) {
+      if (g_job->world.rank() == 2) (what == kRpcInFlight ? rpc_caller : tcp_caller)();
+      g_job->commands.barrier();
+    } else if ((what == kAllReducePush || what == kAllReduceRaw) && g_job->world.rank() == 1) {
+      all_reduce_loop(what == kAllReduceRaw, bytes, 1);
+      all_reduce_loop(what == kAllReduceRaw, bytes, n);
+    }
   }
 }
 
@@ -315,35 +345,43 @@ int free_port() {
 
 int main(int argc, char** argv) {
   const bool child = std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr;
-  pid_t peer = -1;
+  std::vector<pid_t> peers;
   if (!child) {
     const int port = free_port();
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-    setenv("WORLD_SIZE", "2", 1);
-    peer = fork();
-    if (peer == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      setenv("RANK", "1", 1);
-      setenv("PUSH_DIST_BENCH_CHILD", "1", 1);
-      execl("/proc/self/exe", argv[0], static_cast<char*>(nullptr));
-      _exit(127);
+    setenv("WORLD_SIZE", std::to_string(kWorldSize).c_str(), 1);
+    for (int rank = 1; rank < kWorldSize; ++rank) {
+      const pid_t peer = fork();
+      if (peer == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setenv("RANK", std::to_string(rank).c_str(), 1);
+        setenv("PUSH_DIST_BENCH_CHILD", "1", 1);
+        execl("/proc/self/exe", argv[0], static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      peers.push_back(peer);
     }
     setenv("RANK", "0", 1);
   }
-  Job job{push::dist::World::from_env(), {}, {}, {}};
-  job.group = job.world.collective();
-  job.raw = make_raw(job.world);
+  Job job{push::dist::World::from_env(), {}, {}, {}, {}};
+  job.commands = job.world.collective();
+  if (job.world.rank() < kReduceRanks) {
+    job.pair = job.world.new_group({0, 1});
+    job.raw = make_raw(job.world);
+  }
   job.rpc = job.world.rpc_group("bench", job.world.names());
   g_job = &job;
+  std::thread echo;
+  if (job.world.rank() == 1) echo = serve_tcp_echo(job.world);
+  else g_tcp = connect_tcp_echo(job.world);
   if (child) {
-    std::thread echo = serve_tcp_echo(job.world);
     follow();
     job.rpc.shutdown();
-    echo.join();  // ends when rank 0 closes its connection
+    if (g_tcp >= 0) close(g_tcp);
+    if (echo.joinable()) echo.join();  // ends when ranks 0 and 2 close their connections
     return 0;
   }
-  g_tcp = connect_tcp_echo(job.world);
   for (int64_t bytes = 1 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
     benchmark::RegisterBenchmark(("AllReduce/raw_gloo/" + std::to_string(bytes)).c_str(), BM_AllReduce, true)
         ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -359,8 +397,10 @@ int main(int argc, char** argv) {
   command(kStop, 0, 0);
   close(g_tcp);
   job.rpc.shutdown();
-  int status = 0;
-  waitpid(peer, &status, 0);
+  for (pid_t peer : peers) {
+    int status = 0;
+    waitpid(peer, &status, 0);
+  }
   benchmark::Shutdown();
   return 0;
 }
