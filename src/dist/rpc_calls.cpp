@@ -2,6 +2,7 @@
 // deadlines, lost peers and shutdown.
 #include "rpc_state.h"
 
+#include <algorithm>
 #include <iostream>
 
 namespace push::dist::detail {
@@ -49,6 +50,8 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
   to.size = static_cast<int>(members.size());
   to.max_message_bytes = options.max_message_bytes();
   to.receive_pool_bytes = options.receive_pool_bytes();
+  to.shared_memory = options.shared_memory();
+  to.ring_slots = static_cast<uint32_t>(std::clamp<std::size_t>(options.shared_memory_bytes() / to.ring_slot_bytes, 2, 4096));
   to.send_timeout = timeout;
   for (int r : members) to.names.push_back(world.names().at(r));
   TransportCallbacks cb;
@@ -62,7 +65,8 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
   transport = std::make_unique<Transport>(std::move(to), std::move(cb));
   const std::string address =
       transport->listen(advertised_host(wo.master_addr(), wo.master_port(), wo.interface()));
-  store->set(c10::str(prefix, "addr/", group_rank), string_to_bytes(address));
+  // "host:port identity": members with this host's identity are reached through shared memory too.
+  store->set(c10::str(prefix, "addr/", group_rank), string_to_bytes(address + " " + host_identity()));
   started = true;
   try {
     join_members(deadline, init_timeout, waiter, handler_threads);
@@ -97,7 +101,10 @@ void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeou
                            " did not join RPC group '", name, "' within ", init_timeout.count(),
                            " ms (init_timeout)"));
     }
-    transport->connect(peer, bytes_to_string(waiter->get(key)), deadline);
+    const std::string published = bytes_to_string(waiter->get(key));
+    const auto space = published.find(' ');
+    transport->connect(peer, published.substr(0, space),
+                       space == std::string::npos ? std::string() : published.substr(space + 1), deadline);
   }
   const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
   barrier->arrive_and_wait(std::max(left, Milliseconds(1)), "push::dist::World::rpc_group");

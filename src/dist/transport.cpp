@@ -69,6 +69,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool introduced;   // incoming: hello received
   std::mutex send_mutex;
   bool closed = false;  // guarded by send_mutex
+  // Shared memory (shm_ring.h): this side's ring for what it sends on this connection.
+  std::unique_ptr<SendRing> send_ring;   // guarded by send_mutex
+  bool ring_refused = false;             // guarded by send_mutex: none could be made
+  std::atomic<SendRing*> ring_to_wake{nullptr};
+  std::atomic<bool> broken{false};       // close() began: a sender waiting on the ring gives up
 
   // The reader's state (I/O thread only).
   enum class Stage { kHeader, kMeta, kData };
@@ -85,6 +90,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t tensor_got = 0;
   uint64_t skip = 0;               // data bytes to discard (the table was malformed)
   std::exception_ptr table_error;  // why
+  std::unique_ptr<RecvRing> recv_ring;  // the peer's ring, once announced
+  uint64_t ring_left = 0;          // kRingData frame: data bytes still to come through it
+  char note[8];                    // kRingData frame: the note being read
+  std::size_t note_got = 0;
 
   /// Where the current tensor's next bytes go, and how many it still needs.
   std::pair<char*, uint64_t> tensor_window() {
@@ -96,7 +105,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto& t = tensors[tensor_index];
     return {static_cast<char*>(t.data_ptr()) + tensor_got, t.nbytes() - tensor_got};
   }
+  bool ring_data() const { return (header.flags & wire::kRingData) != 0; }
   bool data_complete() {
+    if (ring_data()) return ring_left == 0;
     if (skip > 0) return false;
     return tensor_window().first == nullptr;
   }
@@ -108,6 +119,7 @@ Transport::Transport(TransportOptions options, TransportCallbacks callbacks)
       pool_(std::make_shared<ReceivePool>(options_.receive_pool_bytes)) {
   outgoing_.resize(options_.size);
   addresses_.resize(options_.size);
+  same_host_.assign(options_.size, 0);
   for (int i = 0; i < options_.size; ++i) dial_mutex_.push_back(std::make_unique<std::mutex>());
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -215,9 +227,11 @@ ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_
   }
 }
 
-void Transport::connect(int peer, const std::string& address, Clock::time_point deadline) {
+void Transport::connect(int peer, const std::string& address, const std::string& identity,
+                        Clock::time_point deadline) {
   auto c = dial(peer, address, deadline, /*retry=*/true);
   std::lock_guard<std::mutex> lock(mutex_);
+  same_host_[peer] = options_.shared_memory && identity == host_identity() ? 1 : 0;
   addresses_[peer] = address;
   outgoing_[peer] = std::move(c);
 }
@@ -261,6 +275,10 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
              kOrigin, "a message of ", body.meta.size() + body.data_bytes,
              " bytes is over the limit of ", options_.max_message_bytes,
              " bytes (RpcGroupOptions::max_message_bytes)");
+  std::lock_guard<std::mutex> lock(c.send_mutex);
+  PUSH_CHECK(!c.closed, kOrigin, "the connection to ", describe(c.peer), " is closed");
+  SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
+  if (ring != nullptr) header.flags |= wire::kRingData;
   char head[wire::kHeaderBytes];
   wire::write_header(header, head);
   std::vector<iovec> iov;
@@ -268,10 +286,13 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
   iov.push_back({head, sizeof(head)});
   if (!body.meta.empty()) iov.push_back({const_cast<char*>(body.meta.data()), body.meta.size()});
   for (const auto& t : body.tensors) {
-    if (t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
+    if (ring == nullptr && t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
   }
-  std::lock_guard<std::mutex> lock(c.send_mutex);
-  PUSH_CHECK(!c.closed, kOrigin, "the connection to ", describe(c.peer), " is closed");
+  send_all(c, iov);
+  if (ring != nullptr) stream_through(c, *ring, body);
+}
+
+void Transport::send_all(Connection& c, std::vector<iovec>& iov) {
   std::size_t first = 0;
   while (first < iov.size()) {
     msghdr msg{};
@@ -294,6 +315,68 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
       iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
       iov[first].iov_len -= left;
     }
+  }
+}
+
+SendRing* Transport::ring_for(Connection& c) {
+  if (c.send_ring) return c.send_ring.get();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c.ring_refused || c.peer < 0 || same_host_[c.peer] == 0) return nullptr;
+  }
+  std::string why;
+  auto ring = SendRing::create(options_.ring_slot_bytes, options_.ring_slots, why);
+  if (!ring) {
+    c.ring_refused = true;
+    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank) << ": no shared memory for "
+              << describe(c.peer) << " (" << why << "): large messages go through the socket\n";
+    return nullptr;
+  }
+  wire::Header h;
+  h.type = wire::kRing;
+  wire::Encoded announce;
+  for (uint64_t v : {static_cast<uint64_t>(::getpid()), static_cast<uint64_t>(ring->fd()), ring->slot_bytes(),
+                     static_cast<uint64_t>(ring->slots())}) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    announce.meta.insert(announce.meta.end(), p, p + sizeof(v));
+  }
+  h.meta_bytes = static_cast<uint32_t>(announce.meta.size());
+  char head[wire::kHeaderBytes];
+  wire::write_header(h, head);
+  std::vector<iovec> iov{{head, sizeof(head)}, {announce.meta.data(), announce.meta.size()}};
+  send_all(c, iov);
+  c.send_ring = std::move(ring);
+  c.ring_to_wake = c.send_ring.get();
+  return c.send_ring.get();
+}
+
+void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encoded& body) {
+  try {
+    std::size_t index = 0;
+    uint64_t offset = 0;  // into body.tensors[index]
+    uint64_t left = body.data_bytes;
+    while (left > 0) {
+      char* slot = ring.acquire(Clock::now() + options_.send_timeout, c.broken, describe(c.peer));
+      uint64_t note = std::min(left, ring.slot_bytes());
+      for (uint64_t filled = 0; filled < note;) {
+        const auto& t = body.tensors[index];
+        const uint64_t take = std::min<uint64_t>(note - filled, t.nbytes() - offset);
+        std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
+        filled += take;
+        offset += take;
+        if (offset == t.nbytes()) {
+          ++index;
+          offset = 0;
+        }
+      }
+      ring.publish();
+      std::vector<iovec> iov{{&note, sizeof(note)}};
+      send_all(c, iov);
+      left -= note;
+    }
+  } catch (...) {
+    ::shutdown(c.fd, SHUT_RDWR);  // half a frame: the reader side must close too
+    throw;
   }
 }
 
@@ -351,7 +434,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
     for (int turn = 0; turn < 64; ++turn) {
       if (c.begin == c.end) {
         // Large tensor bytes go straight into their tensor, past the staging buffer.
-        if (c.stage == Stage::kData && c.skip == 0) {
+        if (c.stage == Stage::kData && c.skip == 0 && !c.ring_data()) {
           auto [dst, need] = c.tensor_window();
           if (dst != nullptr && need >= kStaging) {
             const ssize_t n = ::recv(c.fd, dst, need, MSG_DONTWAIT);
@@ -391,6 +474,8 @@ bool Transport::read_some(Connection& c, std::string& why) {
           c.header = wire::read_header(c.header_bytes, options_.max_message_bytes);
           PUSH_CHECK((c.header.type == wire::kHello) == (!c.outgoing && !c.introduced), kOrigin,
                      "malformed frame: ", c.header.type == wire::kHello ? "a second hello" : "no hello first");
+          PUSH_CHECK(!c.ring_data() || c.recv_ring, kOrigin,
+                     "malformed frame: data in a shared-memory ring that was never announced");
           c.meta.assign(c.header.meta_bytes, 0);
           c.meta_got = 0;
           c.stage = Stage::kMeta;
@@ -399,6 +484,17 @@ bool Transport::read_some(Connection& c, std::string& why) {
           std::memcpy(c.meta.data() + c.meta_got, src, take);
           c.meta_got += take;
           c.begin += take;
+        } else if (c.ring_data()) {
+          const auto take = std::min(avail, sizeof(c.note) - c.note_got);
+          std::memcpy(c.note + c.note_got, src, take);
+          c.note_got += take;
+          c.begin += take;
+          if (c.note_got == sizeof(c.note)) {
+            c.note_got = 0;
+            uint64_t bytes;
+            std::memcpy(&bytes, c.note, sizeof(bytes));
+            take_slot(c, bytes);
+          }
         } else if (c.skip > 0) {
           const auto take = std::min<uint64_t>(avail, c.skip);
           c.skip -= take;
@@ -421,16 +517,23 @@ bool Transport::read_some(Connection& c, std::string& why) {
             c.stage = Stage::kHeader;
             continue;
           }
+          if (c.header.type == wire::kRing) {
+            open_ring(c);
+            c.stage = Stage::kHeader;
+            continue;
+          }
           c.tensors.clear();
           c.table_error = nullptr;
           try {
             c.tensors = wire::read_tensor_table(c.meta, c.header, pool_.get());
           } catch (const std::exception&) {
             c.table_error = std::current_exception();
-            c.skip = c.header.data_bytes;
+            if (!c.ring_data()) c.skip = c.header.data_bytes;
           }
           c.tensor_index = 0;
           c.tensor_got = 0;
+          c.ring_left = c.ring_data() ? c.header.data_bytes : 0;
+          c.note_got = 0;
           c.stage = Stage::kData;
         }
         if (c.stage == Stage::kData && c.data_complete()) deliver(c);
@@ -441,6 +544,40 @@ bool Transport::read_some(Connection& c, std::string& why) {
     why = e.what();
     return false;
   }
+}
+
+void Transport::open_ring(Connection& c) {
+  PUSH_CHECK(!c.recv_ring, kOrigin, "malformed frame: a second shared-memory ring");
+  PUSH_CHECK(c.header.meta_bytes == 32 && c.header.data_bytes == 0 && c.header.tensor_count == 0, kOrigin,
+             "malformed frame: a ring announcement of ", c.header.meta_bytes, " bytes");
+  uint64_t v[4];
+  std::memcpy(v, c.meta.data(), sizeof(v));
+  const uint64_t slot_bytes = v[2], slots = v[3];
+  PUSH_CHECK(slot_bytes >= 4096 && slot_bytes <= (uint64_t{1} << 30) && slots >= 1 && slots <= 4096, kOrigin,
+             "malformed frame: a ring of ", slots, " slots of ", slot_bytes, " bytes");
+  c.recv_ring = RecvRing::open(static_cast<int64_t>(std::min<uint64_t>(v[0], INT64_MAX)),
+                               static_cast<int64_t>(std::min<uint64_t>(v[1], INT64_MAX)), slot_bytes,
+                               static_cast<uint32_t>(slots));
+}
+
+void Transport::take_slot(Connection& c, uint64_t bytes) {
+  PUSH_CHECK(bytes == std::min(c.ring_left, c.recv_ring->slot_bytes()), kOrigin,
+             "malformed frame: a note of ", bytes, " bytes where ",
+             std::min(c.ring_left, c.recv_ring->slot_bytes()), " were due");
+  const char* src = c.recv_ring->front();
+  if (!c.table_error) {
+    for (uint64_t done = 0; done < bytes;) {
+      auto [dst, need] = c.tensor_window();
+      PUSH_CHECK(dst != nullptr, kOrigin, "malformed frame: more ring data than its tensors hold");
+      const uint64_t take = std::min(need, bytes - done);
+      std::memcpy(dst, src + done, take);
+      c.tensor_got += take;
+      done += take;
+    }
+  }
+  c.recv_ring->pop();
+  c.ring_left -= bytes;
+  if (c.ring_left == 0) deliver(c);
 }
 
 void Transport::deliver(Connection& c) {
@@ -489,6 +626,8 @@ void Transport::close(Connection* c, const std::string& why) {
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
+  c->broken = true;               // and one waiting for its ring
+  if (SendRing* ring = c->ring_to_wake.load()) ring->interrupt();
   {
     std::lock_guard<std::mutex> lock(c->send_mutex);
     if (!c->closed) {

@@ -16,6 +16,8 @@
 // two members sending to each other at once cannot deadlock.
 #include <ATen/core/ivalue.h>
 
+#include <sys/uio.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "receive_pool.h"
+#include "shm_ring.h"
 #include "wire.h"
 
 namespace push::dist::detail {
@@ -40,6 +43,12 @@ struct TransportOptions {
   int size = 0;       // members in the group
   uint64_t max_message_bytes = 0;
   std::size_t receive_pool_bytes = 0;  // freed large receive buffers kept for reuse
+  // Shared-memory rings to members with this host_identity() (shm_ring.h): messages with
+  // at least ring_min_bytes of tensor data go through them.
+  bool shared_memory = false;
+  uint64_t ring_slot_bytes = uint64_t{1} << 20;
+  uint32_t ring_slots = 16;
+  uint64_t ring_min_bytes = uint64_t{256} << 10;
   std::chrono::milliseconds send_timeout{0};
   std::vector<std::string> names;  // of each group rank, for errors: "worker1 (rank 1)"
 };
@@ -70,8 +79,10 @@ class Transport {
   /// Starts the I/O thread.
   void start();
   /// Dials `peer` at "host:port", retrying refused connections until `deadline`, and
-  /// introduces this member. Throws push::Error naming the peer.
-  void connect(int peer, const std::string& address, Clock::time_point deadline);
+  /// introduces this member. `identity` is the peer's host_identity(): equal to this
+  /// process's, large messages between the two go through shared memory. Throws
+  /// push::Error naming the peer.
+  void connect(int peer, const std::string& address, const std::string& identity, Clock::time_point deadline);
   /// Sends a request to `peer` on the connection this member dialed (dialing again, once,
   /// when it was lost). Throws push::Error naming the peer.
   void send(int peer, const wire::Header& header, const wire::Encoded& body);
@@ -97,6 +108,17 @@ class Transport {
   void deliver(Connection& c);
   void close(Connection* c, const std::string& why);
   void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
+  /// Writes all of `iov` (under c's send mutex); on failure ends the stream and throws.
+  void send_all(Connection& c, std::vector<iovec>& iov);
+  /// The connection's ring, made and announced on first use; null when rings do not
+  /// apply to its peer or cannot be made here (then the socket carries everything).
+  SendRing* ring_for(Connection& c);
+  /// The tensor bytes of `body` through `ring`, one note on the stream per slot.
+  void stream_through(Connection& c, SendRing& ring, const wire::Encoded& body);
+  /// Handles a kRing frame's meta: maps the peer's ring. Throws push::Error.
+  void open_ring(Connection& c);
+  /// One note (a filled slot) has arrived: empties the slot into the frame's tensors.
+  void take_slot(Connection& c, uint64_t bytes);
   ConnectionPtr dial(int peer, const std::string& address, Clock::time_point deadline, bool retry);
 
   TransportOptions options_;
@@ -115,6 +137,7 @@ class Transport {
   std::vector<std::string> addresses_;      // by group rank, for dialing again
   std::vector<std::unique_ptr<std::mutex>> dial_mutex_;
   std::vector<ConnectionPtr> all_;          // every open connection (the I/O thread closes)
+  std::vector<char> same_host_;             // by group rank: rings apply
 };
 
 /// The address other members should dial this one at: 127.0.0.1 when the job's master is

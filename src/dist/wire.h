@@ -12,7 +12,10 @@
 // (gathered with sendmsg), the receiver reads them straight into freshly allocated
 // tensors. Nothing is pickled. The value encoding is ours, not LibTorch's pickler, so that
 // every length and index is checked before it is used: a frame from a confused or hostile
-// peer fails its call, it never crashes the reader (tests/dist/rpc_fuzz_test.cpp).
+// peer fails its call, it never crashes the reader (tests/dist/rpc_wire_test.cpp).
+//
+// Between members on one host, the data of a large message may travel through the
+// sender's shared-memory ring instead (flag kRingData; shm_ring.h).
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
@@ -40,6 +43,7 @@ enum Type : uint16_t {
   kFetchRRef = 6,      // id
   kReleaseRRef = 7,    // id
   kFetchPaired = 8,    // "key"
+  kRing = 9,           // the sender's shared-memory ring (shm_ring.h): meta = u64 pid, fd, slot bytes, slots
   kReplyOk = 16,       // the result
   kReplyError = 17,    // the error message
 };
@@ -51,6 +55,8 @@ enum Flags : uint16_t {
   kNoReply = 1,     // request: the caller waits for nothing (releases)
   kOwnedValue = 2,  // reply: the value is the id of a value the callee now owns
   kNotHere = 4,     // error reply: the service or paired value named is not held here (any more)
+  kRingData = 8,    // the data bytes come through the sender's ring: the stream carries one
+                    // u64 note per filled slot (its byte count) in their place
 };
 
 struct Header {

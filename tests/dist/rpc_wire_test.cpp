@@ -5,15 +5,21 @@
 #include "dist_test_util.h"
 #include "raw_peer.h"
 
+#include "dist/shm_ring.h"
+
 #include <test_util.h>
 
+#include <cstring>
 #include <random>
+
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
 using push::testing::RawPeer;
 namespace wire = push::dist::detail::wire;
 using push::dist::detail::RpcTestAccess;
+using push::dist::detail::SendRing;
 
 namespace {
 
@@ -143,6 +149,77 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
   EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kHello, 0, {'x'})));             // a second hello
   EXPECT_TRUE(solo.answers());
   EXPECT_EQ(solo.rpc.rpc_sync(solo.world.name(), "wire_rank").toInt(), 42);
+}
+
+namespace {
+/// A kRing frame announcing a ring of this process.
+std::vector<char> ring_frame(int64_t fd, uint64_t slot_bytes, uint64_t slots) {
+  std::vector<char> meta;
+  for (uint64_t v : {static_cast<uint64_t>(::getpid()), static_cast<uint64_t>(fd), slot_bytes, slots}) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    meta.insert(meta.end(), p, p + sizeof(v));
+  }
+  return RawPeer::frame(wire::kRing, 0, meta);
+}
+
+/// `frame` (a call with tensor data) split in two: its header (flagged kRingData) and
+/// meta, which go on the stream, and its data bytes, which go through a ring.
+std::pair<std::vector<char>, std::vector<char>> ring_call(std::vector<char> frame) {
+  const auto h = wire::read_header(frame.data(), uint64_t{1} << 30);
+  const uint16_t flags = h.flags | wire::kRingData;
+  std::memcpy(frame.data() + 6, &flags, sizeof(flags));
+  const auto head = wire::kHeaderBytes + h.meta_bytes;
+  return {std::vector<char>(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(head)),
+          std::vector<char>(frame.begin() + static_cast<std::ptrdiff_t>(head), frame.end())};
+}
+
+std::vector<char> note(uint64_t bytes) {
+  const auto* p = reinterpret_cast<const char*>(&bytes);
+  return std::vector<char>(p, p + sizeof(bytes));
+}
+}  // namespace
+
+TEST(RpcWire, RingsAreCheckedBeforeTheyAreMappedAndTheirDataArrives) {
+  Solo solo;
+  constexpr uint64_t kSlot = 64 << 10;
+  std::string why;
+  auto ring = SendRing::create(kSlot, 2, why);
+  ASSERT_TRUE(ring) << why;
+  // A call whose 300 KiB of data go through a 2-slot ring: the member empties each slot
+  // for the next one.
+  {
+    RawPeer peer(solo.port(), solo.token());
+    const auto x = torch::arange(75 * 1024, torch::kFloat);
+    auto [head, data] = ring_call(RawPeer::call_frame(9, "wire_echo", {x}));
+    ASSERT_TRUE(peer.write(ring_frame(ring->fd(), kSlot, 2)));
+    ASSERT_TRUE(peer.write(head));
+    std::atomic<bool> broken{false};
+    for (std::size_t done = 0; done < data.size();) {
+      char* slot = ring->acquire(std::chrono::steady_clock::now() + 10s, broken, "the member");
+      const auto n = std::min<std::size_t>(kSlot, data.size() - done);
+      std::memcpy(slot, data.data() + done, n);
+      ring->publish();
+      ASSERT_TRUE(peer.write(note(n)));
+      done += n;
+    }
+    auto reply = peer.read_reply(10s);
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->header.type, wire::kReplyOk);
+    EXPECT_TRUE(torch::equal(reply->value.toTensor(), x));
+  }
+  auto closes = [&](std::vector<std::vector<char>> frames) {
+    RawPeer peer(solo.port(), solo.token());
+    for (const auto& f : frames) peer.write(f);
+    return peer.closed_within(10s);
+  };
+  auto [head, data] = ring_call(RawPeer::call_frame(1, "wire_echo", {torch::ones({1024})}));
+  EXPECT_TRUE(closes({head, note(4096)}));                                       // ring data, no ring
+  EXPECT_TRUE(closes({RawPeer::frame(wire::kRing, 0, std::vector<char>(8))}));    // a short announcement
+  EXPECT_TRUE(closes({ring_frame(0, kSlot, 2)}));                                 // not a ring: this process's stdin
+  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 3)}));                        // not the announced size
+  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 2), ring_frame(ring->fd(), kSlot, 2)}));  // a second ring
+  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 2), head, note(100)}));       // a note of the wrong size
+  EXPECT_TRUE(solo.answers());
 }
 
 TEST(RpcWire, TenThousandRandomAndMutatedFramesNeitherCrashNorHangAMember) {
