@@ -1,0 +1,80 @@
+#pragma once
+// One connection of the RPC transport: what its senders share (under send_mutex) and
+// the reader's state, which only the I/O thread touches (transport.cpp, transport_read.cpp).
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "shm_ring.h"
+#include "wire.h"
+
+namespace push::dist::detail {
+
+/// Bytes read from a socket at a time; larger tensor data goes straight into its tensor.
+constexpr std::size_t kStagingBytes = std::size_t{64} << 10;
+/// epoll tags of the listening socket and the wake eventfd (a connection's is its address).
+constexpr uint64_t kListenTag = 0;
+constexpr uint64_t kWakeTag = 1;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(int fd_, bool outgoing_, int peer_) : fd(fd_), outgoing(outgoing_), peer(peer_), introduced(outgoing_) {}
+
+  int fd;
+  const bool outgoing;
+  int peer;          // group rank; -1 until an incoming connection says hello
+  bool introduced;   // incoming: hello received
+  std::mutex send_mutex;
+  bool closed = false;  // guarded by send_mutex
+  // Shared memory (shm_ring.h): this side's ring for what it sends on this connection.
+  std::unique_ptr<SendRing> send_ring;   // guarded by send_mutex
+  bool ring_refused = false;             // guarded by send_mutex: none could be made
+  std::atomic<SendRing*> ring_to_wake{nullptr};
+  std::atomic<bool> broken{false};       // close() began: a sender waiting on the ring gives up
+
+  // The reader's state (I/O thread only).
+  enum class Stage { kHeader, kMeta, kData };
+  Stage stage = Stage::kHeader;
+  std::vector<char> staging = std::vector<char>(kStagingBytes);
+  std::size_t begin = 0, end = 0;
+  char header_bytes[wire::kHeaderBytes];
+  std::size_t header_got = 0;
+  wire::Header header;
+  std::vector<char> meta;
+  std::size_t meta_got = 0;
+  std::vector<at::Tensor> tensors;
+  std::size_t tensor_index = 0;
+  uint64_t tensor_got = 0;
+  uint64_t skip = 0;               // data bytes to discard (the table was malformed)
+  std::exception_ptr table_error;  // why
+  std::unique_ptr<RecvRing> recv_ring;  // the peer's ring, once announced
+  uint64_t ring_left = 0;          // kRingData frame: data bytes still to come through it
+  char note[8];                    // kRingData frame: the note being read
+  std::size_t note_got = 0;
+
+  /// Where the current tensor's next bytes go, and how many it still needs.
+  std::pair<char*, uint64_t> tensor_window() {
+    while (tensor_index < tensors.size() && tensor_got == tensors[tensor_index].nbytes()) {
+      ++tensor_index;
+      tensor_got = 0;
+    }
+    if (tensor_index == tensors.size()) return {nullptr, 0};
+    auto& t = tensors[tensor_index];
+    return {static_cast<char*>(t.data_ptr()) + tensor_got, t.nbytes() - tensor_got};
+  }
+  bool ring_data() const { return (header.flags & wire::kRingData) != 0; }
+  bool data_complete() {
+    if (ring_data()) return ring_left == 0;
+    if (skip > 0) return false;
+    return tensor_window().first == nullptr;
+  }
+};
+
+}  // namespace push::dist::detail

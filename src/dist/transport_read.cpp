@@ -1,0 +1,225 @@
+#include "connection.h"
+#include "transport.h"
+
+#include <push/core/errors.h>
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+// The transport's I/O thread: waits on every connection with epoll, assembles frames,
+// maps announced rings and empties their slots, and hands complete messages on.
+namespace push::dist::detail {
+namespace {
+constexpr const char* kOrigin = "push::dist::RpcGroup";
+std::string errno_text(int code) { return std::strerror(code); }
+}  // namespace
+
+void Transport::loop() {
+  epoll_event events[64];
+  while (!stopping_) {
+    int timeout_ms = 1000;
+    if (auto next = callbacks_.tick()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
+    }
+    const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
+    for (int i = 0; i < n && !stopping_; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
+        uint64_t count;
+        [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof(count));
+      } else if (tag == kListenTag) {
+        accept_all();
+      } else {
+        auto* c = static_cast<Connection*>(events[i].data.ptr);
+        std::string why;
+        if (!read_some(*c, why)) close(c, why);
+      }
+    }
+  }
+}
+
+bool Transport::read_some(Connection& c, std::string& why) {
+  using Stage = Connection::Stage;
+  try {
+    for (int turn = 0; turn < 64; ++turn) {
+      if (c.begin == c.end) {
+        // Large tensor bytes go straight into their tensor, past the staging buffer.
+        if (c.stage == Stage::kData && c.skip == 0 && !c.ring_data()) {
+          auto [dst, need] = c.tensor_window();
+          if (dst != nullptr && need >= kStagingBytes) {
+            const ssize_t n = ::recv(c.fd, dst, need, MSG_DONTWAIT);
+            if (n > 0) {
+              c.tensor_got += static_cast<uint64_t>(n);
+              if (c.data_complete()) deliver(c);
+              continue;
+            }
+            if (n == 0) { why = "the peer closed the connection"; return false; }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+            if (errno == EINTR) continue;
+            why = errno_text(errno);
+            return false;
+          }
+        }
+        const ssize_t n = ::recv(c.fd, c.staging.data(), c.staging.size(), MSG_DONTWAIT);
+        if (n == 0) { why = "the peer closed the connection"; return false; }
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+          if (errno == EINTR) continue;
+          why = errno_text(errno);
+          return false;
+        }
+        c.begin = 0;
+        c.end = static_cast<std::size_t>(n);
+      }
+      while (c.begin < c.end) {
+        const std::size_t avail = c.end - c.begin;
+        const char* src = c.staging.data() + c.begin;
+        if (c.stage == Stage::kHeader) {
+          const auto take = std::min(avail, wire::kHeaderBytes - c.header_got);
+          std::memcpy(c.header_bytes + c.header_got, src, take);
+          c.header_got += take;
+          c.begin += take;
+          if (c.header_got < wire::kHeaderBytes) continue;
+          c.header_got = 0;
+          c.header = wire::read_header(c.header_bytes, options_.max_message_bytes);
+          PUSH_CHECK((c.header.type == wire::kHello) == (!c.outgoing && !c.introduced), kOrigin,
+                     "malformed frame: ", c.header.type == wire::kHello ? "a second hello" : "no hello first");
+          PUSH_CHECK(!c.ring_data() || c.recv_ring, kOrigin,
+                     "malformed frame: data in a shared-memory ring that was never announced");
+          c.meta.assign(c.header.meta_bytes, 0);
+          c.meta_got = 0;
+          c.stage = Stage::kMeta;
+        } else if (c.stage == Stage::kMeta) {
+          const auto take = std::min<std::size_t>(avail, c.meta.size() - c.meta_got);
+          std::memcpy(c.meta.data() + c.meta_got, src, take);
+          c.meta_got += take;
+          c.begin += take;
+        } else if (c.ring_data()) {
+          const auto take = std::min(avail, sizeof(c.note) - c.note_got);
+          std::memcpy(c.note + c.note_got, src, take);
+          c.note_got += take;
+          c.begin += take;
+          if (c.note_got == sizeof(c.note)) {
+            c.note_got = 0;
+            uint64_t bytes;
+            std::memcpy(&bytes, c.note, sizeof(bytes));
+            take_slot(c, bytes);
+          }
+        } else if (c.skip > 0) {
+          const auto take = std::min<uint64_t>(avail, c.skip);
+          c.skip -= take;
+          c.begin += take;
+        } else {
+          auto [dst, need] = c.tensor_window();
+          const auto take = std::min<uint64_t>(avail, need);
+          std::memcpy(dst, src, take);
+          c.tensor_got += take;
+          c.begin += take;
+        }
+        if (c.stage == Stage::kMeta && c.meta_got == c.meta.size()) {
+          if (c.header.type == wire::kHello) {
+            const std::string token(c.meta.begin(), c.meta.end());
+            PUSH_CHECK(token == options_.token && c.header.data_bytes == 0 &&
+                           c.header.id < static_cast<uint64_t>(options_.size),
+                       kOrigin, "a hello that is not from a member of this group");
+            c.peer = static_cast<int>(c.header.id);
+            c.introduced = true;
+            c.stage = Stage::kHeader;
+            continue;
+          }
+          if (c.header.type == wire::kRing) {
+            open_ring(c);
+            c.stage = Stage::kHeader;
+            continue;
+          }
+          c.tensors.clear();
+          c.table_error = nullptr;
+          try {
+            c.tensors = wire::read_tensor_table(c.meta, c.header, pool_.get());
+          } catch (const std::exception&) {
+            c.table_error = std::current_exception();
+            if (!c.ring_data()) c.skip = c.header.data_bytes;
+          }
+          c.tensor_index = 0;
+          c.tensor_got = 0;
+          c.ring_left = c.ring_data() ? c.header.data_bytes : 0;
+          c.note_got = 0;
+          c.stage = Stage::kData;
+        }
+        if (c.stage == Stage::kData && c.data_complete()) deliver(c);
+      }
+    }
+    return true;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+void Transport::open_ring(Connection& c) {
+  PUSH_CHECK(!c.recv_ring, kOrigin, "malformed frame: a second shared-memory ring");
+  PUSH_CHECK(c.header.meta_bytes == 32 && c.header.data_bytes == 0 && c.header.tensor_count == 0, kOrigin,
+             "malformed frame: a ring announcement of ", c.header.meta_bytes, " bytes");
+  uint64_t v[4];
+  std::memcpy(v, c.meta.data(), sizeof(v));
+  const uint64_t slot_bytes = v[2], slots = v[3];
+  PUSH_CHECK(slot_bytes >= 4096 && slot_bytes <= (uint64_t{1} << 30) && slots >= 1 && slots <= 4096, kOrigin,
+             "malformed frame: a ring of ", slots, " slots of ", slot_bytes, " bytes");
+  c.recv_ring = RecvRing::open(static_cast<int64_t>(std::min<uint64_t>(v[0], INT64_MAX)),
+                               static_cast<int64_t>(std::min<uint64_t>(v[1], INT64_MAX)), slot_bytes,
+                               static_cast<uint32_t>(slots));
+}
+
+void Transport::take_slot(Connection& c, uint64_t bytes) {
+  PUSH_CHECK(bytes == std::min(c.ring_left, c.recv_ring->slot_bytes()), kOrigin,
+             "malformed frame: a note of ", bytes, " bytes where ",
+             std::min(c.ring_left, c.recv_ring->slot_bytes()), " were due");
+  const char* src = c.recv_ring->front();
+  if (!c.table_error) {
+    for (uint64_t done = 0; done < bytes;) {
+      auto [dst, need] = c.tensor_window();
+      PUSH_CHECK(dst != nullptr, kOrigin, "malformed frame: more ring data than its tensors hold");
+      const uint64_t take = std::min(need, bytes - done);
+      std::memcpy(dst, src + done, take);
+      c.tensor_got += take;
+      done += take;
+    }
+  }
+  c.recv_ring->pop();
+  c.ring_left -= bytes;
+  if (c.ring_left == 0) deliver(c);
+}
+
+void Transport::deliver(Connection& c) {
+  c.stage = Connection::Stage::kHeader;
+  const wire::Header header = c.header;
+  c10::IValue value;
+  std::exception_ptr error = c.table_error;
+  if (!error) {
+    try {
+      value = wire::decode(c.meta, c.tensors);
+    } catch (const std::exception&) {
+      error = std::current_exception();
+    }
+  }
+  c.tensors.clear();
+  c.table_error = nullptr;
+  if (c.outgoing) {
+    PUSH_CHECK(wire::is_reply(header.type), kOrigin, "malformed frame: a request (type ",
+               header.type, ") where only replies are expected");
+    callbacks_.reply(c.peer, header, std::move(value), std::move(error));
+  } else {
+    PUSH_CHECK(wire::is_request(header.type), kOrigin, "malformed frame: a reply (type ",
+               header.type, ") where only requests are expected");
+    callbacks_.request(c.shared_from_this(), c.peer, header, std::move(value), std::move(error));
+  }
+}
+
+}  // namespace push::dist::detail
