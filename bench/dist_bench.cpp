@@ -8,7 +8,8 @@
 // with a float tensor argument echoed back; tcp_us is the round trip of the same bytes
 // echoed over one plain TCP connection (TCP_NODELAY) between the same two processes, in
 // the same run, and ratio = rpc / tcp (for the large rows, 1/ratio is the throughput
-// ratio). Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and
+// ratio); vs_memcpy is the time of two memcpy of the same bytes (there and back, the floor
+// through shared memory) over the round trip's. Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and
 // 2) that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of
 // the raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
 // messages in flight on each (written 32 at a time, then read), rank 1 echoing each
@@ -151,6 +152,20 @@ int connect_tcp_echo(const push::dist::World& world) {
 
 int g_tcp = -1;
 
+/// Seconds to copy `bytes` there and back (two memcpy between buffers reused `count` times):
+/// the floor of a round trip through shared memory.
+double memcpy_round_trip(int64_t bytes, int64_t count) {
+  std::vector<char> a(static_cast<size_t>(bytes), 1), b(a.size(), 2);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(b.data(), a.data(), a.size());
+    std::memcpy(a.data(), b.data(), a.size());
+    benchmark::ClobberMemory();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         static_cast<double>(count);
+}
+
 /// Seconds per round trip of `bytes` echoed `count` times over the raw connection.
 double tcp_round_trip(int64_t bytes, int64_t count) {
   std::vector<char> out(static_cast<size_t>(bytes), 1), back(out.size());
@@ -194,7 +209,7 @@ double g_raw_busbw[64] = {};
 /// Google Benchmark's CSV writer needs the same counters in every row: fills the ones a
 /// row does not measure with 0.
 void same_counters(benchmark::State& state) {
-  for (const char* name : {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "tcp_us", "ratio"}) {
+  for (const char* name : {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "tcp_us", "ratio", "vs_memcpy"}) {
     state.counters.try_emplace(name, 0.0);
   }
 }
@@ -244,6 +259,8 @@ void BM_Rpc(benchmark::State& state) {
   state.counters["rpc_us"] = rpc_per_call * 1e6;
   state.counters["tcp_us"] = tcp_per_call * 1e6;
   state.counters["ratio"] = rpc_per_call / tcp_per_call;
+  // Throughput as a fraction of memcpy's (1 = as fast as copying the bytes there and back).
+  state.counters["vs_memcpy"] = memcpy_round_trip(static_cast<int64_t>(arg.nbytes()), calls) / rpc_per_call;
   same_counters(state);
 }
 

@@ -136,7 +136,8 @@ std::unique_ptr<RecvRing> RecvRing::open(int64_t pid, int64_t fd, uint64_t slot_
   r->slot_bytes_ = slot_bytes;
   r->slots_ = slots;
   r->mapped_ = ring_bytes(slot_bytes, slots);
-  void* p = ::mmap(nullptr, r->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  // MAP_POPULATE: the page tables are filled now, not on the first pass through the ring.
+  void* p = ::mmap(nullptr, r->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f, 0);
   const int error = errno;
   ::close(f);
   PUSH_CHECK(p != MAP_FAILED, kOrigin, "cannot map the shared-memory ring at ", path, ": ", std::strerror(error));
