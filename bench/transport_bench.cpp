@@ -25,7 +25,11 @@
 //   ratio       us / tcp_us (for 64 MiB, 1/ratio is the throughput relative to TCP)
 // Receive buffers: TensorPipe's rows and TCP read into one buffer per connection, reused;
 // push reads into its pooled buffers; the agent allocates a fresh tensor per message.
-//   push_bench_transport --benchmark_counters_tabular=true
+// Reading 16 B rows on a machine with few cores: a wakeup that crosses cores costs most of
+// such a round trip (on a 2-vCPU VM, TCP's 16 B echo took 20 us or 40-60 us depending on
+// where the scheduler had put the two processes), so compare several runs, or run once
+// under `taskset -c 0` for the cost without cross-core wakeups.
+//   push_bench_transport --benchmark_counters_tabular=true 2>/dev/null   (the agent logs)
 #include <tensorpipe/tensorpipe.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/rpc/tensorpipe_agent.h>
