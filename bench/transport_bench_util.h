@@ -1,0 +1,226 @@
+// Helpers of transport_bench.cpp that are not about any one transport: starting the second
+// rank, the raw TCP echo that every row is compared with, a command channel from rank 0 to
+// rank 1 through the job's store, and the CPU time and thread count of both processes.
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace transport_bench {
+
+[[noreturn]] inline void fail(const std::string& what) {
+  std::cerr << "push_bench_transport: " << what << std::endl;
+  std::exit(1);
+}
+
+// ---- two ranks from one binary ---------------------------------------------------------
+
+/// Rank 0 (no PUSH_DIST_BENCH_CHILD in the environment) picks a free port, sets torchrun's
+/// variables and forks + execs itself as rank 1, which dies with it. Returns rank 1's pid
+/// on rank 0, 0 on rank 1.
+inline pid_t start_second_rank(char* argv0) {
+  if (std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr) return 0;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    fail("cannot find a free port");
+  }
+  close(fd);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(ntohs(addr.sin_port)).c_str(), 1);
+  setenv("WORLD_SIZE", "2", 1);
+  const pid_t peer = fork();
+  if (peer == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setenv("RANK", "1", 1);
+    setenv("PUSH_DIST_BENCH_CHILD", "1", 1);
+    execl("/proc/self/exe", argv0, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setenv("RANK", "0", 1);
+  return peer;
+}
+
+// ---- rank 0 -> rank 1 commands through the store ----------------------------------------
+
+/// Numbered keys: rank 0 sets bench/cmd/<n> and waits for bench/ack/<n>, which rank 1 sets
+/// when it has carried the command out (its answer is the key's value).
+class Control {
+ public:
+  explicit Control(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void post(const std::string& command) { set("bench/cmd/" + std::to_string(next_), command); }
+  std::string answer() { return take("bench/ack/" + std::to_string(next_++), store_->getTimeout()); }
+  std::string call(const std::string& command) {
+    post(command);
+    return answer();
+  }
+
+  /// Rank 1: the next command (rank 0 may take minutes between two).
+  std::string next() { return take("bench/cmd/" + std::to_string(next_), std::chrono::hours(1)); }
+  void reply(const std::string& answer) { set("bench/ack/" + std::to_string(next_++), answer); }
+
+ private:
+  void set(const std::string& key, const std::string& value) {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  std::string take(const std::string& key, std::chrono::milliseconds timeout) {
+    store_->wait({key}, timeout);
+    const auto bytes = store_->get(key);
+    return {bytes.begin(), bytes.end()};
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int64_t next_ = 0;
+};
+
+// ---- the raw TCP baseline: length-prefixed messages echoed by rank 1 --------------------
+
+inline void check_io(bool ok, const char* what) {
+  if (!ok) {
+    std::perror(what);
+    std::exit(1);
+  }
+}
+
+inline void write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::write(fd, p, n);
+    check_io(k > 0, "push_bench_transport: tcp write");
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+/// False on a clean end of stream before the first byte.
+inline bool read_all(int fd, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::read(fd, p + got, n - got);
+    if (k == 0 && got == 0) return false;
+    check_io(k > 0, "push_bench_transport: tcp read");
+    got += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+inline void no_delay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/// Rank 1: listens on a free loopback port, publishes it in the store, echoes until EOF.
+inline std::thread serve_tcp_echo(c10d::Store& store) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  check_io(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(listener, 1) == 0 &&
+               getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
+           "push_bench_transport: tcp listen");
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  store.set("bench/tcp_port", std::vector<uint8_t>(port.begin(), port.end()));
+  return std::thread([listener] {
+    const int fd = accept(listener, nullptr, nullptr);
+    check_io(fd >= 0, "push_bench_transport: tcp accept");
+    no_delay(fd);
+    std::vector<char> buffer;
+    uint64_t n = 0;
+    while (read_all(fd, &n, sizeof(n))) {
+      buffer.resize(n);
+      read_all(fd, buffer.data(), n);
+      write_all(fd, buffer.data(), n);
+    }
+    close(fd);
+    close(listener);
+  });
+}
+
+/// Rank 0: one connection to rank 1's echo; round_trip sends a tensor's bytes and returns
+/// where the echo landed (valid until the next call).
+class TcpEcho {
+ public:
+  explicit TcpEcho(c10d::Store& store) {
+    const auto bytes = store.get("bench/tcp_port");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(std::string(bytes.begin(), bytes.end()))));
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    check_io(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "push_bench_transport: tcp connect");
+    no_delay(fd_);
+  }
+  TcpEcho(const TcpEcho&) = delete;
+  TcpEcho& operator=(const TcpEcho&) = delete;
+  ~TcpEcho() { close(fd_); }
+
+  const void* round_trip(const at::Tensor& arg) {
+    const uint64_t n = arg.nbytes();
+    back_.resize(n);
+    write_all(fd_, &n, sizeof(n));
+    write_all(fd_, arg.data_ptr(), n);
+    read_all(fd_, back_.data(), n);
+    return back_.data();
+  }
+
+ private:
+  int fd_ = -1;
+  std::vector<char> back_;
+};
+
+// ---- what a row costs beside its time ---------------------------------------------------
+
+/// CPU seconds used so far by this process and by `peer`, together (every thread).
+inline double cpu_seconds(pid_t peer) {
+  double total = 0;
+  for (const pid_t pid : {getpid(), peer}) {
+    clockid_t clock;
+    timespec t{};
+    if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &t) != 0) {
+      fail("cannot read the CPU clock of process " + std::to_string(pid));
+    }
+    total += static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  }
+  return total;
+}
+
+/// Threads of this process and of `peer`, together.
+inline int thread_count(pid_t peer) {
+  int total = 0;
+  for (const pid_t pid : {getpid(), peer}) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("Threads:", 0) == 0) total += std::stoi(line.substr(8));
+    }
+  }
+  return total;
+}
+
+}  // namespace transport_bench
