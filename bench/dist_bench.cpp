@@ -24,6 +24,8 @@
 #include <benchmark/benchmark.h>
 #include <push/dist.h>
 
+#include "tcp_echo.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -65,90 +67,10 @@ struct Job {
 };
 Job* g_job = nullptr;
 
-// ---- the raw TCP baseline: rank 1 echoes length-prefixed messages -----------------------
+// ---- the raw TCP baseline (tcp_echo.h): rank 1 echoes, ranks 0 and 2 call ---------------
 
-void check_io(bool ok, const char* what) {
-  if (!ok) {
-    std::perror(what);
-    std::exit(1);
-  }
-}
-
-void write_all(int fd, const void* data, size_t n) {
-  auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t k = ::write(fd, p, n);
-    check_io(k > 0, "push_bench_dist: tcp write");
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-
-/// False on a clean end of stream before the first byte.
-bool read_all(int fd, void* data, size_t n) {
-  auto* p = static_cast<char*>(data);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t k = ::read(fd, p + got, n - got);
-    if (k == 0 && got == 0) return false;
-    check_io(k > 0, "push_bench_dist: tcp read");
-    got += static_cast<size_t>(k);
-  }
-  return true;
-}
-
-void no_delay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-/// Rank 1: listens on a free loopback port, publishes it in the store, and echoes what
-/// ranks 0 and 2 send, each on a thread of its own, until they close their connections.
-std::thread serve_tcp_echo(const push::dist::World& world) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  check_io(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(listener, 1) == 0 &&
-               getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
-           "push_bench_dist: tcp listen");
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  world.store()->set("bench/tcp_port", std::vector<uint8_t>(port.begin(), port.end()));
-  return std::thread([listener] {
-    std::vector<std::thread> echoes;
-    for (int client = 0; client < kCallers; ++client) {
-      const int fd = accept(listener, nullptr, nullptr);
-      check_io(fd >= 0, "push_bench_dist: tcp accept");
-      no_delay(fd);
-      echoes.emplace_back([fd] {
-        std::vector<char> buffer;
-        uint64_t n = 0;
-        while (read_all(fd, &n, sizeof(n))) {
-          buffer.resize(n);
-          read_all(fd, buffer.data(), n);
-          write_all(fd, buffer.data(), n);
-        }
-        close(fd);
-      });
-    }
-    for (auto& t : echoes) t.join();
-    close(listener);
-  });
-}
-
-/// Ranks 0 and 2: the connection to rank 1's echo.
-int connect_tcp_echo(const push::dist::World& world) {
-  const auto bytes = world.store()->get("bench/tcp_port");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(std::string(bytes.begin(), bytes.end()))));
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  check_io(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "push_bench_dist: tcp connect");
-  no_delay(fd);
-  return fd;
-}
+using push_bench::read_all;
+using push_bench::write_all;
 
 int g_tcp = -1;
 
@@ -390,8 +312,8 @@ int main(int argc, char** argv) {
   job.rpc = job.world.rpc_group("bench", job.world.names());
   g_job = &job;
   std::thread echo;
-  if (job.world.rank() == 1) echo = serve_tcp_echo(job.world);
-  else g_tcp = connect_tcp_echo(job.world);
+  if (job.world.rank() == 1) echo = push_bench::serve_tcp_echo(*job.world.store(), kCallers);
+  else g_tcp = push_bench::connect_tcp_echo(*job.world.store());
   if (child) {
     follow();
     job.rpc.shutdown();

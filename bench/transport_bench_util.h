@@ -8,6 +8,8 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "tcp_echo.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -98,85 +100,18 @@ class Control {
   int64_t next_ = 0;
 };
 
-// ---- the raw TCP baseline: length-prefixed messages echoed by rank 1 --------------------
+// ---- the raw TCP baseline (tcp_echo.h) -------------------------------------------------
 
-inline void check_io(bool ok, const char* what) {
-  if (!ok) {
-    std::perror(what);
-    std::exit(1);
-  }
-}
-
-inline void write_all(int fd, const void* data, size_t n) {
-  auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t k = ::write(fd, p, n);
-    check_io(k > 0, "push_bench_transport: tcp write");
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-
-/// False on a clean end of stream before the first byte.
-inline bool read_all(int fd, void* data, size_t n) {
-  auto* p = static_cast<char*>(data);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t k = ::read(fd, p + got, n - got);
-    if (k == 0 && got == 0) return false;
-    check_io(k > 0, "push_bench_transport: tcp read");
-    got += static_cast<size_t>(k);
-  }
-  return true;
-}
-
-inline void no_delay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-/// Rank 1: listens on a free loopback port, publishes it in the store, echoes until EOF.
-inline std::thread serve_tcp_echo(c10d::Store& store) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  check_io(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(listener, 1) == 0 &&
-               getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
-           "push_bench_transport: tcp listen");
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  store.set("bench/tcp_port", std::vector<uint8_t>(port.begin(), port.end()));
-  return std::thread([listener] {
-    const int fd = accept(listener, nullptr, nullptr);
-    check_io(fd >= 0, "push_bench_transport: tcp accept");
-    no_delay(fd);
-    std::vector<char> buffer;
-    uint64_t n = 0;
-    while (read_all(fd, &n, sizeof(n))) {
-      buffer.resize(n);
-      read_all(fd, buffer.data(), n);
-      write_all(fd, buffer.data(), n);
-    }
-    close(fd);
-    close(listener);
-  });
-}
+using push_bench::check_io;
+using push_bench::read_all;
+using push_bench::serve_tcp_echo;
+using push_bench::write_all;
 
 /// Rank 0: one connection to rank 1's echo; round_trip sends a tensor's bytes and returns
 /// where the echo landed (valid until the next call).
 class TcpEcho {
  public:
-  explicit TcpEcho(c10d::Store& store) {
-    const auto bytes = store.get("bench/tcp_port");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(std::string(bytes.begin(), bytes.end()))));
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    check_io(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "push_bench_transport: tcp connect");
-    no_delay(fd_);
-  }
+  explicit TcpEcho(c10d::Store& store) : fd_(push_bench::connect_tcp_echo(store)) {}
   TcpEcho(const TcpEcho&) = delete;
   TcpEcho& operator=(const TcpEcho&) = delete;
   ~TcpEcho() { close(fd_); }
