@@ -3,15 +3,17 @@
 //   push_bench_dist --benchmark_counters_tabular=true
 // AllReduce/<bytes>: bus bandwidth (2(n-1)/n * bytes / time) through CollectiveGroup and
 // through the same c10d ProcessGroupGloo called directly, both on ranks 0 and 1, in the
-// same run; `ratio` is
-// push / raw (target >= 0.95). Rpc/<bytes>: round-trip latency and calls/s of rpc_sync
-// with a float tensor argument echoed back; tcp_us is the round trip of the same bytes
-// echoed over one plain TCP connection (TCP_NODELAY) between the same two processes, in
-// the same run, and ratio = rpc / tcp (for the large rows, 1/ratio is the throughput
-// ratio); vs_memcpy is the time of two memcpy of the same bytes (there and back, the floor
-// through shared memory) over the round trip's. Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and
-// 2) that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of
-// the raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
+// same run; `ratio` is push / raw (target >= 0.95).
+// Rpc/<bytes>: round-trip latency and calls/s of rpc_sync from rank 0 to rank 1 with a
+// float tensor argument echoed back (the _sockets rows through a group with shared memory
+// off); tcp_us is the round trip of the same bytes echoed over one plain TCP connection
+// (TCP_NODELAY) between the same two processes, in the same run, and ratio = rpc / tcp
+// (for the large rows, 1/ratio is the throughput ratio); vs_memcpy is the time of two
+// memcpy of the same bytes (there and back: the floor through shared memory) over the
+// round trip's.
+// Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and 2)
+// that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of the
+// raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
 // messages in flight on each (written 32 at a time, then read), rank 1 echoing each
 // connection on a thread of its own.
 // Every row has a `ratio`, so CSV output works.
@@ -64,6 +66,7 @@ struct Job {
   push::dist::CollectiveGroup pair;     // ranks 0 and 1
   c10::intrusive_ptr<c10d::ProcessGroupGloo> raw;  // ranks 0 and 1: Gloo called directly
   push::dist::RpcGroup rpc;
+  push::dist::RpcGroup sockets;  // the same members, shared memory off
 };
 Job* g_job = nullptr;
 
@@ -161,15 +164,16 @@ void BM_AllReduce(benchmark::State& state, bool raw) {
   same_counters(state);
 }
 
-void BM_Rpc(benchmark::State& state) {
+void BM_Rpc(benchmark::State& state, bool sockets) {
+  auto& rpc = sockets ? g_job->sockets : g_job->rpc;
   const int64_t bytes = state.range(0);
   command(kRpc, bytes, 0);
   auto arg = torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat);
-  g_job->rpc.rpc_sync(1, "bench_echo", {arg});
+  rpc.rpc_sync(1, "bench_echo", {arg});
   double rpc_s = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    auto back = g_job->rpc.rpc_sync(1, "bench_echo", {arg});
+    auto back = rpc.rpc_sync(1, "bench_echo", {arg});
     benchmark::DoNotOptimize(back);
     rpc_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -303,13 +307,15 @@ int main(int argc, char** argv) {
     }
     setenv("RANK", "0", 1);
   }
-  Job job{push::dist::World::from_env(), {}, {}, {}, {}};
+  Job job{push::dist::World::from_env(), {}, {}, {}, {}, {}};
   job.commands = job.world.collective();
   if (job.world.rank() < kReduceRanks) {
     job.pair = job.world.new_group({0, 1});
     job.raw = make_raw(job.world);
   }
   job.rpc = job.world.rpc_group("bench", job.world.names());
+  job.sockets = job.world.rpc_group("bench-sockets", job.world.names(),
+                                    push::dist::RpcGroupOptions().shared_memory(false));
   g_job = &job;
   std::thread echo;
   if (job.world.rank() == 1) echo = push_bench::serve_tcp_echo(*job.world.store(), kCallers);
@@ -317,6 +323,7 @@ int main(int argc, char** argv) {
   if (child) {
     follow();
     job.rpc.shutdown();
+    job.sockets.shutdown();
     if (g_tcp >= 0) close(g_tcp);
     if (echo.joinable()) echo.join();  // ends when ranks 0 and 2 close their connections
     return 0;
@@ -327,15 +334,18 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("AllReduce/push/" + std::to_string(bytes)).c_str(), BM_AllReduce, false)
         ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
-  benchmark::RegisterBenchmark("Rpc/small", BM_Rpc)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("Rpc/1MiB", BM_Rpc)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("Rpc/64MiB", BM_Rpc)->Arg(64 << 20)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Rpc/small", BM_Rpc, false)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/1MiB", BM_Rpc, false)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/64MiB", BM_Rpc, false)->Arg(64 << 20)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Rpc/1MiB_sockets", BM_Rpc, true)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/64MiB_sockets", BM_Rpc, true)->Arg(64 << 20)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("Rpc/inflight64", BM_RpcInFlight)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   command(kStop, 0, 0);
   close(g_tcp);
   job.rpc.shutdown();
+  job.sockets.shutdown();
   for (pid_t peer : peers) {
     int status = 0;
     waitpid(peer, &status, 0);
