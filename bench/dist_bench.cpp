@@ -26,6 +26,7 @@
 #include <benchmark/benchmark.h>
 #include <push/dist.h>
 
+#include "bench_ranks.h"
 #include "tcp_echo.h"
 
 #include <arpa/inet.h>
@@ -271,42 +272,9 @@ void follow() {
 
 }  // namespace
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("push_bench_dist: cannot find a free port");
-    std::exit(1);
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 int main(int argc, char** argv) {
   const bool child = std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr;
-  std::vector<pid_t> peers;
-  if (!child) {
-    const int port = free_port();
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-    setenv("WORLD_SIZE", std::to_string(kWorldSize).c_str(), 1);
-    for (int rank = 1; rank < kWorldSize; ++rank) {
-      const pid_t peer = fork();
-      if (peer == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        setenv("RANK", std::to_string(rank).c_str(), 1);
-        setenv("PUSH_DIST_BENCH_CHILD", "1", 1);
-        execl("/proc/self/exe", argv[0], static_cast<char*>(nullptr));
-        _exit(127);
-      }
-      peers.push_back(peer);
-    }
-    setenv("RANK", "0", 1);
-  }
+  const std::vector<pid_t> peers = push_bench::start_ranks(argv[0], kWorldSize);
   Job job{push::dist::World::from_env(), {}, {}, {}, {}, {}};
   job.commands = job.world.collective();
   if (job.world.rank() < kReduceRanks) {

@@ -8,6 +8,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "bench_ranks.h"
 #include "tcp_echo.h"
 
 #include <arpa/inet.h>
@@ -41,30 +42,8 @@ namespace transport_bench {
 /// variables and forks + execs itself as rank 1, which dies with it. Returns rank 1's pid
 /// on rank 0, 0 on rank 1.
 inline pid_t start_second_rank(char* argv0) {
-  if (std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr) return 0;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    fail("cannot find a free port");
-  }
-  close(fd);
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(ntohs(addr.sin_port)).c_str(), 1);
-  setenv("WORLD_SIZE", "2", 1);
-  const pid_t peer = fork();
-  if (peer == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setenv("RANK", "1", 1);
-    setenv("PUSH_DIST_BENCH_CHILD", "1", 1);
-    execl("/proc/self/exe", argv0, static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  setenv("RANK", "0", 1);
-  return peer;
+  const auto peers = push_bench::start_ranks(argv0, 2);
+  return peers.empty() ? 0 : peers.front();
 }
 
 // ---- rank 0 -> rank 1 commands through the store ----------------------------------------
