@@ -162,9 +162,12 @@ void RecvRing::pop() {
 }
 
 std::string host_identity() {
-  char ns[64] = {};
-  [[maybe_unused]] auto n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  return c10::str(read_line("/proc/sys/kernel/random/boot_id"), "/", ns, "/", ::getuid());
+  static const std::string identity = [] {
+    char ns[64] = {};
+    [[maybe_unused]] auto n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+    return c10::str(read_line("/proc/sys/kernel/random/boot_id"), "/", ns, "/", ::getuid());
+  }();
+  return identity;
 }
 
 }  // namespace push::dist::detail

@@ -233,16 +233,16 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
   for (const auto& t : body.tensors) {
     if (ring == nullptr && t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
   }
-  send_all(c, iov);
+  send_all(c, iov.data(), iov.size());
   if (ring != nullptr) stream_through(c, *ring, body);
 }
 
-void Transport::send_all(Connection& c, std::vector<iovec>& iov) {
+void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
   std::size_t first = 0;
-  while (first < iov.size()) {
+  while (first < count) {
     msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = std::min<std::size_t>(count - first, IOV_MAX);
     const ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -255,7 +255,7 @@ void Transport::send_all(Connection& c, std::vector<iovec>& iov) {
                                : errno_text(error)));
     }
     auto left = static_cast<std::size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
     if (left > 0) {
       iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
       iov[first].iov_len -= left;
@@ -288,8 +288,8 @@ SendRing* Transport::ring_for(Connection& c) {
   h.meta_bytes = static_cast<uint32_t>(announce.meta.size());
   char head[wire::kHeaderBytes];
   wire::write_header(h, head);
-  std::vector<iovec> iov{{head, sizeof(head)}, {announce.meta.data(), announce.meta.size()}};
-  send_all(c, iov);
+  iovec iov[] = {{head, sizeof(head)}, {announce.meta.data(), announce.meta.size()}};
+  send_all(c, iov, 2);
   c.send_ring = std::move(ring);
   c.ring_to_wake = c.send_ring.get();
   return c.send_ring.get();
@@ -315,8 +315,8 @@ void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encode
         }
       }
       ring.publish();
-      std::vector<iovec> iov{{&note, sizeof(note)}};
-      send_all(c, iov);
+      iovec iov{&note, sizeof(note)};
+      send_all(c, &iov, 1);
       left -= note;
     }
   } catch (...) {

@@ -109,7 +109,7 @@ class Transport {
   void close(Connection* c, const std::string& why);
   void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
   /// Writes all of `iov` (under c's send mutex); on failure ends the stream and throws.
-  void send_all(Connection& c, std::vector<iovec>& iov);
+  void send_all(Connection& c, iovec* iov, std::size_t count);
   /// The connection's ring, made and announced on first use; null when rings do not
   /// apply to its peer or cannot be made here (then the socket carries everything).
   SendRing* ring_for(Connection& c);
