@@ -306,7 +306,8 @@ void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encode
       for (uint64_t filled = 0; filled < note;) {
         const auto& t = body.tensors[index];
         const uint64_t take = std::min<uint64_t>(note - filled, t.nbytes() - offset);
-        std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
+        // An empty tensor has no storage to copy from (memcpy from null is undefined).
+        if (take > 0) std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
         filled += take;
         offset += take;
         if (offset == t.nbytes()) {

@@ -119,7 +119,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
         } else {
           auto [dst, need] = c.tensor_window();
           const auto take = std::min<uint64_t>(avail, need);
-          std::memcpy(dst, src, take);
+          if (take > 0) std::memcpy(dst, src, take);
           c.tensor_got += take;
           c.begin += take;
         }
