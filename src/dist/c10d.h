@@ -28,8 +28,9 @@ class StoreBarrier {
  public:
   StoreBarrier(c10::intrusive_ptr<c10d::Store> waiter, std::string prefix, int size)
       : waiter_(std::move(waiter)), prefix_(std::move(prefix)), size_(size) {}
-  /// `origin` names the caller in the error thrown when `timeout` runs out.
-  void arrive_and_wait(Milliseconds timeout, const char* origin);
+  /// `origin` names the caller in the error thrown when `timeout` runs out. `lost` ranks
+  /// (known to have died) are not waited for: the barrier opens when the others arrived.
+  void arrive_and_wait(Milliseconds timeout, const char* origin, int lost = 0);
 
  private:
   std::mutex mutex_;  // one barrier at a time per object: generations stay in order

@@ -323,6 +323,26 @@ size_t RpcGroup::owned_count() const {
 
 void RpcGroup::shutdown() const { check("shutdown").shutdown(); }
 
+void RpcGroup::on_member_lost(std::function<void(int, const std::string&)> fn) const {
+  auto& s = check("on_member_lost");
+  PUSH_CHECK(fn, "push::dist::RpcGroup::on_member_lost", "the callback is empty");
+  std::map<int, std::string> before;
+  {
+    std::lock_guard<std::mutex> lock(s.lost_mutex);
+    s.lost_listeners.push_back(fn);
+    before = s.lost;
+  }
+  for (const auto& [peer, why] : before) fn(s.members.at(static_cast<size_t>(peer)), why);
+}
+
+std::vector<int> RpcGroup::lost_members() const {
+  auto& s = check("lost_members");
+  std::lock_guard<std::mutex> lock(s.lost_mutex);
+  std::vector<int> out;
+  for (const auto& entry : s.lost) out.push_back(s.members.at(static_cast<size_t>(entry.first)));
+  return out;
+}
+
 // -- World's factory ----------------------------------------------------------------------
 
 RpcGroup World::rpc_group(const std::string& name, std::vector<std::string> members) const {

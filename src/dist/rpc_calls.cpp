@@ -117,8 +117,14 @@ void RpcState::shutdown() {
   stopped = true;
   if (!started) return;
   std::exception_ptr error;
+  int lost_count;
+  {
+    std::lock_guard<std::mutex> lock(lost_mutex);
+    lost_count = static_cast<int>(lost.size());
+  }
+  // A lost member never reaches the barrier: it opens when the others have arrived.
   try {
-    barrier->arrive_and_wait(timeout, "push::dist::RpcGroup::shutdown");
+    barrier->arrive_and_wait(timeout, "push::dist::RpcGroup::shutdown", lost_count);
   } catch (...) {
     error = std::current_exception();
   }
@@ -150,7 +156,12 @@ Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& bod
   }
   Pending p;
   auto future = p.promise.future();
-  p.deadline = Clock::now() + call_timeout;
+  // A timeout too long to add to now (Milliseconds::max(): wait until the reply or the
+  // member's loss) saturates instead of overflowing.
+  const auto now = Clock::now();
+  p.deadline = call_timeout >= std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now)
+                   ? Clock::time_point::max()
+                   : now + call_timeout;
   p.to = to;
   p.what = std::move(what);
   p.retry = std::move(retry);
@@ -282,6 +293,23 @@ void RpcState::on_reply(int peer, const wire::Header& header, c10::IValue value,
 }
 
 void RpcState::on_peer_lost(int peer, const std::string& why) {
+  std::vector<std::function<void(int, const std::string&)>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(lost_mutex);
+    lost.emplace(peer, why);
+    listeners = lost_listeners;
+  }
+  fail_pending_on(peer, why);
+  for (const auto& fn : listeners) {
+    try {
+      fn(members.at(static_cast<size_t>(peer)), why);
+    } catch (const std::exception& e) {
+      std::cerr << "[push::dist::RpcGroup] a member-lost callback threw: " << e.what() << "\n";
+    }
+  }
+}
+
+void RpcState::fail_pending_on(int peer, const std::string& why) {
   std::vector<Pending> lost;
   {
     std::lock_guard<std::mutex> lock(pending_mutex);

@@ -70,6 +70,11 @@ struct RpcState {
   std::vector<std::shared_ptr<EventLoop>> loops;
   std::atomic<uint64_t> next_loop{0};
 
+  // Members whose connection closed before shutdown, and who wants to hear of it.
+  std::mutex lost_mutex;
+  std::map<int, std::string> lost;  // group rank -> why
+  std::vector<std::function<void(int, const std::string&)>> lost_listeners;
+
   std::atomic<bool> stopping{false};
   std::mutex shutdown_mutex;
   bool started = false;  // false when construction failed half-way: nothing to stop
@@ -96,6 +101,7 @@ struct RpcState {
   void notify(int to, uint16_t type, const c10::IValue& body);
   void on_reply(int peer, const wire::Header& header, c10::IValue value, std::exception_ptr error);
   void on_peer_lost(int peer, const std::string& why);
+  void fail_pending_on(int peer, const std::string& why);
   std::optional<Clock::time_point> expire();
   std::optional<Pending> take(int64_t id, int from);
   void fail(int64_t id, std::exception_ptr error);

@@ -18,12 +18,12 @@ std::vector<uint8_t> string_to_bytes(const std::string& text) {
 }
 std::string current_message() { return push::detail::describe(std::current_exception()); }
 
-void StoreBarrier::arrive_and_wait(Milliseconds timeout, const char* origin) {
+void StoreBarrier::arrive_and_wait(Milliseconds timeout, const char* origin, int lost) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t generation = generation_++;
   const std::string base = c10::str(prefix_, generation);
   try {
-    if (waiter_->add(base + "/arrived", 1) == size_) {
+    if (waiter_->add(base + "/arrived", 1) >= size_ - lost) {
       // Last to arrive: release this generation, and drop the previous one's keys, which
       // every rank has left (they all arrived here after it).
       waiter_->set(base + "/open", {1});

@@ -20,7 +20,8 @@
 // strings, tensors, and tuples, lists and dicts of them. Tensors travel out of band (their
 // bytes are never pickled) and arrive as dense CPU tensors; each view arrives as a tensor
 // of its own. An exception in the callee comes back as push::dist::RemoteError (rank and
-// message). Every call has a timeout (RpcGroupOptions::timeout, or per call); a call to a
+// message). Every call has a timeout (RpcGroupOptions::timeout, or per call;
+// Milliseconds::max() waits for the reply or the member's loss, however long); a call to a
 // member whose connection closes (it died or left) fails at once, naming it. All members
 // are thread-safe. Handlers run as fibers on the group's event loops: a handler may call
 // other members, itself, or back into its caller, to any depth, and a wait inside it
@@ -170,6 +171,15 @@ class RpcGroup {
 
   /// Values this member holds for remote() handles elsewhere (released with their last copy).
   size_t owned_count() const;
+
+  /// Calls `fn(global_rank, why)` when the connection to a member closes before this
+  /// group shuts down (the member died, left, or sent bytes that are not frames), and at
+  /// once for each member lost before the call. It runs on the group's I/O thread: keep
+  /// it short, never wait in it. Shutdown's barrier does not wait for members lost by
+  /// then (they could never reach it).
+  void on_member_lost(std::function<void(int, const std::string&)> fn) const;
+  /// Global ranks of the members lost so far, ascending.
+  std::vector<int> lost_members() const;
 
   /// Global rank of a member; push::Error for a non-member.
   int rank_of(const Target& member) const;
