@@ -1,22 +1,4 @@
-// Save and load of a whole distribution.
-//
-// Layout of a checkpoint directory:
-//   push.manifest        "push-checkpoint 2", "particles <n>", one line per particle
-//                        "<pid> <lane> <scheduler steps> <bytes> <crc32c>", then
-//                        "end <crc32c of every byte before 'end'>"
-//   particle-<pid>.pt    a LibTorch archive: "module", "optimizer" (nested archives),
-//                        "push.pid", "push.state"
-// save() writes everything into a sibling temporary directory, fsyncs it, then swaps it
-// into place with renameat2(RENAME_EXCHANGE) (or rename when there is nothing to
-// replace): a crash at any point leaves either the old checkpoint or the new one.
-// LibTorch's archives carry no checksum of their tensor bytes, so the manifest records
-// each file's size and CRC-32C: a file changed after save (a flipped bit, a truncation)
-// is refused by load, naming the file, before anything is read from it.
-//
-// load() is all or nothing: every file is read and checked, then every particle is
-// loaded into a scratch copy (a fresh module from the same factory, an optimizer and
-// scheduler from the particle's own factories) and only when all of them load is any
-// live particle touched or any missing one added.
+// The checkpoint format: files, manifest, checks (checkpoint_format.h describes it).
 #include <torch/torch.h>
 
 #include <cerrno>
@@ -30,30 +12,25 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "runtime/checkpoint_format.h"
 #include "runtime/crc32c.h"
 #include "runtime/runtime.h"
 
 namespace push::detail {
 namespace fs = std::filesystem;
-namespace {
+namespace checkpoint {
 
-constexpr const char* kManifest = "push.manifest";
+namespace {
 constexpr const char* kMagic = "push-checkpoint";
 constexpr int kFormat = 2;
-
-struct ManifestEntry {
-  Pid pid = -1;
-  int lane = 0;
-  int64_t scheduler_steps = 0;
-  uint64_t bytes = 0;  // of the particle file
-  uint32_t crc = 0;    // CRC-32C of the particle file
-};
 
 std::string hex(uint32_t crc) {
   std::ostringstream out;
   out << std::hex << std::setw(8) << std::setfill('0') << crc;
   return out.str();
 }
+
+}  // namespace
 
 fs::path particle_file(const fs::path& dir, Pid pid) {
   return dir / ("particle-" + std::to_string(pid) + ".pt");
@@ -286,228 +263,6 @@ void load_into(ParticleRecord& r, torch::serialize::InputArchive& archive, const
   }
 }
 
-}  // namespace
-
-void Runtime::save(const fs::path& dir) {
-  constexpr const char* origin = "push::Push::save";
-  check_open(origin);
-  PUSH_CHECK(!dir.empty(), origin, "the checkpoint path is empty");
-  fs::path target = fs::absolute(dir).lexically_normal();
-  // "ck/" names the folder ck: drop the empty last component it leaves.
-  if (!target.has_filename() && target != target.root_path()) target = target.parent_path();
-  PUSH_CHECK(target != target.root_path(), origin, "cannot save into the root folder");
-  // The folder is replaced as a whole: never one that holds something else.
-  std::error_code ec;
-  if (fs::is_directory(target, ec) && !fs::is_empty(target, ec) && !fs::exists(target / kManifest, ec)) {
-    throw Error(c10::str("[", origin, "] '", dir.string(),
-                         "' is a folder that holds something other than a push checkpoint; "
-                         "save into a new, empty or checkpoint folder"));
-  }
-  PUSH_CHECK(!fs::exists(target, ec) || fs::is_directory(target, ec), origin, "'", dir.string(),
-             "' exists and is not a folder");
-  static std::atomic<uint64_t> counter{0};
-  const fs::path staged = target.parent_path() /
-      (target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-       std::to_string(counter.fetch_add(1)));
-  // Outside the try: the futures (and the error a lane stored in one) outlive the catch
-  // that reads the error, so the lane never frees an exception this thread still reads.
-  std::vector<Future<std::vector<ManifestEntry>>> written;
-  try {
-    fs::create_directories(target.parent_path());
-    fs::remove_all(staged);
-    fs::create_directory(staged);
-
-    // Each lane writes its own particles, in parallel (the caller's own lane, when save
-    // is called from a handler, inline in that handler).
-    for (int lane = 0; lane < num_lanes(); ++lane) {
-      auto records = records_on(lane);
-      written.push_back(call_on_lane<std::vector<ManifestEntry>>(lane, [this, lane, records, staged] {
-        std::vector<ManifestEntry> entries;
-        ParticleCache& cache = lanes_[lane]->cache();
-        for (ParticleRecord* r : records) {
-          ManifestEntry entry{r->pid, r->lane, r->scheduler_steps};
-          cache.pin(*r);
-          try {
-            torch::serialize::OutputArchive archive, module_archive;
-            r->module.ptr()->save(module_archive);
-            archive.write("module", module_archive);
-            if (r->optimizer) {
-              torch::serialize::OutputArchive optimizer_archive;
-              r->optimizer->save(optimizer_archive);
-              archive.write("optimizer", optimizer_archive);
-            }
-            archive.write("push.pid", c10::IValue(r->pid));
-            c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
-            for (const auto& [key, value] : r->state) state.insert(key, value);
-            archive.write("push.state", c10::IValue(state));
-            write_particle(archive, particle_file(staged, r->pid), entry);
-          } catch (...) {
-            cache.unpin(*r);
-            throw Error(c10::str("particle ", r->pid, ": ", describe(std::current_exception())));
-          }
-          cache.unpin(*r);
-          entries.push_back(entry);
-        }
-        return entries;
-      }));
-    }
-    std::vector<ManifestEntry> entries;
-    for (const auto& lane_entries : wait_all(written)) {
-      entries.insert(entries.end(), lane_entries.begin(), lane_entries.end());
-    }
-    {
-      std::ofstream out(staged / kManifest, std::ios::binary);
-      out << manifest_text(entries);
-      out.flush();
-      if (!out) throw Error(c10::str("cannot write ", kManifest));
-    }
-    fsync_path(staged / kManifest, /*directory=*/false);
-    fsync_path(staged, /*directory=*/true);
-    publish(staged, target);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(staged, ignored);
-    throw Error(c10::str("[", origin, "] cannot save to '", dir.string(), "': ",
-                         describe(std::current_exception())));
-  }
-}
-
-namespace {
-// One particle of the checkpoint on its way in.
-struct Incoming {
-  ManifestEntry entry;
-  int lane = 0;
-  torch::serialize::InputArchive archive;
-  ParticleRecord* live = nullptr;           // the particle here it overwrites, or
-  std::unique_ptr<ParticleRecord> created;  // the new particle it becomes (already loaded)
-};
-}  // namespace
-
-void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
-  constexpr const char* origin = "push::Push::load";
-  check_open(origin);
-  PUSH_CHECK(fs::is_directory(dir), origin, "checkpoint directory '", dir.string(),
-             "' does not exist");
-  auto corrupt = [&](const std::exception_ptr& e) {
-    return Error(c10::str("[", origin, "] checkpoint '", dir.string(), "' is corrupt: ", describe(e)));
-  };
-
-  std::vector<Incoming> incoming;
-  try {
-    for (const auto& e : read_manifest(dir)) incoming.push_back(Incoming{e, {}, {}, {}, {}});
-  } catch (const Error&) {
-    throw corrupt(std::current_exception());
-  }
-
-  // The ids must match: extra ones here are an error, missing ones need make_options.
-  std::set<Pid> saved;
-  for (const auto& in : incoming) saved.insert(in.entry.pid);
-  std::string extra;
-  for (Pid pid : particle_ids()) {
-    if (!saved.count(pid)) extra += (extra.empty() ? "" : ", ") + std::to_string(pid);
-  }
-  PUSH_CHECK(extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '",
-             dir.string(), "'");
-  std::map<Pid, ParticleOptions> to_create;
-  for (auto& in : incoming) {
-    {
-      std::shared_lock<std::shared_mutex> lock(mutex_);
-      auto it = records_.find(in.entry.pid);
-      if (it != records_.end()) in.live = it->second.get();
-    }
-    if (in.live) {
-      in.lane = in.live->lane;
-      continue;
-    }
-    PUSH_CHECK(make_options != nullptr, origin, "checkpoint '", dir.string(), "' has particle ",
-               in.entry.pid, ", which this distribution lacks; pass make_options to create it");
-    ParticleOptions options = make_options(in.entry.pid);
-    if (!options.device() && in.entry.lane < num_lanes()) options.device(in.entry.lane);
-    in.lane = options.device().value_or(static_cast<int>(in.entry.pid % num_lanes()));
-    PUSH_CHECK(in.lane >= 0 && in.lane < num_lanes(), origin, "make_options gave particle ",
-               in.entry.pid, " device ", in.lane, ", out of range 0..", num_lanes() - 1);
-    to_create.emplace(in.entry.pid, std::move(options));
-  }
-
-  // The ids of the particles to create are claimed now, so that no p_create running
-  // meanwhile can take one (it would be registered twice); the claims are given back
-  // when the load fails before registering them.
-  std::vector<Pid> claimed;
-  struct Release {
-    Runtime& runtime;
-    std::vector<Pid>& pids;
-    ~Release() {
-      for (Pid pid : pids) runtime.release_pid(pid);
-    }
-  } release{*this, claimed};
-  for (const auto& [pid, options] : to_create) {
-    reserve_pid(pid, origin);
-    claimed.push_back(pid);
-  }
-
-  // Every file, checked and parsed.
-  try {
-    for (auto& in : incoming) {
-      in.archive = open_particle(dir, in.entry, lanes_[in.lane]->device());
-    }
-  } catch (const Error&) {
-    throw corrupt(std::current_exception());
-  }
-
-  // Every particle, loaded into a scratch copy (or into the new particle it becomes),
-  // before any live one changes. A scratch copy is built by the same factories as the
-  // live particle, so what loads into it loads into the live one.
-  for (auto& in : incoming) {
-    try {
-      std::unique_ptr<ParticleRecord> scratch;
-      if (in.live) {
-        scratch = build_record(ParticleOptions()
-                                   .optimizer(in.live->make_optimizer)
-                                   .scheduler(in.live->make_scheduler)
-                                   .seed(in.live->seed)
-                                   .device(in.lane),
-                               in.entry.pid, origin);
-      } else {
-        scratch = build_record(to_create.at(in.entry.pid), in.entry.pid, origin);
-      }
-      load_into(*scratch, in.archive, in.entry);
-      if (!in.live) in.created = std::move(scratch);
-    } catch (...) {
-      throw Error(c10::str("[", origin, "] particle ", in.entry.pid, " from '", dir.string(),
-                           "' does not fit: ", describe(std::current_exception())));
-    }
-  }
-
-  // Everything fits: apply. New particles first (their ids are claimed), then the live
-  // ones, each on its own lane.
-  for (auto& in : incoming) {
-    if (!in.created) continue;
-    register_record(std::move(in.created));  // its id was claimed above
-    std::erase(claimed, in.entry.pid);
-  }
-  std::vector<Future<bool>> applied;
-  for (int lane = 0; lane < num_lanes(); ++lane) {
-    applied.push_back(call_on_lane<bool>(lane, [&, lane] {
-      ParticleCache& cache = lanes_[lane]->cache();
-      for (auto& in : incoming) {
-        if (!in.live || in.lane != lane) continue;
-        ParticleRecord& r = *in.live;
-        cache.pin(r);
-        try {
-          load_into(r, in.archive, in.entry);
-        } catch (...) {
-          cache.unpin(r);
-          throw Error(c10::str("[", origin, "] particle ", r.pid, " from '", dir.string(),
-                               "' loaded into a scratch copy but not into the particle: ",
-                               describe(std::current_exception())));
-        }
-        r.version.fetch_add(1, std::memory_order_acq_rel);
-        cache.unpin(r);
-      }
-      return true;
-    }));
-  }
-  wait_all(applied);
-}
+}  // namespace checkpoint
 
 }  // namespace push::detail

@@ -71,8 +71,10 @@ PFuture Particle::send(Pid to, const std::string& message, Args args) {
 
 Future<ParticleView> Particle::get(Pid pid) {
   check_thread("push::Particle::get");
-  detail::ParticleRecord& target = runtime_->find(pid, "push::Particle::get");
   detail::Lane& lane = *detail::Lane::current();
+  const detail::Where at = runtime_->where(pid, "push::Particle::get");
+  if (at.rank != runtime_->rank()) return runtime_->view_remote(pid, at, lane);
+  detail::ParticleRecord& target = runtime_->find(pid, "push::Particle::get");
   detail::Runtime* rt = runtime_;
   torch::Device device = lane.device();
   if (&target == record_) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "runtime/message_values.h"
 #include "runtime/runtime.h"
 
 namespace push {
@@ -56,103 +57,6 @@ torch::nn::AnyModule build_module(const ModuleFactory& factory, uint64_t seed, P
   return module;
 }
 
-// `value` with `fn` applied to every tensor in it (lists, tuples and dicts rebuilt).
-c10::IValue map_tensors(const c10::IValue& value,
-                        const std::function<torch::Tensor(const torch::Tensor&)>& fn) {
-  if (value.isTensor()) return fn(value.toTensor());
-  if (value.isTensorList()) {
-    c10::List<torch::Tensor> out;
-    for (const torch::Tensor& t : value.toTensorList()) out.push_back(fn(t));
-    return out;
-  }
-  if (value.isList()) {
-    auto list = value.toList();
-    c10::impl::GenericList out(list.elementType());
-    for (const c10::IValue& v : list) out.push_back(map_tensors(v, fn));
-    return out;
-  }
-  if (value.isTuple()) {
-    std::vector<c10::IValue> elements;
-    for (const auto& v : value.toTupleRef().elements()) elements.push_back(map_tensors(v, fn));
-    return c10::ivalue::Tuple::create(std::move(elements));
-  }
-  if (value.isGenericDict()) {
-    auto dict = value.toGenericDict();
-    c10::impl::GenericDict out(dict.keyType(), dict.valueType());
-    for (const auto& entry : dict) out.insert(entry.key(), map_tensors(entry.value(), fn));
-    return out;
-  }
-  return value;
-}
-
-// Whether `pred` holds for some defined tensor in `value`.
-bool any_tensor(const c10::IValue& value, const std::function<bool(const torch::Tensor&)>& pred) {
-  if (value.isTensor()) return value.toTensor().defined() && pred(value.toTensor());
-  if (value.isTensorList()) {
-    for (const torch::Tensor& t : value.toTensorList()) {
-      if (t.defined() && pred(t)) return true;
-    }
-    return false;
-  }
-  if (value.isList()) {
-    for (const c10::IValue& v : value.toList()) {
-      if (any_tensor(v, pred)) return true;
-    }
-    return false;
-  }
-  if (value.isTuple()) {
-    for (const auto& v : value.toTupleRef().elements()) {
-      if (any_tensor(v, pred)) return true;
-    }
-    return false;
-  }
-  if (value.isGenericDict()) {
-    for (const auto& entry : value.toGenericDict()) {
-      if (any_tensor(entry.value(), pred)) return true;
-    }
-  }
-  return false;
-}
-
-// Tensors in a message are moved to the receiver's device (a no-op when already there).
-c10::IValue to_device(const c10::IValue& value, const torch::Device& device) {
-  return map_tensors(value, [&](const torch::Tensor& t) {
-    return t.defined() && t.device() != device ? t.to(device) : t;
-  });
-}
-
-bool has_tensor_off(const Args& args, const torch::Device& device) {
-  for (const auto& a : args) {
-    if (any_tensor(a, [&](const torch::Tensor& t) { return t.device() != device; })) return true;
-  }
-  return false;
-}
-
-// Messages and results are values. A tensor that shares storage with a particle
-// resident on this lane (its parameters, buffers, gradients or optimizer state: what a
-// handler can reach of its own particle) would change when that particle trains and
-// become empty when it is evicted, so it is copied here, at send or return time; any
-// other tensor is passed by reference. Only the lane that owns a particle can reach its
-// live tensors, so the sending lane is the one to ask.
-void detach_from_particles(std::vector<c10::IValue>& values, const ParticleCache& cache) {
-  auto has_storage = [](const torch::Tensor& t) { return t.has_storage(); };
-  bool any = false;
-  for (const auto& v : values) any = any || any_tensor(v, has_storage);
-  if (!any) return;
-  const std::unordered_set<const void*> owned = cache.resident_storages();
-  auto is_owned = [&](const torch::Tensor& t) {
-    return t.has_storage() && owned.count(t.storage().unsafeGetStorageImpl()) > 0;
-  };
-  for (auto& v : values) {
-    if (!any_tensor(v, is_owned)) continue;
-    v = map_tensors(v, [&](const torch::Tensor& t) {
-      if (!t.defined() || !is_owned(t)) return t;
-      torch::NoGradGuard no_grad;
-      return t.detach().clone();
-    });
-  }
-}
-
 // An exception from particle code, with the particle and message in its text.
 std::exception_ptr wrap(Pid pid, const std::string& message, std::exception_ptr error) {
   try {
@@ -186,8 +90,15 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
   PUSH_CHECK(lanes >= 1, "push::Push", "devices must be at least 1, got ", lanes);
   PUSH_CHECK(cuda == 0 || lanes <= cuda, "push::Push", "devices(", lanes,
              ") is more than the ", cuda, " CUDA devices of this machine");
+  int ranks_here = 1;
+  if (options_.world()) {
+    peers_ = Peers::create(*options_.world(), lanes);
+    rank_ = peers_->rank();
+    ranks_here = peers_->ranks_on_host();
+  }
+  // Ranks on one host share its cores too.
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = options_.intra_op_threads().value_or(std::max(1, cores / lanes));
+  const int threads = options_.intra_op_threads().value_or(std::max(1, cores / (lanes * ranks_here)));
   PUSH_CHECK(threads >= 1, "push::Push", "intra_op_threads must be at least 1, got ", threads);
   for (int i = 0; i < lanes; ++i) {
     LaneConfig config;
@@ -202,11 +113,21 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
     lanes_.push_back(std::make_shared<Lane>(config));
   }
   for (auto& lane : lanes_) lane->start();
+  if (peers_) {
+    try {
+      peers_->start([this](PeerOp op, const dist::RpcArgs& body) { return serve(op, body); });
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+  }
 }
 
 Runtime::~Runtime() { shutdown(); }
 
 void Runtime::shutdown() {
+  // The other ranks may still message this rank's particles until every rank is here.
+  if (peers_) peers_->leave();
   stopping_.store(true);
   for (auto& lane : lanes_) lane->stop();
 }
@@ -223,22 +144,42 @@ void Runtime::check_open(const char* origin) const {
   }
 }
 
+std::string Runtime::unknown_id_text(Pid pid) const {
+  if (placements_.empty()) {
+    return c10::str("unknown particle id ", pid, " (the distribution has no particles)");
+  }
+  return c10::str("unknown particle id ", pid, " (the distribution has ", placements_.size(),
+                  " particles, ids ", placements_.begin()->first, "..", placements_.rbegin()->first, ")");
+}
+
 ParticleRecord& Runtime::find(Pid pid, const char* origin) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   auto it = records_.find(pid);
-  if (it == records_.end()) {
-    if (records_.empty()) {
-      throw Error(c10::str("[", origin, "] unknown particle id ", pid,
-                           " (the distribution has no particles)"));
-    }
-    throw Error(c10::str("[", origin, "] unknown particle id ", pid, " (the distribution has ",
-                         records_.size(), " particles, ids ", records_.begin()->first, "..",
-                         records_.rbegin()->first, ")"));
+  if (it != records_.end()) return *it->second;
+  auto placed = placements_.find(pid);
+  if (placed != placements_.end() && placed->second.rank != rank_) {
+    throw Error(c10::str("[", origin, "] particle ", pid, " lives on ", peers_->describe(placed->second.rank),
+                         ", not on this rank (", rank_, ")"));
   }
-  return *it->second;
+  throw Error(c10::str("[", origin, "] ", unknown_id_text(pid)));
+}
+
+Where Runtime::where(Pid pid, const char* origin) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  auto it = placements_.find(pid);
+  if (it == placements_.end()) throw Error(c10::str("[", origin, "] ", unknown_id_text(pid)));
+  return it->second;
 }
 
 std::vector<Pid> Runtime::particle_ids() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  std::vector<Pid> ids;
+  ids.reserve(placements_.size());
+  for (const auto& entry : placements_) ids.push_back(entry.first);
+  return ids;
+}
+
+std::vector<Pid> Runtime::local_particle_ids() const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   std::vector<Pid> ids;
   ids.reserve(records_.size());
@@ -248,7 +189,7 @@ std::vector<Pid> Runtime::particle_ids() const {
 
 int64_t Runtime::num_particles() const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
-  return static_cast<int64_t>(records_.size());
+  return static_cast<int64_t>(placements_.size());
 }
 
 std::vector<ParticleRecord*> Runtime::records_on(int lane) const {
@@ -270,12 +211,22 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
     reserve_pid(pid, origin);
   } else {
     std::unique_lock<std::shared_mutex> lock(mutex_);
-    while (records_.count(next_pid_) || reserved_.count(next_pid_)) ++next_pid_;
+    while (placements_.count(next_pid_) || reserved_.count(next_pid_)) ++next_pid_;
     pid = next_pid_++;
     reserved_.insert(pid);
   }
   try {
-    register_record(build_record(options, pid, origin));
+    const Where at = place(pid, options, origin);
+    if (at.rank == rank_) {
+      ParticleOptions here = options;
+      here.device(at.lane);
+      register_record(build_record(here, pid, origin));
+    } else {
+      // Another rank builds it (p_create is collective): this one only learns where it is.
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      placements_[pid] = at;
+      reserved_.erase(pid);
+    }
   } catch (...) {
     release_pid(pid);
     throw;
@@ -283,9 +234,26 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
   return pid;
 }
 
+Where Runtime::place(Pid pid, const ParticleOptions& options, const char* origin) const {
+  if (!peers_) {
+    PUSH_CHECK(!options.rank() || *options.rank() == 0, origin, "rank(", *options.rank(),
+               ") needs a distribution over a World (PushOptions::world)");
+    return Where{0, options.device().value_or(static_cast<int>(pid % num_lanes()))};
+  }
+  const auto [rank0, lane0] = peers_->global_lane(pid);
+  const int rank = options.rank().value_or(rank0);
+  PUSH_CHECK(rank >= 0 && rank < peers_->size(), origin, "rank ", rank, " is out of range: the world has ",
+             peers_->size(), " ranks");
+  const int lanes = peers_->lanes_of(rank);
+  const int lane = options.device().value_or(options.rank() ? static_cast<int>(pid % lanes) : lane0);
+  PUSH_CHECK(lane >= 0 && lane < lanes, origin, "device ", lane, " is out of range: rank ", rank, " has ",
+             lanes, " device", lanes == 1 ? "" : "s", " (0..", lanes - 1, ")");
+  return Where{rank, lane};
+}
+
 void Runtime::reserve_pid(Pid pid, const char* origin) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  PUSH_CHECK(!records_.count(pid) && !reserved_.count(pid), origin, "particle ", pid,
+  PUSH_CHECK(!placements_.count(pid) && !reserved_.count(pid), origin, "particle ", pid,
              reserved_.count(pid) ? " is being created by another call" : " already exists");
   reserved_.insert(pid);
   next_pid_ = std::max(next_pid_, pid + 1);
@@ -340,12 +308,22 @@ void Runtime::register_record(std::unique_ptr<ParticleRecord> record) {
     lanes_[raw->lane]->cache().insert(*raw);
     return true;
   }).wait();
-  std::unique_lock<std::shared_mutex> lock(mutex_);
-  // The id was reserved by the caller, so no other record can hold it.
-  TORCH_INTERNAL_ASSERT(!records_.count(raw->pid), "particle ", raw->pid, " registered twice");
-  next_pid_ = std::max(next_pid_, raw->pid + 1);
-  records_.emplace(raw->pid, std::move(record));
-  reserved_.erase(raw->pid);
+  std::vector<Promise<bool>> waiting;
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    // The id was reserved by the caller, so no other record can hold it.
+    TORCH_INTERNAL_ASSERT(!records_.count(raw->pid), "particle ", raw->pid, " registered twice");
+    next_pid_ = std::max(next_pid_, raw->pid + 1);
+    placements_[raw->pid] = Where{rank_, raw->lane};
+    records_.emplace(raw->pid, std::move(record));
+    reserved_.erase(raw->pid);
+    auto it = creation_waiters_.find(raw->pid);
+    if (it != creation_waiters_.end()) {
+      waiting = std::move(it->second);
+      creation_waiters_.erase(it);
+    }
+  }
+  for (auto& w : waiting) w.set_value(true);
 }
 
 PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char* origin) {
@@ -353,6 +331,8 @@ PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char
     return PFuture::failed(std::make_exception_ptr(
         CancelledError(c10::str("[", origin, "] the distribution is shutting down"))));
   }
+  const Where at = where(pid, origin);
+  if (at.rank != rank_) return send_remote(pid, at, message, std::move(args));
   ParticleRecord* record = &find(pid, origin);
   if (Lane* here = Lane::current()) detach_from_particles(args, here->cache());
   auto state = std::make_shared<FutureState<c10::IValue>>();
@@ -485,11 +465,18 @@ std::vector<c10::IValue> Push::p_wait(const std::vector<PFuture>& futures) {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Push::p_named_parameters(Pid pid) {
-  auto& record = runtime_->find(pid, "push::Push::p_parameters");
+  constexpr const char* origin = "push::Push::p_parameters";
   auto* rt = runtime_.get();
-  auto data = rt->call_on_lane<ParticleView::Data>(record.lane, [rt, &record] {
-                    return rt->snapshot(record, torch::kCPU);
-                  }).wait();
+  const detail::Where at = rt->where(pid, origin);
+  ParticleView::Data data;
+  if (at.rank != rt->rank()) {
+    data = rt->parameters_remote(pid, at);
+  } else {
+    auto& record = rt->find(pid, origin);
+    data = rt->call_on_lane<ParticleView::Data>(record.lane, [rt, &record] {
+             return rt->snapshot(record, torch::kCPU);
+           }).wait();
+  }
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (size_t i = 0; i < data.parameters.size(); ++i) {
     out.emplace_back(data.names[i], data.parameters[i]);
@@ -504,6 +491,16 @@ std::vector<torch::Tensor> Push::p_parameters(Pid pid) {
 }
 
 std::vector<Pid> Push::particle_ids() const { return runtime_->particle_ids(); }
+std::vector<Pid> Push::local_particle_ids() const { return runtime_->local_particle_ids(); }
+int Push::rank() const { return runtime_->rank(); }
+int Push::world_size() const { return runtime_->world_size(); }
+int Push::rank_of(Pid pid) const { return runtime_->where(pid, "push::Push::rank_of").rank; }
+int Push::lane_of(Pid pid) const { return runtime_->where(pid, "push::Push::lane_of").lane; }
+void Push::barrier() { runtime_->barrier("push::Push::barrier"); }
+std::vector<c10::IValue> Push::all_gather(c10::IValue value) {
+  if (!runtime_->peers()) return {std::move(value)};
+  return runtime_->peers()->all_gather(std::move(value), "push::Push::all_gather");
+}
 int64_t Push::num_particles() const { return runtime_->num_particles(); }
 int Push::num_devices() const { return runtime_->num_lanes(); }
 

@@ -45,7 +45,21 @@ std::optional<Future<ParticleView>> ViewCache::lookup(Pid pid, uint64_t version)
   return std::nullopt;
 }
 
+std::optional<Future<ParticleView>> ViewCache::peek(Pid pid) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->pid != pid) continue;
+    if (it->view.has_error()) {
+      entries_.erase(it);
+      return std::nullopt;
+    }
+    entries_.splice(entries_.begin(), entries_, it);
+    return entries_.front().view;
+  }
+  return std::nullopt;
+}
+
 void ViewCache::insert(Pid pid, uint64_t version, Future<ParticleView> view) {
+  entries_.remove_if([pid](const Entry& e) { return e.pid == pid; });
   entries_.push_front(Entry{pid, version, std::move(view)});
   while (static_cast<int>(entries_.size()) > capacity_) entries_.pop_back();
 }

@@ -18,6 +18,13 @@ class ViewCache {
 
   std::optional<Future<ParticleView>> lookup(Pid pid, uint64_t version);
   void insert(Pid pid, uint64_t version, Future<ParticleView> view);
+  /// The view of `pid` kept here, whatever its version, counting neither hit nor miss (a
+  /// particle of another rank: its owner says whether the view is still current).
+  std::optional<Future<ParticleView>> peek(Pid pid);
+  void count_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }
+  void count_miss() { misses_.fetch_add(1, std::memory_order_relaxed); }
+  /// Forgets every view (a load re-creates particles, whose versions start again).
+  void clear() { entries_.clear(); }
 
   int64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   int64_t misses() const { return misses_.load(std::memory_order_relaxed); }

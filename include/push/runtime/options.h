@@ -1,6 +1,7 @@
 #pragma once
 #include <torch/arg.h>
 
+#include <push/dist/world.h>
 #include <push/runtime/types.h>
 
 #include <cstddef>
@@ -26,16 +27,26 @@ struct PushOptions {
   /// Stack of each suspended handler (only touched pages are committed).
   TORCH_ARG(std::size_t, stack_size) = std::size_t{1} << 20;
   /// Seed of particles created without an explicit one: particle p gets
-  /// hash(seed, p), independent of creation order across devices.
+  /// hash(seed, p), independent of creation order across devices and ranks.
   TORCH_ARG(uint64_t, seed) = 0;
+  /// Spans every rank of this World: each rank runs its own lanes, particle ids are
+  /// global, and send/get/p_launch reach particles on any rank. Building the
+  /// distribution, p_create, save, load, barrier and destroying it are then collective
+  /// (every rank makes them, in the same order); docs/distributed.md lists the rules.
+  TORCH_ARG(std::optional<dist::World>, world) = std::nullopt;
 };
 
 /// Options of one particle: `ParticleOptions().optimizer(f).on("train", h)`.
 struct ParticleOptions {
   TORCH_ARG(OptimizerFactory, optimizer) = nullptr;
   TORCH_ARG(SchedulerFactory, scheduler) = nullptr;
-  /// Lane index; default pid % number of lanes.
+  /// Lane index (on the particle's rank); default: see `rank`.
   TORCH_ARG(std::optional<int>, device) = std::nullopt;
+  /// With a world, the rank the particle lives on. Default: particle p goes to global
+  /// lane p % (lanes of all ranks), lanes numbered rank by rank (rank 0's first); with
+  /// only `device` set, that lane of the default rank; with only `rank` set, lane
+  /// p % (that rank's lanes). Without a world: rank 0, lane `device` or p % lanes.
+  TORCH_ARG(std::optional<int>, rank) = std::nullopt;
   /// Receive handlers, message name -> handler.
   TORCH_ARG(Handlers, receive) = {};
   TORCH_ARG(State, state) = {};

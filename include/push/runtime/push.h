@@ -81,8 +81,25 @@ class Push {
   /// Like p_parameters, keyed by parameter name.
   std::vector<std::pair<std::string, torch::Tensor>> p_named_parameters(Pid pid);
 
+  /// Every particle of the distribution (on every rank), ascending.
   std::vector<Pid> particle_ids() const;
   int64_t num_particles() const;
+  /// This rank's particles (all of them without a world).
+  std::vector<Pid> local_particle_ids() const;
+  /// This process's rank and the number of ranks (0 and 1 without a world).
+  int rank() const;
+  int world_size() const;
+  /// Where particle `pid` lives: its rank and its lane (device index) there.
+  int rank_of(Pid pid) const;
+  int lane_of(Pid pid) const;
+  /// Collective with a world: returns once every rank has called it, or throws at once
+  /// when a rank is lost. Without a world it returns at once.
+  void barrier();
+  /// Collective with a world: every rank contributes `value` and gets every rank's, by
+  /// rank (tensors arrive on the CPU); throws at once when a rank is lost. Without a
+  /// world: {value}.
+  std::vector<c10::IValue> all_gather(c10::IValue value);
+  /// Lanes (devices) of this rank.
   int num_devices() const;
   torch::Device device(int lane) const;
   CacheStats cache_stats(int lane) const;

@@ -26,6 +26,9 @@ class ParticleView {
   explicit ParticleView(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
 
   Pid pid() const { return data().pid; }
+  /// The particle's version when the view was taken (it changes whenever the particle may
+  /// have: a handler of it ran, or a load).
+  uint64_t version() const { return data().version; }
   const std::vector<std::string>& names() const { return data().names; }
   const std::vector<torch::Tensor>& parameters() const { return data().parameters; }
   const std::vector<torch::Tensor>& gradients() const { return data().gradients; }

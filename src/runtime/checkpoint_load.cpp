@@ -1,0 +1,203 @@
+// Load of a whole distribution, all or nothing (checkpoint_format.h has the layout); with
+// a world, every rank checks what it loads before any rank changes anything.
+#include <torch/torch.h>
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <set>
+
+#include "runtime/checkpoint_format.h"
+#include "runtime/runtime.h"
+
+namespace push::detail {
+namespace fs = std::filesystem;
+using namespace checkpoint;
+
+namespace {
+// One particle of the checkpoint on its way in.
+struct Incoming {
+  ManifestEntry entry;
+  int lane = 0;
+  bool here = true;                         // this rank loads it (false: another rank does)
+  torch::serialize::InputArchive archive;
+  ParticleRecord* live = nullptr;           // the particle here it overwrites, or
+  std::unique_ptr<ParticleRecord> created;  // the new particle it becomes (already loaded)
+};
+}  // namespace
+
+void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
+  constexpr const char* origin = "push::Push::load";
+  check_open(origin);
+  auto corrupt = [&](const std::exception_ptr& e) {
+    return Error(c10::str("[", origin, "] checkpoint '", dir.string(), "' is corrupt: ", describe(e)));
+  };
+
+  std::vector<Incoming> incoming;
+  std::map<Pid, ParticleOptions> to_create;  // new particles of this rank
+  std::map<Pid, Where> elsewhere;            // new particles of other ranks
+  // The ids of the particles to create are claimed now, so that no p_create running
+  // meanwhile can take one (it would be registered twice); the claims are given back
+  // when the load fails before registering them.
+  std::vector<Pid> claimed;
+  struct Release {
+    Runtime& runtime;
+    std::vector<Pid>& pids;
+    ~Release() {
+      for (Pid pid : pids) runtime.release_pid(pid);
+    }
+  } release{*this, claimed};
+
+  // Everything this rank loads is read, checked and loaded into scratch copies before
+  // any live particle changes; with a world, every rank does so before any applies.
+  std::exception_ptr failure;
+  try {
+    PUSH_CHECK(fs::is_directory(dir), origin, "checkpoint directory '", dir.string(), "' does not exist");
+    try {
+      for (const auto& e : read_manifest(dir)) incoming.push_back(Incoming{e, 0, true, {}, {}, {}});
+    } catch (const Error&) {
+      throw corrupt(std::current_exception());
+    }
+
+    // The ids must match: extra ones here are an error, missing ones need make_options.
+    std::set<Pid> saved;
+    for (const auto& in : incoming) saved.insert(in.entry.pid);
+    std::string extra;
+    for (Pid pid : particle_ids()) {
+      if (!saved.count(pid)) extra += (extra.empty() ? "" : ", ") + std::to_string(pid);
+    }
+    PUSH_CHECK(extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '",
+               dir.string(), "'");
+    for (auto& in : incoming) {
+      std::optional<Where> placed;
+      {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        auto it = records_.find(in.entry.pid);
+        if (it != records_.end()) in.live = it->second.get();
+        auto p = placements_.find(in.entry.pid);
+        if (p != placements_.end()) placed = p->second;
+      }
+      if (in.live) {
+        in.lane = in.live->lane;
+        continue;
+      }
+      if (placed) {  // lives on another rank, which loads it
+        in.here = false;
+        continue;
+      }
+      PUSH_CHECK(make_options != nullptr, origin, "checkpoint '", dir.string(), "' has particle ",
+                 in.entry.pid, ", which this distribution lacks; pass make_options to create it");
+      ParticleOptions options = make_options(in.entry.pid);
+      // Without a world a particle returns to its saved lane when there is one; with one,
+      // new particles are placed by the rule of this job (the saved job may have differed).
+      if (!peers_ && !options.device() && in.entry.lane < num_lanes()) options.device(in.entry.lane);
+      const Where at = place(in.entry.pid, options, origin);
+      if (at.rank != rank_) {
+        in.here = false;
+        elsewhere.emplace(in.entry.pid, at);
+        continue;
+      }
+      in.lane = at.lane;
+      options.device(at.lane);
+      to_create.emplace(in.entry.pid, std::move(options));
+    }
+    for (const auto& [pid, options] : to_create) {
+      reserve_pid(pid, origin);
+      claimed.push_back(pid);
+    }
+    for (const auto& [pid, at] : elsewhere) {
+      reserve_pid(pid, origin);
+      claimed.push_back(pid);
+    }
+
+    // Every file this rank loads, checked and parsed.
+    try {
+      for (auto& in : incoming) {
+        if (in.here) in.archive = open_particle(dir, in.entry, lanes_[in.lane]->device());
+      }
+    } catch (const Error&) {
+      throw corrupt(std::current_exception());
+    }
+
+    // Every particle, loaded into a scratch copy (or into the new particle it becomes).
+    // A scratch copy is built by the same factories as the live particle, so what loads
+    // into it loads into the live one.
+    for (auto& in : incoming) {
+      if (!in.here) continue;
+      try {
+        std::unique_ptr<ParticleRecord> scratch;
+        if (in.live) {
+          scratch = build_record(ParticleOptions()
+                                     .optimizer(in.live->make_optimizer)
+                                     .scheduler(in.live->make_scheduler)
+                                     .seed(in.live->seed)
+                                     .device(in.lane),
+                                 in.entry.pid, origin);
+        } else {
+          scratch = build_record(to_create.at(in.entry.pid), in.entry.pid, origin);
+        }
+        load_into(*scratch, in.archive, in.entry);
+        if (!in.live) in.created = std::move(scratch);
+      } catch (...) {
+        throw Error(c10::str("[", origin, "] particle ", in.entry.pid, " from '", dir.string(),
+                             "' does not fit: ", describe(std::current_exception())));
+      }
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, origin);
+
+  // Everything fits everywhere: apply. New particles first (their ids are claimed), then
+  // the live ones, each on its own lane, whose view caches forget what they kept (a new
+  // particle's versions start again).
+  for (auto& in : incoming) {
+    if (!in.created) continue;
+    register_record(std::move(in.created));  // its id was claimed above
+    std::erase(claimed, in.entry.pid);
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    for (const auto& [pid, at] : elsewhere) {
+      placements_[pid] = at;
+      next_pid_ = std::max(next_pid_, pid + 1);
+      reserved_.erase(pid);
+      std::erase(claimed, pid);
+    }
+  }
+  std::vector<Future<bool>> applied;
+  for (int lane = 0; lane < num_lanes(); ++lane) {
+    applied.push_back(call_on_lane<bool>(lane, [&, lane] {
+      ParticleCache& cache = lanes_[lane]->cache();
+      lanes_[lane]->views().clear();
+      for (auto& in : incoming) {
+        if (!in.live || in.lane != lane) continue;
+        ParticleRecord& r = *in.live;
+        cache.pin(r);
+        try {
+          load_into(r, in.archive, in.entry);
+        } catch (...) {
+          cache.unpin(r);
+          throw Error(c10::str("[", origin, "] particle ", r.pid, " from '", dir.string(),
+                               "' loaded into a scratch copy but not into the particle: ",
+                               describe(std::current_exception())));
+        }
+        r.version.fetch_add(1, std::memory_order_acq_rel);
+        cache.unpin(r);
+      }
+      return true;
+    }));
+  }
+  failure = nullptr;
+  try {
+    wait_all(applied);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, origin);
+}
+
+}  // namespace push::detail

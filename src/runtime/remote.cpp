@@ -1,0 +1,234 @@
+// Particles of other ranks: the calling side (a message, a view, a parameter copy of a
+// particle that lives elsewhere) and the serving side (the same requests arriving from
+// other ranks, answered in an RPC handler fiber through this rank's lanes). The requests
+// travel over the distribution's RPC group (peers.h); docs/distributed.md, "Particles
+// across ranks", describes the protocol and what each request costs.
+#include <torch/torch.h>
+
+#include "runtime/message_values.h"
+#include "runtime/runtime.h"
+
+namespace push::detail {
+namespace {
+
+// A failure of a particle on another rank, or of the way there, as a ParticleError
+// naming the particle, the message and the rank.
+std::exception_ptr remote_particle_error(Pid pid, const std::string& message, const std::string& rank,
+                                         const std::exception_ptr& error) {
+  std::string detail;
+  try {
+    std::rethrow_exception(error);
+  } catch (const dist::RemoteError& e) {
+    detail = e.remote_message();
+  } catch (...) {
+    detail = describe(error);
+  }
+  return std::make_exception_ptr(ParticleError(pid, message, c10::str("on ", rank, ": ", detail), error));
+}
+
+c10::IValue tensor_or_none(const torch::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
+
+std::vector<torch::Tensor> tensors_of(const c10::IValue& list, const torch::Device& device) {
+  std::vector<torch::Tensor> out;
+  for (const auto& v : list.toListRef()) {
+    out.push_back(v.isTensor() ? v.toTensor().to(device) : torch::Tensor());
+  }
+  return out;
+}
+
+std::vector<std::string> strings_of(const c10::IValue& list) {
+  std::vector<std::string> out;
+  for (const auto& v : list.toListRef()) out.push_back(v.toStringRef());
+  return out;
+}
+
+c10::IValue list_of(const std::vector<torch::Tensor>& tensors) {
+  c10::impl::GenericList out(c10::AnyType::get());
+  for (const auto& t : tensors) out.push_back(tensor_or_none(t));
+  return out;
+}
+
+c10::IValue list_of(const std::vector<std::string>& strings) {
+  c10::impl::GenericList out(c10::AnyType::get());
+  for (const auto& s : strings) out.push_back(c10::IValue(s));
+  return out;
+}
+
+}  // namespace
+
+// -- calling --------------------------------------------------------------------------------
+
+PFuture Runtime::send_remote(Pid pid, const Where& where, const std::string& message, Args args) {
+  Lane* here = Lane::current();
+  // The bytes leave when the request is written, but a send can queue behind another:
+  // a particle's live tensors are copied now, as for a message to a sibling.
+  if (here) detach_from_particles(args, here->cache());
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (auto& a : args) list.push_back(std::move(a));
+  auto reply = peers_->call(where.rank, PeerOp::send, {pid, message, list});
+  // A handler gets the result on its own device, as the handler on the other rank got
+  // the arguments on its own.
+  std::optional<torch::Device> device;
+  if (here) device = here->device();
+  auto out = std::make_shared<FutureState<c10::IValue>>();
+  auto in = reply.state();
+  in->add_callback([in, out, pid, message, device, rank = peers_->describe(where.rank)] {
+    if (auto error = in->error()) {
+      out->set_error(remote_particle_error(pid, message, rank, error));
+      return;
+    }
+    try {
+      out->set_value(device ? to_device(in->value(), *device) : in->value());
+    } catch (...) {
+      out->set_error(remote_particle_error(pid, message, rank, std::current_exception()));
+    }
+  });
+  return PFuture(std::move(out));
+}
+
+Future<ParticleView> Runtime::view_remote(Pid pid, const Where& where, Lane& caller) {
+  // The view kept here is sent back as its version: the owner answers "still current"
+  // (no tensor bytes) or with a fresh copy.
+  std::optional<Future<ParticleView>> kept = caller.views().peek(pid);
+  if (kept && !kept->is_ready()) {
+    caller.views().count_hit();  // a request for it is on its way: it will be fresh
+    return *kept;
+  }
+  const int64_t version = kept ? static_cast<int64_t>(kept->wait().version()) : 0;
+  auto reply = peers_->call(where.rank, PeerOp::view, {pid, version});
+  auto out = std::make_shared<FutureState<ParticleView>>();
+  auto in = reply.state();
+  ViewCache* views = &caller.views();
+  const torch::Device device = caller.device();
+  in->add_callback([in, out, kept, views, device, pid, rank = peers_->describe(where.rank)] {
+    try {
+      if (auto error = in->error()) std::rethrow_exception(error);
+      const auto& items = in->value().toTupleRef().elements();
+      if (items.size() == 1 && kept) {
+        views->count_hit();
+        out->set_value(kept->wait());
+        return;
+      }
+      views->count_miss();
+      auto data = std::make_shared<ParticleView::Data>();
+      data->pid = pid;
+      data->version = static_cast<uint64_t>(items.at(0).toInt());
+      data->names = strings_of(items.at(1));
+      data->parameters = tensors_of(items.at(2), device);
+      data->gradients = tensors_of(items.at(3), device);
+      out->set_value(ParticleView(std::move(data)));
+    } catch (...) {
+      std::string detail;
+      try {
+        throw;
+      } catch (const dist::RemoteError& e) {
+        detail = e.remote_message();
+      } catch (...) {
+        detail = describe(std::current_exception());
+      }
+      out->set_error(std::make_exception_ptr(
+          Error(c10::str("[push::Particle::get] particle ", pid, " on ", rank, ": ", detail))));
+    }
+  });
+  Future<ParticleView> view(std::move(out));
+  caller.views().insert(pid, 0, view);
+  return view;
+}
+
+ParticleView::Data Runtime::parameters_remote(Pid pid, const Where& where) {
+  c10::IValue reply;
+  try {
+    reply = peers_->call(where.rank, PeerOp::parameters, {pid}).wait();
+  } catch (const dist::RemoteError& e) {
+    throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_->describe(where.rank), ": ",
+                         e.remote_message()));
+  } catch (const std::exception& e) {
+    throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_->describe(where.rank), ": ",
+                         describe(std::current_exception())));
+  }
+  const auto& items = reply.toTupleRef().elements();
+  ParticleView::Data data;
+  data.pid = pid;
+  data.names = strings_of(items.at(0));
+  data.parameters = tensors_of(items.at(1), torch::kCPU);
+  return data;
+}
+
+void Runtime::barrier(const char* origin) {
+  if (peers_) peers_->all_gather(c10::IValue(), origin);
+}
+
+// -- serving --------------------------------------------------------------------------------
+
+ParticleRecord& Runtime::await_local(Pid pid, const char* origin) {
+  const auto timeout = options_.world()->options().rpc_timeout();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    Future<bool> created;
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      auto it = records_.find(pid);
+      if (it != records_.end()) return *it->second;
+      auto placed = placements_.find(pid);
+      PUSH_CHECK(placed == placements_.end() || placed->second.rank == rank_, origin, "particle ", pid,
+                 " lives on ", peers_->describe(placed->second.rank), " by this rank's count, not on ",
+                 peers_->describe(rank_), ": the ranks did not make the same p_create calls");
+      // Another rank created it already; this one is about to (p_create is collective).
+      Promise<bool> promise;
+      created = promise.future();
+      creation_waiters_[pid].push_back(std::move(promise));
+    }
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= decltype(left)::zero() || !created.wait_for(left)) {
+      std::shared_lock<std::shared_mutex> lock(mutex_);
+      throw Error(c10::str("[", origin, "] ", unknown_id_text(pid), " on ", peers_->describe(rank_),
+                           ": not created here within ", timeout.count(),
+                           " ms (rpc_timeout); every rank must make the same p_create calls"));
+    }
+  }
+}
+
+c10::IValue Runtime::serve(PeerOp op, const dist::RpcArgs& body) {
+  PUSH_CHECK(body.size() >= 3 && body[2].isInt(), "push::Push", "a malformed request from another rank");
+  const Pid pid = body[2].toInt();
+  switch (op) {
+    case PeerOp::send: {
+      PUSH_CHECK(body.size() == 5 && body[3].isString() && body[4].isList(), "push::Particle::send",
+                 "a malformed message from another rank");
+      const std::string& message = body[3].toStringRef();
+      await_local(pid, "push::Particle::send");
+      Args args = body[4].toListRef().vec();
+      try {
+        return send(pid, message, std::move(args), "push::Particle::send").wait();
+      } catch (const ParticleError& e) {
+        // The caller names the particle, the message and this rank: send what happened.
+        throw Error(describe(e.cause()));
+      }
+    }
+    case PeerOp::view: {
+      PUSH_CHECK(body.size() == 4 && body[3].isInt(), "push::Particle::get", "a malformed request");
+      ParticleRecord& record = await_local(pid, "push::Particle::get");
+      const auto known = static_cast<uint64_t>(body[3].toInt());
+      if (known != 0 && record.version.load(std::memory_order_acquire) == known) {
+        return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(known))});
+      }
+      auto data = call_on_lane<ParticleView::Data>(record.lane, [this, &record] {
+                    return snapshot(record, torch::kCPU);
+                  }).wait();
+      return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(data.version)), list_of(data.names),
+                                         list_of(data.parameters), list_of(data.gradients)});
+    }
+    case PeerOp::parameters: {
+      ParticleRecord& record = await_local(pid, "push::Push::p_parameters");
+      auto data = call_on_lane<ParticleView::Data>(record.lane, [this, &record] {
+                    return snapshot(record, torch::kCPU);
+                  }).wait();
+      return c10::ivalue::Tuple::create({list_of(data.names), list_of(data.parameters)});
+    }
+    case PeerOp::gather:
+      break;
+  }
+  throw Error(c10::str("[push::Push] unknown request ", static_cast<int64_t>(op), " from another rank"));
+}
+
+}  // namespace push::detail

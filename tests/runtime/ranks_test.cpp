@@ -1,0 +1,207 @@
+// One distribution over several processes (PushOptions::world): placement, messages,
+// chains and cycles of waits that cross ranks, views and parameters of particles on other
+// ranks, errors that name the rank, save on some ranks and load on others, a rank killed
+// mid-epoch. Each test starts its ranks itself on 127.0.0.1 (tests/dist/dist_test_util.h).
+#include "dist_test_util.h"
+
+#include <test_util.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+
+using namespace std::chrono_literals;
+using push::Args;
+using push::Particle;
+using push::ParticleOptions;
+using push::Pid;
+using push::PushOptions;
+using push::testing::expect_all_ok;
+using push::testing::run_workers;
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+torch::nn::AnyModule linear() { return torch::nn::AnyModule(torch::nn::Linear(2, 1)); }
+
+torch::Tensor flat(const std::vector<torch::Tensor>& ps) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : ps) parts.push_back(p.reshape(-1));
+  return torch::cat(parts);
+}
+
+// Sets every parameter of the particle to `value`.
+c10::IValue fill(Particle& p, const Args& a) {
+  torch::NoGradGuard no_grad;
+  for (auto& t : p.module().parameters()) t.fill_(a.at(0).toDouble());
+  return c10::IValue();
+}
+
+// Handlers of the tests below; `dist` is read only inside handlers, after it is built.
+ParticleOptions test_particle(push::Push*& dist) {
+  return ParticleOptions()
+      .on("where", [&dist](Particle& p, const Args&) {
+        return c10::IValue(static_cast<int64_t>(dist->rank() * 100 + p.lane()));
+      })
+      .on("chain", [&dist](Particle& p, const Args& a) {
+        // The next particle's chain(n - 1), plus one: consecutive ids alternate ranks.
+        const int64_t n = a.at(0).toInt();
+        if (n == 0) return c10::IValue(int64_t{0});
+        const Pid next = (p.pid() + 1) % dist->num_particles();
+        return c10::IValue(p.send(next, "chain", n - 1).wait().toInt() + 1);
+      })
+      .on("cycle", [](Particle& p, const Args& a) {
+        // A -> B -> A: B calls back into A while A's handler waits for B.
+        const Pid other = a.at(0).toInt();
+        return c10::IValue(p.send(other, "back", p.pid()).wait().toInt() + 1);
+      })
+      .on("back", [](Particle& p, const Args& a) {
+        return c10::IValue(p.send(a.at(0).toInt(), "where").wait().toInt() + 1000);
+      })
+      .on("echo", [](Particle& p, const Args& a) {
+        auto t = a.at(0).toTensor();
+        EXPECT_EQ(t.device(), p.device());
+        return c10::IValue(t * 2);
+      })
+      .on("boom", [](Particle&, const Args&) -> c10::IValue { throw std::runtime_error("boom from the handler"); })
+      .on("fill", fill)
+      .on("flat", [](Particle& p, const Args&) { return c10::IValue(flat(p.module().parameters()).clone()); })
+      .on("peek", [](Particle& p, const Args& a) {
+        auto view = p.get(a.at(0).toInt()).wait();
+        return c10::IValue(view.flat_parameters());
+      });
+}
+
+}  // namespace
+
+// 4 particles over 2 ranks (PUSH_TEST_LANES lanes each): every rank drives at once.
+PUSH_DIST_WORKER(ranks_messages) {
+  auto world = push::testing::test_world(60s);
+  const int lanes = env_int("PUSH_TEST_LANES", 1);
+  push::Push* handle = nullptr;
+  push::Push dist(linear, PushOptions().devices(lanes).cache_size(1).world(world));
+  handle = &dist;
+  const int n = 2 * world.size() * lanes;
+  for (int i = 0; i < n; ++i) EXPECT_EQ(dist.p_create(test_particle(handle)), i);
+  EXPECT_EQ(dist.world_size(), world.size());
+  EXPECT_EQ(dist.num_particles(), n);
+  EXPECT_EQ(static_cast<int>(dist.local_particle_ids().size()), n / world.size());
+  for (Pid pid = 0; pid < n; ++pid) {
+    // Global lane pid % (ranks x lanes), lanes numbered rank by rank.
+    const int g = static_cast<int>(pid % (world.size() * lanes));
+    EXPECT_EQ(dist.rank_of(pid), g / lanes);
+    EXPECT_EQ(dist.lane_of(pid), g % lanes);
+    EXPECT_EQ(dist.p_launch(pid, "where").wait().toInt(), dist.rank_of(pid) * 100 + dist.lane_of(pid));
+  }
+  // Chains 40 deep and cycles, crossing ranks at every hop, from every rank at once.
+  std::vector<push::PFuture> fs;
+  for (Pid pid = 0; pid < n; ++pid) fs.push_back(dist.p_launch(pid, "chain", int64_t{40}));
+  for (const auto& v : dist.p_wait(fs)) EXPECT_EQ(v.toInt(), 40);
+  const Pid a = 0, b = 1;  // on different ranks
+  EXPECT_EQ(dist.p_launch(a, "cycle", b).wait().toInt(), 1000 + 0 + 1);
+  EXPECT_EQ(dist.p_launch(b, "cycle", a).wait().toInt(), 1000 + 100 * dist.rank_of(b) + dist.lane_of(b) + 1);
+  // Tensors cross unchanged and land on the receiver's device.
+  auto x = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  for (Pid pid = 0; pid < n; ++pid) {
+    EXPECT_TRUE(torch::equal(dist.p_launch(pid, "echo", x).wait().toTensor(), x * 2));
+  }
+  // A handler that throws on another rank: the error names the rank, particle and message.
+  Pid remote = 0;
+  while (dist.rank_of(remote) == world.rank()) ++remote;
+  EXPECT_PUSH_ERROR(dist.p_launch(remote, "boom").wait(),
+                    c10::str("particle ", remote, ", message 'boom': on rank ", dist.rank_of(remote), " (worker",
+                             dist.rank_of(remote), "): boom from the handler"));
+  EXPECT_PUSH_ERROR(dist.p_launch(remote, "nope").wait(), "unknown message 'nope'");
+  EXPECT_PUSH_ERROR(dist.p_launch(99, "where"), "unknown particle id 99 (the distribution has");
+  dist.barrier();
+  // Parameters of a particle elsewhere are its own (fill them differently first).
+  if (world.rank() == 0) {
+    for (Pid pid = 0; pid < n; ++pid) dist.p_launch(pid, "fill", 0.5 + static_cast<double>(pid)).wait();
+  }
+  dist.barrier();
+  for (Pid pid = 0; pid < n; ++pid) {
+    auto ps = flat(dist.p_parameters(pid));
+    EXPECT_TRUE(torch::equal(ps, torch::full_like(ps, 0.5 + static_cast<double>(pid)))) << "particle " << pid;
+    EXPECT_TRUE(torch::equal(ps, dist.p_launch(pid, "flat").wait().toTensor()));
+  }
+  dist.barrier();
+}
+
+TEST(PushRanks, MessagesChainsAndCyclesCrossRanksOneLane) {
+  expect_all_ok(run_workers(2, "ranks_messages", 120s, {"PUSH_TEST_LANES=1"}));
+}
+
+TEST(PushRanks, MessagesChainsAndCyclesCrossRanksTwoLanes) {
+  expect_all_ok(run_workers(2, "ranks_messages", 120s, {"PUSH_TEST_LANES=2"}));
+}
+
+TEST(PushRanks, MessagesChainsAndCyclesCrossThreeRanks) {
+  expect_all_ok(run_workers(3, "ranks_messages", 120s, {"PUSH_TEST_LANES=1"}));
+}
+
+// Views of a particle on another rank: cached until that particle runs again.
+PUSH_DIST_WORKER(ranks_views) {
+  auto world = push::testing::test_world(60s);
+  push::Push* handle = nullptr;
+  push::Push dist(linear, PushOptions().world(world));
+  handle = &dist;
+  const Pid a = dist.p_create(test_particle(handle));  // rank 0
+  const Pid b = dist.p_create(test_particle(handle));  // rank 1
+  ASSERT_EQ(dist.rank_of(a), 0);
+  ASSERT_EQ(dist.rank_of(b), 1);
+  if (world.rank() == 0) {
+    dist.p_launch(b, "fill", 2.0).wait();
+    auto first = dist.p_launch(a, "peek", b).wait().toTensor();
+    EXPECT_TRUE(torch::equal(first, torch::full_like(first, 2.0)));
+    const auto before = dist.cache_stats(0);
+    auto again = dist.p_launch(a, "peek", b).wait().toTensor();  // b has not run: still current
+    EXPECT_TRUE(torch::equal(again, first));
+    const auto after = dist.cache_stats(0);
+    EXPECT_EQ(after.view_hits, before.view_hits + 1);
+    EXPECT_EQ(after.view_misses, before.view_misses);
+    dist.p_launch(b, "fill", 3.0).wait();  // b ran: the next view is a fresh copy
+    auto changed = dist.p_launch(a, "peek", b).wait().toTensor();
+    EXPECT_TRUE(torch::equal(changed, torch::full_like(changed, 3.0)));
+    EXPECT_EQ(dist.cache_stats(0).view_misses, after.view_misses + 1);
+  }
+  dist.barrier();
+}
+
+TEST(PushRanks, ViewsOfParticlesOnOtherRanksAreCachedUntilTheyRun) {
+  expect_all_ok(run_workers(2, "ranks_views", 120s));
+}
+
+// Many particles over 2 ranks with 2 resident per lane: each keeps its own parameters.
+PUSH_DIST_WORKER(ranks_many) {
+  auto world = push::testing::test_world(120s);
+  push::Push* handle = nullptr;
+  push::Push dist(linear, PushOptions().cache_size(2).world(world));
+  handle = &dist;
+  const int n = static_cast<int>(push::testing::scaled(1000, 100));
+  for (int i = 0; i < n; ++i) dist.p_create(test_particle(handle));
+  if (world.rank() == 0) {
+    std::vector<push::PFuture> fs;
+    for (Pid pid = 0; pid < n; ++pid) fs.push_back(dist.p_launch(pid, "fill", static_cast<double>(pid)));
+    dist.p_wait(fs);
+  }
+  dist.barrier();
+  // Every rank reads every particle back (half of them from the other rank).
+  for (Pid pid = 0; pid < n; ++pid) {
+    auto ps = flat(dist.p_parameters(pid));
+    ASSERT_TRUE(torch::equal(ps, torch::full_like(ps, static_cast<double>(pid)))) << "particle " << pid;
+  }
+  dist.barrier();
+}
+
+TEST(PushRanks, AThousandParticlesOverTwoRanksKeepTheirOwnParameters) {
+  expect_all_ok(run_workers(2, "ranks_many", 300s));
+}
