@@ -111,6 +111,7 @@ Push& Infer::dist() {
 void Infer::ensure_created() {
   if (dist_) return;
   auto po = PushOptions().devices(options_.devices()).cache_size(options_.cache_size()).seed(options_.seed());
+  po.world(options_.world());
   if (options_.intra_op_threads()) po.intra_op_threads(*options_.intra_op_threads());
   dist_ = std::make_unique<Push>(model_, po);
   auto opts = particle_options();
@@ -143,24 +144,61 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
   if (!classify && y.dim() == 1) y = y.unsqueeze(1);
   fit_last_epoch_ = epochs_done_ + epochs;
   for (int64_t e = 0; e < epochs; ++e) {
-    auto per_particle = run_epoch(x, y, epochs_done_);
+    // Every rank runs its own particles; the losses of all of them, in id order, make the
+    // epoch's mean, the same on every rank and the same sum as in one process.
+    std::map<Pid, double> per_particle;
+    std::exception_ptr error;
+    try {
+      per_particle = run_epoch(x, y, epochs_done_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    per_particle = gather_losses(std::move(per_particle), error, origin);
     double mean = 0;
-    for (double l : per_particle) mean += l / static_cast<double>(per_particle.size());
+    for (const auto& [pid, l] : per_particle) mean += l / static_cast<double>(per_particle.size());
     ++epochs_done_;
     losses_.push_back(mean);
   }
 }
 
-std::vector<double> Infer::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+std::map<Pid, double> Infer::gather_losses(std::map<Pid, double> mine, const std::exception_ptr& error,
+                                           const char* origin) {
+  if (!options_.world()) {
+    if (error) std::rethrow_exception(error);
+    return mine;
+  }
+  c10::IValue value;
+  if (error) {
+    value = c10::IValue(push::detail::describe(error));
+  } else {
+    c10::impl::GenericList list(c10::AnyType::get());
+    for (const auto& [pid, l] : mine) list.push_back(c10::ivalue::Tuple::create({pid, l}));
+    value = list;
+  }
+  auto all = dist_->all_gather(value);
+  if (error) std::rethrow_exception(error);
+  std::map<Pid, double> out;
+  for (size_t r = 0; r < all.size(); ++r) {
+    PUSH_CHECK(!all[r].isString(), origin, "rank ", r, ": ", all[r].toStringRef());
+    for (const auto& item : all[r].toListRef()) {
+      const auto& t = item.toTupleRef().elements();
+      out[t[0].toInt()] = t[1].toDouble();
+    }
+  }
+  return out;
+}
+
+std::map<Pid, double> Infer::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   std::vector<PFuture> fs;
-  for (Pid pid : dist_->particle_ids()) fs.push_back(dist_->p_launch(pid, "epoch", x, y, epoch));
-  std::vector<double> losses;
+  const auto ids = dist_->local_particle_ids();
+  for (Pid pid : ids) fs.push_back(dist_->p_launch(pid, "epoch", x, y, epoch));
+  std::map<Pid, double> losses;
   double running = 0;
   std::exception_ptr error;  // rethrown once every particle is done: nothing left running
-  for (auto& f : fs) {
+  for (size_t i = 0; i < fs.size(); ++i) {
     try {
-      losses.push_back(f.wait().toDouble());
-      running += losses.back();
+      losses[ids[i]] = fs[i].wait().toDouble();
+      running += losses[ids[i]];
       report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), running / losses.size());
     } catch (...) {
       if (!error) error = std::current_exception();
@@ -183,11 +221,43 @@ void Infer::report(int64_t epoch, int64_t last_epoch, int64_t done, double runni
 
 Predictive Infer::predict(const torch::Tensor& x) {
   ensure_created();
+  // Every rank predicts with its own particles; all predictions, in id order, go to
+  // every rank.
   std::vector<PFuture> fs;
-  for (Pid pid : dist_->particle_ids()) fs.push_back(dist_->p_launch(pid, "predict", x.contiguous()));
-  std::vector<torch::Tensor> outs;
-  for (auto& v : dist_->p_wait(fs)) outs.push_back(v.toTensor());
-  return make_predictive(torch::cat(outs, 0), options_.likelihood(), options_.noise_std());
+  const auto ids = dist_->local_particle_ids();
+  for (Pid pid : ids) fs.push_back(dist_->p_launch(pid, "predict", x.contiguous()));
+  std::map<Pid, torch::Tensor> outs;
+  std::exception_ptr error;
+  try {
+    auto values = dist_->p_wait(fs);
+    for (size_t i = 0; i < ids.size(); ++i) outs[ids[i]] = values[i].toTensor();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (options_.world()) {
+    c10::IValue value;
+    if (error) {
+      value = c10::IValue(push::detail::describe(error));
+    } else {
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (const auto& [pid, t] : outs) list.push_back(c10::ivalue::Tuple::create({pid, t}));
+      value = list;
+    }
+    auto all = dist_->all_gather(value);
+    if (error) std::rethrow_exception(error);
+    for (size_t r = 0; r < all.size(); ++r) {
+      PUSH_CHECK(!all[r].isString(), "push::bayes::Infer::predict", "rank ", r, ": ", all[r].toStringRef());
+      for (const auto& item : all[r].toListRef()) {
+        const auto& t = item.toTupleRef().elements();
+        outs[t[0].toInt()] = t[1].toTensor();
+      }
+    }
+  } else if (error) {
+    std::rethrow_exception(error);
+  }
+  std::vector<torch::Tensor> ordered;
+  for (auto& [pid, t] : outs) ordered.push_back(t);
+  return make_predictive(torch::cat(ordered, 0), options_.likelihood(), options_.noise_std());
 }
 
 torch::Tensor Infer::predict_particle(Particle& p, const torch::Tensor& x) {
@@ -312,7 +382,20 @@ at::Generator Infer::generator(uint64_t a, uint64_t b, uint64_t c) const {
 void Infer::save(const std::filesystem::path& dir) {
   ensure_created();
   std::filesystem::create_directories(dir);
-  dist_->save(dir / "particles");
+  dist_->save(dir / "particles");  // collective with a world
+  // One rank writes the algorithm's own state (the same on every rank).
+  std::exception_ptr error;
+  if (dist_->rank() == 0) {
+    try {
+      write_meta(dir);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  gather_losses({}, error, "push::bayes::Infer::save");
+}
+
+void Infer::write_meta(const std::filesystem::path& dir) const {
   auto meta = dir / "infer.meta";
   auto tmp = dir / "infer.meta.tmp";
   {

@@ -139,13 +139,18 @@ ParticleOptions SVGD::particle_options() {
       });
 }
 
-std::vector<double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto& d = dist();
-  auto losses = d.p_launch(d.particle_ids().front(), "svgd_epoch", x, y, epoch).wait().toDoubleVector();
+  // The leader drives every particle; the rank it lives on launches it.
+  const auto ids = d.particle_ids();
+  if (d.rank_of(ids.front()) != d.rank()) return {};
+  auto losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch).wait().toDoubleVector();
   double mean = 0;
   for (double l : losses) mean += l / static_cast<double>(losses.size());
   report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), mean);
-  return losses;
+  std::map<Pid, double> out;
+  for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = losses.at(i);
+  return out;
 }
 
 }  // namespace push::bayes

@@ -120,6 +120,28 @@ std::string replaceable_checkpoint(const fs::path& dir) {
 
 int run_train(int argc, char** argv);
 
+/// `push train --nproc N ...` outside a job: `push launch --nproc N -- <this program>
+/// train ...` (without --nproc), so the ranks find each other as under any launcher.
+int relaunch(int argc, char** argv, int nproc) {
+  std::error_code ec;
+  const auto self = fs::read_symlink("/proc/self/exe", ec);
+  PUSH_CHECK(!ec, "push train", "cannot find this program to start its ranks: ", ec.message());
+  std::vector<std::string> args = {"launch", "--nproc", std::to_string(nproc), "--", self.string(), "train"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  std::vector<char*> pointers;
+  for (auto& a : args) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
+  return commands().at("launch").run(static_cast<int>(args.size()), pointers.data());
+}
+
 /// LibTorch's own errors carry a C++ backtrace: report their first line only.
 int train_main(int argc, char** argv) {
   install_last_resort("push train");
@@ -182,6 +204,10 @@ int run_train(int argc, char** argv) {
   app.add_option("--save", c.save, "write a checkpoint (particles + config) to this folder");
   app.add_option("--resume", c.resume, "continue from a checkpoint written by --save with the same configuration");
   app.add_flag("--quiet", c.quiet, "no progress bar");
+  app.add_option("--nproc", c.nproc,
+                 "start N local ranks (as push launch does) that train one distribution; under push launch, "
+                 "torchrun --no-python or mpirun the job's ranks are used instead")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -191,6 +217,19 @@ int run_train(int argc, char** argv) {
     std::cerr << "push train: " << e.what() << " (see push train --help)\n";
     return 2;
   }
+
+  // Several ranks: started here (--nproc), or by a launcher (its WORLD_SIZE).
+  const char* world_size = std::getenv("WORLD_SIZE");
+  if (c.nproc > 1 && world_size == nullptr) return relaunch(argc, argv, c.nproc);
+  std::optional<dist::World> world;
+  if (world_size != nullptr) {
+    PUSH_CHECK(c.nproc == 1 || c.nproc == std::atoi(world_size), "push train", "--nproc ", c.nproc,
+               " differs from the job's ", world_size, " ranks (WORLD_SIZE)");
+  }
+  if (world_size != nullptr && std::atoi(world_size) > 1) world.emplace(dist::World::from_env());
+  // Rank 0 reports and writes; every rank trains its own particles.
+  const bool lead = !world || world->rank() == 0;
+  if (!lead) c.quiet = true;
 
   if (c.devices == 0) {
     c.devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
@@ -258,9 +297,11 @@ int run_train(int argc, char** argv) {
                "' and --out '", c.out, "' overlap: push train replaces each folder as a whole, so neither may be "
                "or hold the other");
   }
-  StagedFolder out(c.out, "--out", replaceable_outputs);
-  std::optional<StagedFolder> save;
-  if (!c.save.empty()) save.emplace(c.save, "--save", replaceable_checkpoint);
+  std::optional<StagedFolder> out, save;
+  if (lead) {
+    out.emplace(c.out, "--out", replaceable_outputs);
+    if (!c.save.empty()) save.emplace(c.save, "--save", replaceable_checkpoint);
+  }
 
   bayes::InferOptions options;
   options.particles(c.particles)
@@ -272,7 +313,8 @@ int run_train(int argc, char** argv) {
       .prior_std(c.prior_std)
       .batch_size(c.batch_size)
       .lr(c.lr)
-      .seed(c.seed);
+      .seed(c.seed)
+      .world(world);
   std::unique_ptr<ProgressBar> bar;
   options.on_progress([&bar](const bayes::Progress& p) {
     if (bar) bar->update(p);
@@ -292,17 +334,40 @@ int run_train(int argc, char** argv) {
   auto pred = infer->predict(test.x);
   const double predict_s = seconds_since(t_predict);
 
-  // ---- report: nothing is written when a metric is not finite ----
-  auto evaluation = evaluate(pred, test_raw, test, scaler, infer->losses());
-  out.write("predictions.csv", evaluation.predictions_csv);
-  auto pictures = write_pictures(out, c, evaluation, *infer, train_raw, scaler);
+  // The band picture's predictions: collective too, so every rank makes them.
+  const auto grid = band_grid(train_raw);
+  std::optional<bayes::Predictive> band;
+  if (grid) band = infer->predict((*grid - scaler.x_mean) / scaler.x_std);
 
-  // ---- checkpoint ----
-  if (save) {
-    Activity activity("cannot save the checkpoint to '" + c.save + "'");
-    infer->save(save->path() / "checkpoint");
-    save->write("config.json", c.identity().dump(2) + "\n");
+  // ---- report (rank 0): nothing is written when a metric is not finite ----
+  std::optional<Evaluation> evaluation;
+  std::vector<std::string> pictures;
+  std::exception_ptr failed;
+  if (lead) {
+    try {
+      evaluation = evaluate(pred, test_raw, test, scaler, infer->losses());
+      out->write("predictions.csv", evaluation->predictions_csv);
+      pictures = write_pictures(*out, c, *evaluation, *infer, train_raw, scaler, grid, band);
+    } catch (...) {
+      failed = std::current_exception();
+    }
   }
+
+  // ---- checkpoint (collective: every rank writes its particles into rank 0's staging) ----
+  // Rank 0 tells the others whether the run got this far and where the checkpoint goes.
+  std::string staged = save ? save->path().string() : std::string();
+  if (world) {
+    const auto verdict = infer->dist().all_gather(failed ? c10::IValue() : c10::IValue(staged)).at(0);
+    if (!lead && !verdict.isString()) return 1;  // rank 0 reports why
+    if (!lead) staged = verdict.toStringRef();
+  }
+  if (failed) std::rethrow_exception(failed);
+  if (!c.save.empty()) {
+    Activity activity("cannot save the checkpoint to '" + c.save + "'");
+    infer->save(fs::path(staged) / "checkpoint");
+    if (save) save->write("config.json", c.identity().dump(2) + "\n");
+  }
+  if (!lead) return 0;
 
   const double total_s = seconds_since(t_start);
   json data_info = {{"name", c.data},
@@ -314,23 +379,23 @@ int run_train(int argc, char** argv) {
   if (classify) data_info["class_labels"] = train_raw.class_labels;
   json doc = {{"algorithm", c.algo},
               {"config", c.identity()},
-              {"run", {{"epochs", infer->epochs_done()}, {"devices", c.devices}, {"threads", c.threads}, {"resumed_from", c.resume}}},
+              {"run", {{"epochs", infer->epochs_done()}, {"ranks", world ? world->size() : 1}, {"devices", c.devices}, {"threads", c.threads}, {"resumed_from", c.resume}}},
               {"data", data_info},
-              {"metrics", evaluation.metrics},
+              {"metrics", evaluation->metrics},
               {"loss_curve", infer->losses()},
               {"timings", {{"load_s", load_s}, {"train_s", train_s}, {"predict_s", predict_s}, {"total_s", total_s}}},
               {"pictures", pictures}};
-  out.write("metrics.json", doc.dump(2) + "\n");
+  out->write("metrics.json", doc.dump(2) + "\n");
   if (save) save->publish();
-  out.publish();
+  out->publish();
 
   std::printf("%s on %s (%s): %d particles, %lld epochs, %lld train / %lld test points\n", c.algo.c_str(),
               c.data.c_str(), c.task.c_str(), c.particles, static_cast<long long>(infer->epochs_done()),
               static_cast<long long>(train.size()), static_cast<long long>(test.size()));
   std::printf("%-22s %12s\n", "test metric", "value");
-  for (const auto& [name, value] : evaluation.table) std::printf("%-22s %12.4f\n", name.c_str(), value);
+  for (const auto& [name, value] : evaluation->table) std::printf("%-22s %12.4f\n", name.c_str(), value);
   std::printf("%-22s %12.2f\n", "train seconds", train_s);
-  std::printf("outputs in %s\n", out.target().string().c_str());
+  std::printf("outputs in %s\n", out->target().string().c_str());
   return 0;
 }
 

@@ -109,9 +109,18 @@ Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw
   return e;
 }
 
+std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw) {
+  if (train_raw.task == data::Task::classification || train_raw.x.dim() != 2 || train_raw.x.size(1) != 1) {
+    return std::nullopt;
+  }
+  const double lo = train_raw.x.min().item<double>(), hi = train_raw.x.max().item<double>(), pad = 0.25 * (hi - lo);
+  return torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
+}
+
 std::vector<std::string> write_pictures(const StagedFolder& out, const TrainConfig& c, const Evaluation& e,
                                         bayes::Infer& infer, const data::Dataset& train_raw,
-                                        const data::Standardizer& scaler) {
+                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
+                                        const std::optional<bayes::Predictive>& band) {
   std::vector<std::string> written;
   auto picture = [&](const std::string& name, const std::string& script) {
     if (auto png = render_png(name, script)) {
@@ -129,11 +138,10 @@ std::vector<std::string> write_pictures(const StagedFolder& out, const TrainConf
             "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
             "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
             "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
-  } else if (train_raw.x.dim() == 2 && train_raw.x.size(1) == 1) {
+  } else if (grid && band) {
     // 1-D inputs: the predictive band over a grid wider than the data.
-    const double lo = train_raw.x.min().item<double>(), hi = train_raw.x.max().item<double>(), pad = 0.25 * (hi - lo);
-    auto grid_raw = torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
-    auto gp = infer.predict((grid_raw - scaler.x_mean) / scaler.x_std);
+    const auto& grid_raw = *grid;
+    const auto& gp = *band;
     auto gm = cpu_double(scaler.unscale_mean(gp.mean)), gs = cpu_double(scaler.unscale_variance(gp.variance).sqrt());
     auto ge = cpu_double(scaler.unscale_variance(torch::clamp_min(gp.variance - gp.aleatoric, 0)).sqrt());
     auto gx = cpu_double(grid_raw);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,11 +28,17 @@ struct Evaluation {
 Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw, const data::Dataset& test,
                     const data::Standardizer& scaler, const std::vector<double>& losses);
 
+/// The raw inputs of the predictive-band picture (1-D regression: a grid wider than the
+/// data), or nothing when the run has no such picture.
+std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw);
+
 /// Renders the run's pictures into `out` (loss curve; reliability diagram or, for 1-D
-/// regression, the predictive band); returns the names of those written. gnuplot missing
-/// or failing skips a picture with a warning; a failed write is an error.
+/// regression, the predictive band at `grid`, predicted as `band`); returns the names of
+/// those written. gnuplot missing or failing skips a picture with a warning; a failed
+/// write is an error.
 std::vector<std::string> write_pictures(const StagedFolder& out, const TrainConfig& c, const Evaluation& e,
                                         bayes::Infer& infer, const data::Dataset& train_raw,
-                                        const data::Standardizer& scaler);
+                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
+                                        const std::optional<bayes::Predictive>& band);
 
 }  // namespace push::cli

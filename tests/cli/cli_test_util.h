@@ -63,7 +63,9 @@ class Cli : public ::testing::Test {
   /// the run writes is capped at that size (RLIMIT_FSIZE, SIGXFSZ ignored): a write past
   /// the cap fails with EFBIG, as on a full disk, whoever writes it (LibTorch, gnuplot).
   /// `sub`: a folder of the test's folder to run in.
-  Result run(const std::string& args, int64_t max_file_bytes = -1, const std::string& sub = "") {
+  /// `env`: extra VAR=value settings of the run.
+  Result run(const std::string& args, int64_t max_file_bytes = -1, const std::string& sub = "",
+             const std::vector<std::string>& env = {}) {
     // Output through pipes, not files: a file size cap must not silence the error itself.
     const std::string cmd = "cd '" + (dir_ / sub).string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
     int out[2], err[2];
@@ -78,6 +80,7 @@ class Cli : public ::testing::Test {
         ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
         ::setrlimit(RLIMIT_FSIZE, &cap);
       }
+      for (const auto& var : env) ::putenv(const_cast<char*>(var.c_str()));
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }

@@ -23,6 +23,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,10 @@ struct InferOptions {
   TORCH_ARG(OptimizerFactory, optimizer) = nullptr;
   TORCH_ARG(uint64_t, seed) = 0;
   TORCH_ARG(std::function<void(const Progress&)>, on_progress) = nullptr;
+  /// Spans the ranks of this World (PushOptions::world). fit, predict, save and load are
+  /// then collective: every rank calls them with the same data; each rank trains its own
+  /// particles and every rank gets the same losses and predictions.
+  TORCH_ARG(std::optional<dist::World>, world) = std::nullopt;
 };
 
 /// A predictive distribution on M points.
@@ -121,9 +126,11 @@ class Infer {
   /// The algorithm's handlers. Every particle also gets "predict"(x) -> [S, M, out],
   /// which calls predict_particle.
   virtual ParticleOptions particle_options() = 0;
-  /// One epoch over (x, y); returns each particle's mean loss. Default: "epoch"(x, y,
-  /// epoch) on every particle, concurrently.
-  virtual std::vector<double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
+  /// One epoch over (x, y). Default: "epoch"(x, y, epoch) on every particle of this
+  /// rank, concurrently.
+  /// One epoch: the mean training loss of each particle this rank ran, by id (every
+  /// particle without a world).
+  virtual std::map<Pid, double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
   /// A particle's raw network outputs at x: [S, M, out]. Default: one forward pass.
   virtual torch::Tensor predict_particle(Particle& p, const torch::Tensor& x);
 
@@ -155,6 +162,10 @@ class Infer {
   static torch::Tensor forward_chunked(Particle& p, const torch::Tensor& x);
   /// Reports a particle's epoch loss to on_progress.
   void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
+  void write_meta(const std::filesystem::path& dir) const;
+  /// With a world: every rank's losses (or the first rank's error, thrown everywhere).
+  std::map<Pid, double> gather_losses(std::map<Pid, double> mine, const std::exception_ptr& error,
+                                      const char* origin);
 
   int64_t dataset_size_ = 0;
   int64_t fit_last_epoch_ = 0;

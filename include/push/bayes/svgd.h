@@ -49,7 +49,7 @@ class SVGD : public Infer {
 
  protected:
   ParticleOptions particle_options() override;
-  std::vector<double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) override;
+  std::map<Pid, double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) override;
 
  private:
   SVGDOptions svgd_;

@@ -1,0 +1,116 @@
+// `push train --nproc N`: one distribution over N local ranks. The same seed gives the same
+// metrics.json numbers on 2 ranks x 1 lane as on 1 rank x 2 lanes and 1 rank x 1 lane, for
+// every algorithm; only rank 0 reports and writes; a rank killed mid-training stops the
+// job with a non-zero exit and leaves the last checkpoint intact.
+#include "cli_test_util.h"
+
+#include <dirent.h>
+
+#include <chrono>
+#include <thread>
+
+#include "test_util.h"
+
+namespace {
+using namespace push::testing;
+
+// What must not depend on how the particles are spread: everything but timings and the
+// layout itself.
+json comparable(json m) {
+  m.erase("timings");
+  m["run"].erase("devices");
+  m["run"].erase("ranks");
+  return m;
+}
+
+TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
+  for (const std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
+    const std::string common = "--algo " + algo + " --particles 4 --epochs 3 --samples 3 --quiet --out ";
+    auto one = run(common + algo + "-1x1 --devices 1");
+    ASSERT_EQ(one.code, 0) << one.err;
+    auto lanes = run(common + algo + "-1x2 --devices 2");
+    ASSERT_EQ(lanes.code, 0) << lanes.err;
+    auto ranks = run(common + algo + "-2x1 --devices 1 --nproc 2");
+    ASSERT_EQ(ranks.code, 0) << ranks.out << ranks.err;
+    const auto m1 = metrics(algo + "-1x1"), m2 = metrics(algo + "-1x2"), mr = metrics(algo + "-2x1");
+    EXPECT_EQ(mr["run"]["ranks"], 2);
+    // Bitwise: the JSON numbers are written with every digit.
+    EXPECT_EQ(comparable(m1), comparable(m2)) << algo;
+    EXPECT_EQ(comparable(m1), comparable(mr)) << algo;
+    // Only rank 0 prints the table.
+    EXPECT_NE(ranks.out.find("[rank 0] test metric"), std::string::npos) << ranks.out;
+    EXPECT_EQ(ranks.out.find("[rank 1] test metric"), std::string::npos) << ranks.out;
+  }
+}
+
+TEST_F(Cli, NprocMustMatchTheJobItRunsIn) {
+  // Under a launcher (WORLD_SIZE set) --nproc must agree with it.
+  auto r = run("--nproc 3 --epochs 1 --quiet --out x", -1, "", {"WORLD_SIZE=2", "RANK=0"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--nproc 3 differs from the job's 2 ranks (WORLD_SIZE)"), std::string::npos) << r.err;
+}
+
+// The processes whose environment holds `tag` and `RANK=<rank>`.
+std::vector<pid_t> ranks_tagged(const std::string& tag, int rank) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = ::readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    const std::string env = slurp(fs::path("/proc") / e->d_name / "environ");
+    auto has = [&](const std::string& var) { return env.find(std::string(1, '\0') + var + '\0') != std::string::npos ||
+                                                    env.rfind(var + '\0', 0) == 0; };
+    if (has(tag) && has("RANK=" + std::to_string(rank))) out.push_back(pid);
+  }
+  ::closedir(proc);
+  return out;
+}
+
+TEST_F(Cli, ARankKilledMidTrainingStopsTheJobAndKeepsTheCheckpoint) {
+  auto first = run("--epochs 2 --particles 4 --quiet --out first --save ckpt --nproc 2 --devices 1");
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  const std::string manifest = slurp(dir_ / "ckpt" / "checkpoint" / "particles" / "push.manifest");
+  ASSERT_FALSE(manifest.empty());
+  // A long run that would replace the checkpoint; rank 1 is killed while it trains.
+  const std::string tag = "PUSH_TEST_TAG=" + std::to_string(::getpid()) + "-killed";
+  const pid_t job = ::fork();
+  if (job == 0) {
+    ::putenv(const_cast<char*>(tag.c_str()));
+    const std::string cmd = "cd '" + dir_.string() + "' && exec '" PUSH_CLI_BINARY
+                            "' train --epochs 100000 --particles 4 --quiet --out second --save ckpt --nproc 2 "
+                            "--devices 1 > run.log 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::vector<pid_t> victims;
+  for (int i = 0; i < 600 && victims.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    victims = ranks_tagged(tag, 1);
+  }
+  ASSERT_EQ(victims.size(), 1u) << "rank 1 did not start";
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // well into training
+  ::kill(victims[0], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = ::waitpid(job, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - killed < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (done == 0) {
+    ::kill(job, SIGKILL);
+    ::waitpid(job, &status, 0);
+    FAIL() << "the job went on after rank 1 died: " << slurp(dir_ / "run.log");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10)) << slurp(dir_ / "run.log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << slurp(dir_ / "run.log");
+  EXPECT_TRUE(ranks_tagged(tag, 0).empty()) << "rank 0 outlived the job";
+  // The checkpoint is the first run's, whole, and a run resumes from it.
+  EXPECT_EQ(slurp(dir_ / "ckpt" / "checkpoint" / "particles" / "push.manifest"), manifest);
+  EXPECT_FALSE(fs::exists(dir_ / "second"));
+  auto resumed = run("--epochs 3 --particles 4 --quiet --out third --resume ckpt --devices 2");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+}
+
+}  // namespace
