@@ -175,11 +175,12 @@ std::map<Pid, double> Infer::gather_losses(std::map<Pid, double> mine, const std
     for (const auto& [pid, l] : mine) list.push_back(c10::ivalue::Tuple::create({pid, l}));
     value = list;
   }
-  auto all = dist_->all_gather(value);
+  auto all = dist_->all_gather(value, origin);
   if (error) std::rethrow_exception(error);
   std::map<Pid, double> out;
   for (size_t r = 0; r < all.size(); ++r) {
-    PUSH_CHECK(!all[r].isString(), origin, "rank ", r, ": ", all[r].toStringRef());
+    PUSH_CHECK(!all[r].isString(), origin, "rank ", r, " (", options_.world()->names().at(r), "): ",
+               all[r].toStringRef());
     for (const auto& item : all[r].toListRef()) {
       const auto& t = item.toTupleRef().elements();
       out[t[0].toInt()] = t[1].toDouble();
@@ -243,10 +244,11 @@ Predictive Infer::predict(const torch::Tensor& x) {
       for (const auto& [pid, t] : outs) list.push_back(c10::ivalue::Tuple::create({pid, t}));
       value = list;
     }
-    auto all = dist_->all_gather(value);
+    auto all = dist_->all_gather(value, "push::bayes::Infer::predict");
     if (error) std::rethrow_exception(error);
     for (size_t r = 0; r < all.size(); ++r) {
-      PUSH_CHECK(!all[r].isString(), "push::bayes::Infer::predict", "rank ", r, ": ", all[r].toStringRef());
+      PUSH_CHECK(!all[r].isString(), "push::bayes::Infer::predict", "rank ", r, " (", options_.world()->names().at(r),
+                 "): ", all[r].toStringRef());
       for (const auto& item : all[r].toListRef()) {
         const auto& t = item.toTupleRef().elements();
         outs[t[0].toInt()] = t[1].toTensor();
@@ -381,10 +383,16 @@ at::Generator Infer::generator(uint64_t a, uint64_t b, uint64_t c) const {
 
 void Infer::save(const std::filesystem::path& dir) {
   ensure_created();
-  std::filesystem::create_directories(dir);
+  // With a world every step ends with every rank knowing whether all got through it.
+  std::exception_ptr error;
+  try {
+    std::filesystem::create_directories(dir);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  gather_losses({}, error, "push::bayes::Infer::save (folder)");
   dist_->save(dir / "particles");  // collective with a world
   // One rank writes the algorithm's own state (the same on every rank).
-  std::exception_ptr error;
   if (dist_->rank() == 0) {
     try {
       write_meta(dir);
@@ -414,11 +422,27 @@ void Infer::write_meta(const std::filesystem::path& dir) const {
 
 void Infer::load(const std::filesystem::path& dir) {
   const char* origin = "push::bayes::Infer::load";
+  ensure_created();
+  int64_t epochs = -1;
+  std::vector<double> losses;
+  std::exception_ptr error;
+  try {
+    read_meta(dir, epochs, losses);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  gather_losses({}, error, origin);  // every rank read the same checkpoint, or all throw
+  dist_->load(dir / "particles");
+  epochs_done_ = epochs;
+  losses_ = std::move(losses);
+}
+
+void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const {
+  const char* origin = "push::bayes::Infer::load";
   std::ifstream in(dir / "infer.meta");
   PUSH_CHECK(in, origin, "no checkpoint at ", dir, " (missing infer.meta)");
   std::string key, algorithm;
-  int64_t particles = -1, epochs = -1;
-  std::vector<double> losses;
+  int64_t particles = -1;
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
@@ -437,10 +461,6 @@ void Infer::load(const std::filesystem::path& dir) {
              " particles, not ", options_.particles());
   PUSH_CHECK(epochs >= 0 && static_cast<int64_t>(losses.size()) == epochs, origin, "checkpoint ", dir,
              " has a damaged infer.meta");
-  ensure_created();
-  dist_->load(dir / "particles");
-  epochs_done_ = epochs;
-  losses_ = std::move(losses);
 }
 
 // ---- Ensemble ---------------------------------------------------------------------------

@@ -357,7 +357,7 @@ int run_train(int argc, char** argv) {
   // Rank 0 tells the others whether the run got this far and where the checkpoint goes.
   std::string staged = save ? save->path().string() : std::string();
   if (world) {
-    const auto verdict = infer->dist().all_gather(failed ? c10::IValue() : c10::IValue(staged)).at(0);
+    const auto verdict = infer->dist().all_gather(failed ? c10::IValue() : c10::IValue(staged), "push train: report").at(0);
     if (!lead && !verdict.isString()) return 1;  // rank 0 reports why
     if (!lead) staged = verdict.toStringRef();
   }

@@ -16,6 +16,8 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,9 +30,13 @@ class StoreBarrier {
  public:
   StoreBarrier(c10::intrusive_ptr<c10d::Store> waiter, std::string prefix, int size)
       : waiter_(std::move(waiter)), prefix_(std::move(prefix)), size_(size) {}
-  /// `origin` names the caller in the error thrown when `timeout` runs out. `lost` ranks
-  /// (known to have died) are not waited for: the barrier opens when the others arrived.
-  void arrive_and_wait(Milliseconds timeout, const char* origin, int lost = 0);
+  /// `origin` names the caller in the error thrown when `timeout` runs out.
+  void arrive_and_wait(Milliseconds timeout, const char* origin);
+  /// Like arrive_and_wait for member `rank`, but it does not wait for the members `lost()`
+  /// names (asked again while waiting: a member may be found lost meanwhile): it returns
+  /// once every other member has arrived.
+  void arrive_and_wait_for_live(int rank, Milliseconds timeout, const char* origin,
+                                const std::function<std::set<int>()>& lost);
 
  private:
   std::mutex mutex_;  // one barrier at a time per object: generations stay in order

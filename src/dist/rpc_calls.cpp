@@ -117,14 +117,15 @@ void RpcState::shutdown() {
   stopped = true;
   if (!started) return;
   std::exception_ptr error;
-  int lost_count;
-  {
-    std::lock_guard<std::mutex> lock(lost_mutex);
-    lost_count = static_cast<int>(lost.size());
-  }
-  // A lost member never reaches the barrier: it opens when the others have arrived.
+  // A lost member never reaches the barrier: it opens when the others have arrived
+  // (asking again while it waits: another member may learn of a loss before this one).
   try {
-    barrier->arrive_and_wait(timeout, "push::dist::RpcGroup::shutdown", lost_count);
+    barrier->arrive_and_wait_for_live(group_rank, timeout, "push::dist::RpcGroup::shutdown", [this] {
+      std::lock_guard<std::mutex> lock(lost_mutex);
+      std::set<int> out;
+      for (const auto& entry : lost) out.insert(entry.first);
+      return out;
+    });
   } catch (...) {
     error = std::current_exception();
   }

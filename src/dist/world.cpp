@@ -18,12 +18,39 @@ std::vector<uint8_t> string_to_bytes(const std::string& text) {
 }
 std::string current_message() { return push::detail::describe(std::current_exception()); }
 
-void StoreBarrier::arrive_and_wait(Milliseconds timeout, const char* origin, int lost) {
+void StoreBarrier::arrive_and_wait_for_live(int rank, Milliseconds timeout, const char* origin,
+                                            const std::function<std::set<int>()>& lost) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t generation = generation_++;
+  const std::string base = c10::str(prefix_, "live/", generation, "/");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  try {
+    waiter_->set(base + std::to_string(rank), {1});
+    for (;;) {
+      const std::set<int> gone = lost();
+      std::vector<std::string> missing;
+      for (int r = 0; r < size_; ++r) {
+        if (!gone.count(r) && !waiter_->check({base + std::to_string(r)})) missing.push_back(std::to_string(r));
+      }
+      if (missing.empty()) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw Error(c10::str("ranks ", c10::Join(", ", missing), " of the group did not arrive"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception&) {
+    throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_,
+                         " ranks did not complete within ", timeout.count(),
+                         " ms (a rank left or is stuck): ", current_message()));
+  }
+}
+
+void StoreBarrier::arrive_and_wait(Milliseconds timeout, const char* origin) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t generation = generation_++;
   const std::string base = c10::str(prefix_, generation);
   try {
-    if (waiter_->add(base + "/arrived", 1) >= size_ - lost) {
+    if (waiter_->add(base + "/arrived", 1) == size_) {
       // Last to arrive: release this generation, and drop the previous one's keys, which
       // every rank has left (they all arrived here after it).
       waiter_->set(base + "/open", {1});

@@ -149,55 +149,57 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
   } catch (...) {
     failure = std::current_exception();
   }
-  agree(failure, origin);
+  agree(failure, "load (checking)", origin);
 
   // Everything fits everywhere: apply. New particles first (their ids are claimed), then
   // the live ones, each on its own lane, whose view caches forget what they kept (a new
-  // particle's versions start again).
-  for (auto& in : incoming) {
-    if (!in.created) continue;
-    register_record(std::move(in.created));  // its id was claimed above
-    std::erase(claimed, in.entry.pid);
-  }
-  {
-    std::unique_lock<std::shared_mutex> lock(mutex_);
-    for (const auto& [pid, at] : elsewhere) {
-      placements_[pid] = at;
-      next_pid_ = std::max(next_pid_, pid + 1);
-      reserved_.erase(pid);
-      std::erase(claimed, pid);
-    }
-  }
-  std::vector<Future<bool>> applied;
-  for (int lane = 0; lane < num_lanes(); ++lane) {
-    applied.push_back(call_on_lane<bool>(lane, [&, lane] {
-      ParticleCache& cache = lanes_[lane]->cache();
-      lanes_[lane]->views().clear();
-      for (auto& in : incoming) {
-        if (!in.live || in.lane != lane) continue;
-        ParticleRecord& r = *in.live;
-        cache.pin(r);
-        try {
-          load_into(r, in.archive, in.entry);
-        } catch (...) {
-          cache.unpin(r);
-          throw Error(c10::str("[", origin, "] particle ", r.pid, " from '", dir.string(),
-                               "' loaded into a scratch copy but not into the particle: ",
-                               describe(std::current_exception())));
-        }
-        r.version.fetch_add(1, std::memory_order_acq_rel);
-        cache.unpin(r);
-      }
-      return true;
-    }));
-  }
+  // particle's versions start again). A failure here (a lane that fails to take what its
+  // scratch copy took) is reported by every rank but not undone.
   failure = nullptr;
+  std::vector<Future<bool>> applied;  // outside the try: the lanes' jobs refer to `incoming`
   try {
+    for (auto& in : incoming) {
+      if (!in.created) continue;
+      register_record(std::move(in.created));  // its id was claimed above
+      std::erase(claimed, in.entry.pid);
+    }
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      for (const auto& [pid, at] : elsewhere) {
+        placements_[pid] = at;
+        next_pid_ = std::max(next_pid_, pid + 1);
+        reserved_.erase(pid);
+        std::erase(claimed, pid);
+      }
+    }
+    for (int lane = 0; lane < num_lanes(); ++lane) {
+      applied.push_back(call_on_lane<bool>(lane, [&, lane] {
+        ParticleCache& cache = lanes_[lane]->cache();
+        lanes_[lane]->views().clear();
+        for (auto& in : incoming) {
+          if (!in.live || in.lane != lane) continue;
+          ParticleRecord& r = *in.live;
+          cache.pin(r);
+          try {
+            load_into(r, in.archive, in.entry);
+          } catch (...) {
+            cache.unpin(r);
+            throw Error(c10::str("[", origin, "] particle ", r.pid, " from '", dir.string(),
+                                 "' loaded into a scratch copy but not into the particle: ",
+                                 describe(std::current_exception())));
+          }
+          r.version.fetch_add(1, std::memory_order_acq_rel);
+          cache.unpin(r);
+        }
+        return true;
+      }));
+    }
     wait_all(applied);
   } catch (...) {
     failure = std::current_exception();
   }
-  agree(failure, origin);
+  for (const auto& f : applied) f.state()->wait_ready();
+  agree(failure, "load (applying)", origin);
 }
 
 }  // namespace push::detail

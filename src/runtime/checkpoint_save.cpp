@@ -20,12 +20,12 @@ using namespace checkpoint;
 // With a world, save and load are collective: every step that can fail on one rank ends
 // with every rank learning whether all of them succeeded (agree), so all return or all
 // throw, and nothing is published or changed unless every rank got that far.
-void Runtime::agree(std::exception_ptr failure, const char* origin) {
+void Runtime::agree(std::exception_ptr failure, const std::string& step, const char* origin) {
   if (!peers_) {
     if (failure) std::rethrow_exception(failure);
     return;
   }
-  const auto all = peers_->all_gather(failure ? c10::IValue(describe(failure)) : c10::IValue(), origin);
+  const auto all = gather(failure ? c10::IValue(describe(failure)) : c10::IValue(), step, origin);
   if (failure) std::rethrow_exception(failure);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].isString()) {
@@ -58,9 +58,20 @@ void Runtime::save(const fs::path& dir) {
       failure = std::current_exception();
     }
   }
-  agree(failure, origin);
+  // Rank 0 removes the staging folder on any way out but publishing it (another rank's
+  // failure, a rank lost, ranks out of step).
+  struct Discard {
+    const fs::path* dir = nullptr;
+    ~Discard() {
+      std::error_code ignored;
+      if (dir != nullptr) fs::remove_all(*dir, ignored);
+    }
+  } discard;
+  if (rank_ == 0 && !failure) discard.dir = &staged;
+  agree(failure, "save (checking the folder)", origin);
   if (peers_) {
-    staged = peers_->all_gather(c10::IValue(staged.string()), origin).at(0).toStringRef();
+    const std::string path = gather(c10::IValue(staged.string()), "save (staging folder)", origin).at(0).toStringRef();
+    if (rank_ != 0) staged = path;
   }
   std::vector<ManifestEntry> entries;
   try {
@@ -68,13 +79,7 @@ void Runtime::save(const fs::path& dir) {
   } catch (...) {
     failure = std::make_exception_ptr(fail(std::current_exception()));
   }
-  try {
-    agree(failure, origin);
-  } catch (...) {
-    std::error_code ignored;
-    if (rank_ == 0) fs::remove_all(staged, ignored);
-    throw;
-  }
+  agree(failure, "save (writing particles)", origin);
   if (peers_) {
     c10::impl::GenericList mine(c10::AnyType::get());
     for (const auto& e : entries) {
@@ -82,7 +87,7 @@ void Runtime::save(const fs::path& dir) {
                                                  static_cast<int64_t>(e.bytes), static_cast<int64_t>(e.crc)}));
     }
     entries.clear();
-    for (const auto& rank_entries : peers_->all_gather(mine, origin)) {
+    for (const auto& rank_entries : gather(mine, "save (manifest entries)", origin)) {
       for (const auto& item : rank_entries.toListRef()) {
         const auto& t = item.toTupleRef().elements();
         entries.push_back(ManifestEntry{t[0].toInt(), static_cast<int>(t[1].toInt()), t[2].toInt(),
@@ -102,13 +107,14 @@ void Runtime::save(const fs::path& dir) {
       fsync_path(staged / kManifest, /*directory=*/false);
       fsync_path(staged, /*directory=*/true);
       publish(staged, target);
+      discard.dir = nullptr;
     } catch (...) {
-      std::error_code ignored;
-      fs::remove_all(staged, ignored);
       failure = std::make_exception_ptr(fail(std::current_exception()));
     }
   }
-  agree(failure, origin);
+  // A rank lost during this last step makes the others throw although rank 0 may have
+  // published the checkpoint (it is whole either way).
+  agree(failure, "save (publishing)", origin);
 }
 
 fs::path Runtime::stage_checkpoint(const fs::path& dir, const fs::path& target) {
@@ -152,7 +158,8 @@ std::vector<ManifestEntry> Runtime::write_particles(const fs::path& staged) {
       std::vector<ManifestEntry> entries;
       ParticleCache& cache = lanes_[lane]->cache();
       for (ParticleRecord* r : records) {
-        ManifestEntry entry{r->pid, r->lane, r->scheduler_steps};
+        // The lane in every rank's numbering: a job of another shape re-places from it.
+        ManifestEntry entry{r->pid, global_lane(r->lane), r->scheduler_steps};
         cache.pin(*r);
         try {
           torch::serialize::OutputArchive archive, module_archive;

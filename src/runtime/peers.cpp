@@ -80,9 +80,17 @@ std::shared_ptr<Peers> Peers::create(const dist::World& world, int lanes) {
   try {
     store->wait(keys, world.options().init_timeout());
   } catch (const std::exception& e) {
-    throw Error(c10::str("[", origin, "] not every rank built distribution '", p.name_, "' within ",
-                         world.options().init_timeout().count(),
-                         " ms (init_timeout): building a distribution over a World is collective"));
+    std::string missing;
+    for (int r = 0; r < world.size(); ++r) {
+      try {
+        if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      } catch (const std::exception&) {
+      }
+    }
+    throw Error(c10::str("[", origin, "] ranks ", missing.empty() ? std::string("?") : missing,
+                         " did not build distribution '", p.name_, "' within ", world.options().init_timeout().count(),
+                         " ms (init_timeout): building a distribution over a World is collective (",
+                         describe(std::current_exception()), ")"));
   }
   for (int r = 0; r < world.size(); ++r) {
     const auto bytes = store->get(keys[static_cast<size_t>(r)]);
@@ -120,7 +128,7 @@ Peers::~Peers() {
 void Peers::start(Serve serve) {
   serve_ = std::move(serve);
   started_.set_value(true);
-  all_gather(c10::IValue(), "push::Push");
+  all_gather(c10::IValue(), "building the distribution", "push::Push");
   met_ = true;
 }
 
@@ -132,7 +140,7 @@ void Peers::leave() {
   }
   if (met_) {
     try {
-      all_gather(c10::IValue(), "push::Push::~Push");
+      all_gather(c10::IValue(), "~Push", "push::Push::~Push");
     } catch (const std::exception& e) {
       // A rank was lost: the others learn it the same way; leave without it.
     }
@@ -186,47 +194,72 @@ c10::IValue Peers::dispatch(const dist::RpcArgs& body) {
   started_future_.wait();  // the first requests may come before this rank finished building
   const auto op = static_cast<PeerOp>(body[1].toInt());
   if (op == PeerOp::gather) {
-    PUSH_CHECK(body.size() == 5 && body[2].isInt() && body[3].isInt(), kFunction, "a malformed gather");
-    return collect(body[2].toInt(), static_cast<int>(body[3].toInt()), body[4]);
+    PUSH_CHECK(body.size() == 6 && body[2].isInt() && body[3].isInt() && body[4].isString(), kFunction,
+               "a malformed gather");
+    return collect(body[2].toInt(), static_cast<int>(body[3].toInt()), body[4].toStringRef(), body[5]);
   }
   return serve_(op, body);
 }
 
-std::vector<c10::IValue> Peers::all_gather(c10::IValue value, const char* origin) {
+std::vector<c10::IValue> Peers::all_gather(c10::IValue value, const std::string& what, const char* origin) {
   int64_t round;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     round = next_round_++;
   }
   try {
-    c10::IValue all = rank_ == 0 ? collect(round, 0, std::move(value))
-                                 : call(0, PeerOp::gather, {round, static_cast<int64_t>(rank_), std::move(value)}).wait();
+    c10::IValue all =
+        rank_ == 0 ? collect(round, 0, what, std::move(value))
+                   : call(0, PeerOp::gather, {round, static_cast<int64_t>(rank_), what, std::move(value)}).wait();
     return all.toListRef().vec();
   } catch (...) {
     throw rethrown_as(origin);
   }
 }
 
-c10::IValue Peers::collect(int64_t round, int from, c10::IValue value) {
+c10::IValue Peers::collect(int64_t round, int from, const std::string& what, c10::IValue value) {
   PUSH_CHECK(rank_ == 0, kFunction, "collectives are collected by rank 0, not ", describe(rank_));
   PUSH_CHECK(from >= 0 && from < size(), kFunction, "a collective from unknown rank ", from);
   Future<std::vector<c10::IValue>> done;
-  std::optional<Promise<std::vector<c10::IValue>>> complete;
+  std::optional<Promise<std::vector<c10::IValue>>> complete, mismatched;
   std::vector<c10::IValue> all;
+  std::string mismatch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!out_of_step_.empty()) throw Error(out_of_step_);
     Round& r = rounds_[round];
-    if (r.values.empty()) r.values.resize(static_cast<size_t>(size()));
+    if (r.values.empty()) {
+      r.values.resize(static_cast<size_t>(size()));
+      r.call = what;
+      r.first = from;
+    }
     PUSH_CHECK(!r.values[static_cast<size_t>(from)], kFunction, describe(from), " joined collective ",
                round, " twice");
-    r.values[static_cast<size_t>(from)] = std::move(value);
-    ++r.arrived;
-    done = r.done.future();
-    if (r.arrived == size()) {
-      for (auto& v : r.values) all.push_back(std::move(*v));
-      complete.emplace(std::move(r.done));
+    if (r.call != what) {
+      // The ranks are out of step (one skipped or reordered a collective, or their
+      // distributions differ): nothing they exchange from here on pairs up.
+      out_of_step_ = c10::str("the ranks' collective calls do not match: ", describe(r.first), " called ", r.call,
+                              " where ", describe(from), " called ", what,
+                              " (every rank must make the same collective calls in the same order)");
+      mismatch = out_of_step_;
+      mismatched.emplace(std::move(r.done));
       rounds_.erase(round);
+    } else {
+      r.values[static_cast<size_t>(from)] = std::move(value);
+      ++r.arrived;
+      done = r.done.future();
+      if (r.arrived == size()) {
+        for (auto& v : r.values) all.push_back(std::move(*v));
+        complete.emplace(std::move(r.done));
+        rounds_.erase(round);
+      }
     }
+  }
+  if (mismatched) {
+    mismatched->set_error(std::make_exception_ptr(Error(mismatch)));
+    // Every round still open fails too: its other members are as out of step.
+    fail_all_rounds(mismatch);
+    throw Error(mismatch);
   }
   if (complete) {
     complete->set_value(std::move(all));
@@ -241,6 +274,16 @@ c10::IValue Peers::collect(int64_t round, int from, c10::IValue value) {
   c10::impl::GenericList out(c10::AnyType::get());
   for (auto& v : done.wait()) out.push_back(std::move(v));
   return out;
+}
+
+void Peers::fail_all_rounds(const std::string& why) {
+  std::vector<Promise<std::vector<c10::IValue>>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [round, r] : rounds_) failed.push_back(std::move(r.done));
+    rounds_.clear();
+  }
+  for (auto& p : failed) p.set_error(std::make_exception_ptr(Error(why)));
 }
 
 void Peers::on_lost(int rank, const std::string& why) {

@@ -52,6 +52,12 @@ class Peers : public std::enable_shared_from_this<Peers> {
   int ranks_on_host() const { return ranks_on_host_; }
   int lanes_of(int rank) const { return lanes_.at(static_cast<size_t>(rank)); }
   int total_lanes() const { return total_lanes_; }
+  /// The global index of `rank`'s lane 0.
+  int first_lane(int rank) const {
+    int g = 0;
+    for (int r = 0; r < rank; ++r) g += lanes_of(r);
+    return g;
+  }
   /// Global lane g (ranks' lanes numbered in rank order) as (rank, lane).
   std::pair<int, int> global_lane(int64_t g) const;
   /// "rank 1 (worker1)".
@@ -65,14 +71,19 @@ class Peers : public std::enable_shared_from_this<Peers> {
 
   /// Collective: every rank contributes `value` and gets every rank's, by rank. Rank 0
   /// collects; a rank lost before it contributed fails the round on every rank at once.
-  std::vector<c10::IValue> all_gather(c10::IValue value, const char* origin);
+  /// `call` says which collective this is (and what must agree, e.g. the number of
+  /// particles): ranks whose calls differ fail the round on every rank, naming both, and
+  /// every later collective fails at once (the ranks are out of step for good). `origin`
+  /// names the API in errors.
+  std::vector<c10::IValue> all_gather(c10::IValue value, const std::string& call, const char* origin);
 
  private:
   Peers() = default;
   c10::IValue dispatch(const dist::RpcArgs& body);
-  c10::IValue collect(int64_t round, int from, c10::IValue value);
+  c10::IValue collect(int64_t round, int from, const std::string& call, c10::IValue value);
   void on_lost(int rank, const std::string& why);
   void fail_rounds_missing(int rank, const std::string& why);
+  void fail_all_rounds(const std::string& why);
 
   std::optional<dist::World> world_;
   dist::RpcGroup group_;
@@ -90,11 +101,14 @@ class Peers : public std::enable_shared_from_this<Peers> {
   mutable std::mutex mutex_;
   std::map<int, std::string> lost_;
   struct Round {
+    std::string call;  // what the first rank to arrive called
+    int first = -1;    // that rank
     std::vector<std::optional<c10::IValue>> values;
     int arrived = 0;
     Promise<std::vector<c10::IValue>> done;
   };
   std::map<int64_t, Round> rounds_;  // rank 0: collectives being collected
+  std::string out_of_step_;          // rank 0: why the ranks' collectives no longer match
   int64_t next_round_ = 0;
   bool left_ = false;
   // Every rank met at the end of start(): only then is leaving a collective of all ranks

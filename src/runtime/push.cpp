@@ -260,8 +260,21 @@ void Runtime::reserve_pid(Pid pid, const char* origin) {
 }
 
 void Runtime::release_pid(Pid pid) {
-  std::unique_lock<std::shared_mutex> lock(mutex_);
-  reserved_.erase(pid);
+  std::vector<Promise<bool>> waiting;
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    reserved_.erase(pid);
+    if (records_.count(pid)) return;
+    auto it = creation_waiters_.find(pid);
+    if (it != creation_waiters_.end()) {
+      waiting = std::move(it->second);
+      creation_waiters_.erase(it);
+    }
+  }
+  // Requests of other ranks waiting for this particle learn that it will not come.
+  for (auto& w : waiting) {
+    w.set_error(std::make_exception_ptr(Error(c10::str("particle ", pid, " could not be created on rank ", rank_))));
+  }
 }
 
 std::unique_ptr<ParticleRecord> Runtime::build_record(const ParticleOptions& options, Pid pid,
@@ -326,8 +339,10 @@ void Runtime::register_record(std::unique_ptr<ParticleRecord> record) {
   for (auto& w : waiting) w.set_value(true);
 }
 
-PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char* origin) {
-  if (stopping_.load()) {
+PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char* origin, bool from_peer) {
+  // A request of another rank is served until this rank has left the others (a Push
+  // closed from its own handler still meets them first); the lanes refuse it after.
+  if (stopping_.load() && !from_peer) {
     return PFuture::failed(std::make_exception_ptr(
         CancelledError(c10::str("[", origin, "] the distribution is shutting down"))));
   }
@@ -497,9 +512,9 @@ int Push::world_size() const { return runtime_->world_size(); }
 int Push::rank_of(Pid pid) const { return runtime_->where(pid, "push::Push::rank_of").rank; }
 int Push::lane_of(Pid pid) const { return runtime_->where(pid, "push::Push::lane_of").lane; }
 void Push::barrier() { runtime_->barrier("push::Push::barrier"); }
-std::vector<c10::IValue> Push::all_gather(c10::IValue value) {
+std::vector<c10::IValue> Push::all_gather(c10::IValue value, const std::string& tag) {
   if (!runtime_->peers()) return {std::move(value)};
-  return runtime_->peers()->all_gather(std::move(value), "push::Push::all_gather");
+  return runtime_->gather(std::move(value), "all_gather '" + tag + "'", "push::Push::all_gather");
 }
 int64_t Push::num_particles() const { return runtime_->num_particles(); }
 int Push::num_devices() const { return runtime_->num_lanes(); }

@@ -58,58 +58,105 @@ c10::IValue list_of(const std::vector<std::string>& strings) {
 
 // -- calling --------------------------------------------------------------------------------
 
+namespace {
+
+// Runs `complete` where the caller will want the result: on its lane (a handler: the
+// tensors are moved to its device there, and continuations run on the lane) or, for a
+// user thread, on the RPC group's I/O thread that received the reply (continuations of
+// such futures must be short and never wait, as for any RPC future).
+void complete_on(const std::weak_ptr<Lane>& lane, std::function<void()> complete,
+                 std::function<void(std::exception_ptr)> cancel) {
+  if (lane.expired() && !cancel) {
+    complete();
+    return;
+  }
+  if (auto l = lane.lock()) {
+    l->post_inline(std::move(complete), std::move(cancel));
+  } else {
+    cancel(std::make_exception_ptr(CancelledError("[push] the distribution was destroyed")));
+  }
+}
+
+}  // namespace
+
 PFuture Runtime::send_remote(Pid pid, const Where& where, const std::string& message, Args args) {
   Lane* here = Lane::current();
+  const std::string rank = peers_->describe(where.rank);
   // The bytes leave when the request is written, but a send can queue behind another:
   // a particle's live tensors are copied now, as for a message to a sibling.
   if (here) detach_from_particles(args, here->cache());
   c10::impl::GenericList list(c10::AnyType::get());
   for (auto& a : args) list.push_back(std::move(a));
-  auto reply = peers_->call(where.rank, PeerOp::send, {pid, message, list});
-  // A handler gets the result on its own device, as the handler on the other rank got
-  // the arguments on its own.
-  std::optional<torch::Device> device;
-  if (here) device = here->device();
+  PFuture reply;
+  try {
+    reply = peers_->call(where.rank, PeerOp::send, {pid, message, list});
+  } catch (...) {
+    return PFuture::failed(remote_particle_error(pid, message, rank, std::current_exception()));
+  }
   auto out = std::make_shared<FutureState<c10::IValue>>();
   auto in = reply.state();
-  in->add_callback([in, out, pid, message, device, rank = peers_->describe(where.rank)] {
+  std::weak_ptr<Lane> lane;
+  if (here) lane = lanes_.at(static_cast<size_t>(here->index()));
+  std::optional<torch::Device> device;
+  if (here) device = here->device();
+  auto finish = [in, out, pid, message, device, rank] {
     if (auto error = in->error()) {
       out->set_error(remote_particle_error(pid, message, rank, error));
       return;
     }
     try {
+      // A handler gets the result on its own device, as the handler on the other rank
+      // got the arguments on its own.
       out->set_value(device ? to_device(in->value(), *device) : in->value());
     } catch (...) {
       out->set_error(remote_particle_error(pid, message, rank, std::current_exception()));
     }
-  });
+  };
+  std::function<void(std::exception_ptr)> cancel;
+  if (here) cancel = [out](std::exception_ptr e) { out->set_error(std::move(e)); };
+  in->add_callback([lane, finish, cancel] { complete_on(lane, finish, cancel); });
   return PFuture(std::move(out));
 }
 
 Future<ParticleView> Runtime::view_remote(Pid pid, const Where& where, Lane& caller) {
-  // The view kept here is sent back as its version: the owner answers "still current"
-  // (no tensor bytes) or with a fresh copy.
+  // The version of the view this lane keeps goes with the request: the owner answers
+  // "still current" (no tensor bytes) or with a fresh copy. A request still on its way
+  // is not shared: it may have been answered before a change this handler knows of.
   std::optional<Future<ParticleView>> kept = caller.views().peek(pid);
-  if (kept && !kept->is_ready()) {
-    caller.views().count_hit();  // a request for it is on its way: it will be fresh
-    return *kept;
-  }
+  if (kept && !kept->is_ready()) kept.reset();
   const int64_t version = kept ? static_cast<int64_t>(kept->wait().version()) : 0;
-  auto reply = peers_->call(where.rank, PeerOp::view, {pid, version});
+  const std::string rank = peers_->describe(where.rank);
+  auto fail = [pid, rank](const std::exception_ptr& error) {
+    std::string detail;
+    try {
+      std::rethrow_exception(error);
+    } catch (const dist::RemoteError& e) {
+      detail = e.remote_message();
+    } catch (...) {
+      detail = describe(error);
+    }
+    return std::make_exception_ptr(Error(c10::str("[push::Particle::get] particle ", pid, " on ", rank, ": ", detail)));
+  };
+  PFuture reply;
+  try {
+    reply = peers_->call(where.rank, PeerOp::view, {pid, version});
+  } catch (...) {
+    return Future<ParticleView>::failed(fail(std::current_exception()));
+  }
   auto out = std::make_shared<FutureState<ParticleView>>();
   auto in = reply.state();
-  ViewCache* views = &caller.views();
   const torch::Device device = caller.device();
-  in->add_callback([in, out, kept, views, device, pid, rank = peers_->describe(where.rank)] {
+  Lane* lane_of_caller = &caller;
+  auto finish = [in, out, kept, lane_of_caller, device, pid, fail] {
     try {
       if (auto error = in->error()) std::rethrow_exception(error);
       const auto& items = in->value().toTupleRef().elements();
       if (items.size() == 1 && kept) {
-        views->count_hit();
+        lane_of_caller->views().count_hit();
         out->set_value(kept->wait());
         return;
       }
-      views->count_miss();
+      lane_of_caller->views().count_miss();
       auto data = std::make_shared<ParticleView::Data>();
       data->pid = pid;
       data->version = static_cast<uint64_t>(items.at(0).toInt());
@@ -118,18 +165,12 @@ Future<ParticleView> Runtime::view_remote(Pid pid, const Where& where, Lane& cal
       data->gradients = tensors_of(items.at(3), device);
       out->set_value(ParticleView(std::move(data)));
     } catch (...) {
-      std::string detail;
-      try {
-        throw;
-      } catch (const dist::RemoteError& e) {
-        detail = e.remote_message();
-      } catch (...) {
-        detail = describe(std::current_exception());
-      }
-      out->set_error(std::make_exception_ptr(
-          Error(c10::str("[push::Particle::get] particle ", pid, " on ", rank, ": ", detail))));
+      out->set_error(fail(std::current_exception()));
     }
-  });
+  };
+  std::weak_ptr<Lane> lane = lanes_.at(static_cast<size_t>(caller.index()));
+  std::function<void(std::exception_ptr)> cancel = [out](std::exception_ptr e) { out->set_error(std::move(e)); };
+  in->add_callback([lane, finish, cancel] { complete_on(lane, finish, cancel); });
   Future<ParticleView> view(std::move(out));
   caller.views().insert(pid, 0, view);
   return view;
@@ -155,7 +196,11 @@ ParticleView::Data Runtime::parameters_remote(Pid pid, const Where& where) {
 }
 
 void Runtime::barrier(const char* origin) {
-  if (peers_) peers_->all_gather(c10::IValue(), origin);
+  if (peers_) gather(c10::IValue(), "barrier", origin);
+}
+
+std::vector<c10::IValue> Runtime::gather(c10::IValue value, const std::string& step, const char* origin) {
+  return peers_->all_gather(std::move(value), c10::str(step, " with ", num_particles(), " particles"), origin);
 }
 
 // -- serving --------------------------------------------------------------------------------
@@ -199,7 +244,7 @@ c10::IValue Runtime::serve(PeerOp op, const dist::RpcArgs& body) {
       await_local(pid, "push::Particle::send");
       Args args = body[4].toListRef().vec();
       try {
-        return send(pid, message, std::move(args), "push::Particle::send").wait();
+        return send(pid, message, std::move(args), "push::Particle::send", /*from_peer=*/true).wait();
       } catch (const ParticleError& e) {
         // The caller names the particle, the message and this rank: send what happened.
         throw Error(describe(e.cause()));

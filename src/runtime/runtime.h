@@ -69,6 +69,8 @@ class Runtime {
   std::vector<Pid> local_particle_ids() const;
   int64_t num_particles() const;
   int rank() const { return rank_; }
+  /// Lane `lane` of this rank in the numbering of every rank's lanes (rank 0's first).
+  int global_lane(int lane) const { return peers_ ? peers_->first_lane(rank_) + lane : lane; }
   int world_size() const { return peers_ ? peers_->size() : 1; }
   /// The link to the other ranks; null without a world.
   Peers* peers() const { return peers_.get(); }
@@ -87,7 +89,7 @@ class Runtime {
   void release_pid(Pid pid);
 
   /// Runs `pid`'s handler for `message` on its lane.
-  PFuture send(Pid pid, const std::string& message, Args args, const char* origin);
+  PFuture send(Pid pid, const std::string& message, Args args, const char* origin, bool from_peer = false);
 
   /// Runs `fn` on lane `lane`'s loop (at once if this thread is that lane).
   template <class T>
@@ -106,6 +108,9 @@ class Runtime {
   c10::IValue serve(PeerOp op, const dist::RpcArgs& body);
   /// Collective with a world (every rank meets; none: nothing to do).
   void barrier(const char* origin);
+  /// Collective: Peers::all_gather of `step`, which must match on every rank together
+  /// with the number of particles (ranks whose p_create calls diverged fail here).
+  std::vector<c10::IValue> gather(c10::IValue value, const std::string& step, const char* origin);
 
   void save(const std::filesystem::path& dir);
   void load(const std::filesystem::path& dir,
@@ -116,7 +121,7 @@ class Runtime {
   // Checkpoints (checkpoint.cpp).
   /// With a world: every rank learns whether every rank's step succeeded; all throw (this
   /// rank's own error first) or none does. Without: rethrows `failure`.
-  void agree(std::exception_ptr failure, const char* origin);
+  void agree(std::exception_ptr failure, const std::string& step, const char* origin);
   std::filesystem::path stage_checkpoint(const std::filesystem::path& dir, const std::filesystem::path& target);
   std::vector<ManifestEntry> write_particles(const std::filesystem::path& staged);
   std::vector<ParticleRecord*> records_on(int lane) const;

@@ -114,3 +114,53 @@ TEST(PushRanksFailure, ARankKilledMidEpochFailsItsFuturesWithinTwoSeconds) {
   EXPECT_EQ(codes[0], 0) << "rank 0, the survivor";
   EXPECT_EQ(codes[1], 128 + SIGKILL) << "rank 1 killed itself";
 }
+
+// 3 ranks, rank 1 killed mid-epoch: rank 0's futures on it fail, and both survivors'
+// distributions leave at once without it (they do not wait for a barrier it never reaches).
+PUSH_DIST_WORKER(ranks_killed_of_three) {
+  auto world = push::dist::World(push::dist::WorldOptions::from_env()
+                                     .timeout(60s)
+                                     .rpc_timeout(60s)
+                                     .init_timeout(30s)
+                                     .shutdown_timeout(2s));
+  double left_s = 0;
+  {
+    push::Push dist(push::testing::tiny_mlp, PushOptions().world(world));
+    auto opts = ParticleOptions()
+                    .optimizer(push::testing::adam())
+                    .on("epoch", [](Particle& p, const Args&) {
+                      auto x = torch::randn({64, 1}), y = torch::sin(x);
+                      for (int step = 0; step < 100; ++step) {
+                        p.step(push::testing::mse, x, y).wait();
+                        if (p.pid() == 1 && step == 20) std::raise(SIGKILL);
+                      }
+                      return c10::IValue(int64_t{100});
+                    });
+    for (int i = 0; i < 6; ++i) dist.p_create(opts);  // rank r holds r and r + 3
+    if (world.rank() == 0) {
+      std::vector<push::PFuture> fs;
+      for (Pid pid = 0; pid < 6; ++pid) fs.push_back(dist.p_launch(pid, "epoch"));
+      for (Pid pid = 0; pid < 6; ++pid) {
+        if (dist.rank_of(pid) == 1) {
+          EXPECT_PUSH_ERROR(fs[static_cast<size_t>(pid)].wait(), "rank 1 (worker1)");
+        } else {
+          EXPECT_EQ(fs[static_cast<size_t>(pid)].wait().toInt(), 100);
+        }
+      }
+      world.store()->set("test/checked", {1});
+    } else {
+      world.store()->wait({"test/checked"}, 60s);  // rank 1 never gets here
+    }
+    const double t0 = now_s();
+    left_s = t0;  // the destructor runs at the end of this block
+  }
+  EXPECT_LT(now_s() - left_s, 5.0) << "rank " << world.rank() << " waited for the dead rank";
+}
+
+TEST(PushRanksFailure, WithThreeRanksTheSurvivorsLeaveWithoutTheDeadOne) {
+  const auto codes = push::testing::run_workers(3, "ranks_killed_of_three", 120s);
+  ASSERT_EQ(codes.size(), 3u);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+  EXPECT_EQ(codes[2], 0);
+}

@@ -9,6 +9,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using push::Args;
@@ -204,4 +206,60 @@ PUSH_DIST_WORKER(ranks_many) {
 
 TEST(PushRanks, AThousandParticlesOverTwoRanksKeepTheirOwnParameters) {
   expect_all_ok(run_workers(2, "ranks_many", 300s));
+}
+
+// Rank 1 makes a collective call the others do not (a barrier where rank 0 saves): the
+// round fails on both, naming both calls, instead of pairing unrelated data; every later
+// collective fails at once; the distributions still leave without waiting.
+PUSH_DIST_WORKER(ranks_out_of_step) {
+  auto world = push::testing::test_world(60s);
+  {
+    push::Push* handle = nullptr;
+    push::Push dist(linear, PushOptions().world(world));
+    handle = &dist;
+    for (int i = 0; i < 2; ++i) dist.p_create(test_particle(handle));
+    const std::string dir = env_str("PUSH_TEST_DIR");
+    if (world.rank() == 0) {
+      EXPECT_PUSH_ERROR(dist.save(dir), "collective calls do not match");
+    } else {
+      EXPECT_PUSH_ERROR(dist.barrier(), "collective calls do not match");
+    }
+    EXPECT_PUSH_ERROR(dist.barrier(), "collective calls do not match");
+    EXPECT_FALSE(std::filesystem::exists(dir)) << "nothing published";
+  }
+  // Ranks whose p_create calls diverged: the next collective says so.
+  {
+    push::Push* handle = nullptr;
+    push::Push dist(linear, PushOptions().world(world));
+    handle = &dist;
+    for (int i = 0; i < 2 + world.rank(); ++i) dist.p_create(test_particle(handle));
+    EXPECT_PUSH_ERROR(dist.barrier(), "particles");
+  }
+}
+
+TEST(PushRanks, CollectivesOutOfStepFailOnEveryRankInsteadOfPairingUp) {
+  const auto dir = std::filesystem::temp_directory_path() / ("push-ranks-step-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  expect_all_ok(run_workers(2, "ranks_out_of_step", 120s, {"PUSH_TEST_DIR=" + (dir / "ckpt").string()}));
+  // The staging folder rank 0 made for the save is gone too (its parent may remain).
+  EXPECT_TRUE(!std::filesystem::exists(dir) || std::filesystem::is_empty(dir)) << "left behind in " << dir;
+  std::filesystem::remove_all(dir);
+}
+
+// A message can reach a rank before that rank has made the matching p_create: it waits
+// there for the particle.
+PUSH_DIST_WORKER(ranks_early_message) {
+  auto world = push::testing::test_world(60s);
+  push::Push* handle = nullptr;
+  push::Push dist(linear, PushOptions().world(world));
+  handle = &dist;
+  if (world.rank() == 0) std::this_thread::sleep_for(300ms);  // rank 1 creates first
+  const Pid a = dist.p_create(test_particle(handle));        // lives on rank 0
+  dist.p_create(test_particle(handle));
+  if (world.rank() == 1) EXPECT_EQ(dist.p_launch(a, "where").wait().toInt(), 0);
+  dist.barrier();
+}
+
+TEST(PushRanks, AMessageThatArrivesBeforeItsParticleIsCreatedWaitsForIt) {
+  expect_all_ok(run_workers(2, "ranks_early_message", 120s));
 }

@@ -163,6 +163,7 @@ class Infer {
   /// Reports a particle's epoch loss to on_progress.
   void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
   void write_meta(const std::filesystem::path& dir) const;
+  void read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const;
   /// With a world: every rank's losses (or the first rank's error, thrown everywhere).
   std::map<Pid, double> gather_losses(std::map<Pid, double> mine, const std::exception_ptr& error,
                                       const char* origin);

@@ -96,9 +96,11 @@ class Push {
   /// when a rank is lost. Without a world it returns at once.
   void barrier();
   /// Collective with a world: every rank contributes `value` and gets every rank's, by
-  /// rank (tensors arrive on the CPU); throws at once when a rank is lost. Without a
+  /// rank (other ranks' tensors arrive on the CPU; this rank's own value is returned as
+  /// it is); throws at once when a rank is lost. `tag` names the call: ranks whose tags,
+  /// or numbers of particles, differ fail it (and every later collective). Without a
   /// world: {value}.
-  std::vector<c10::IValue> all_gather(c10::IValue value);
+  std::vector<c10::IValue> all_gather(c10::IValue value, const std::string& tag = "");
   /// Lanes (devices) of this rank.
   int num_devices() const;
   torch::Device device(int lane) const;
