@@ -90,7 +90,7 @@ std::shared_ptr<Peers> Peers::create(const dist::World& world, int lanes) {
     throw Error(c10::str("[", origin, "] ranks ", missing.empty() ? std::string("?") : missing,
                          " did not build distribution '", p.name_, "' within ", world.options().init_timeout().count(),
                          " ms (init_timeout): building a distribution over a World is collective (",
-                         describe(std::current_exception()), ")"));
+                         std::string(e.what()).substr(0, std::string(e.what()).find('\n')), ")"));
   }
   for (int r = 0; r < world.size(); ++r) {
     const auto bytes = store->get(keys[static_cast<size_t>(r)]);
