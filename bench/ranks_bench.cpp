@@ -19,30 +19,19 @@
 #include <optional>
 
 #include "bench_ranks.h"
+#include "workload_w.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-constexpr int kParticles = 16, kEpochs = 20, kBatch = 128, kPoints = 1024;
+using push_bench::mlp;
+using push_bench::mse;
+using push_bench::Workload;
+constexpr int kParticles = Workload::kParticles, kEpochs = Workload::kEpochs, kBatch = Workload::kBatch,
+              kPoints = Workload::kPoints;
 constexpr push::Pid kFirstMlp = 4;  // particles 0..3 answer pings; 4..19 are the ensemble
-
-struct Workload {
-  torch::Tensor x, y;
-  Workload() {
-    torch::manual_seed(0);
-    x = torch::rand({kPoints, 1}) * 8 - 4;
-    y = torch::sin(x) + 0.1 * torch::randn({kPoints, 1});
-  }
-};
-
-torch::nn::Sequential mlp() {
-  return torch::nn::Sequential(torch::nn::Linear(1, 64), torch::nn::ReLU(), torch::nn::Linear(64, 64),
-                               torch::nn::ReLU(), torch::nn::Linear(64, 1));
-}
-
-torch::Tensor mse(const torch::Tensor& o, const torch::Tensor& y) { return torch::mse_loss(o, y); }
 
 // Every particle of either distribution: pings, a driver of pings, and an epoch of W (the
 // data lives in each process: only the message "epoch" crosses ranks).

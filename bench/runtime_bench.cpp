@@ -31,6 +31,8 @@
 #include <numeric>
 #include <thread>
 
+#include "workload_w.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -190,22 +192,9 @@ BENCHMARK(BM_CacheSwap)->Arg(512)->Arg(2048)->ArgName("width")->Iterations(5)->U
 // 16 MLPs 1->64->64->1, Adam(0.01), y = sin x + 0.1 eps on 1,024 points, batch 128,
 // 20 epochs: through push (one message per particle per epoch) vs a plain loop doing
 // the same steps on the main thread, with the same intra-op threads.
-struct Workload {
-  static constexpr int kParticles = 16, kEpochs = 20, kBatch = 128, kPoints = 1024;
-  torch::Tensor x, y;
-  Workload() {
-    torch::manual_seed(0);
-    x = torch::rand({kPoints, 1}) * 8 - 4;
-    y = torch::sin(x) + 0.1 * torch::randn({kPoints, 1});
-  }
-};
-
-torch::nn::Sequential mlp() {
-  return torch::nn::Sequential(torch::nn::Linear(1, 64), torch::nn::ReLU(), torch::nn::Linear(64, 64),
-                               torch::nn::ReLU(), torch::nn::Linear(64, 1));
-}
-
-torch::Tensor mse(const torch::Tensor& o, const torch::Tensor& y) { return torch::mse_loss(o, y); }
+using push_bench::mlp;
+using push_bench::mse;
+using push_bench::Workload;
 
 /// The plain LibTorch loop over `count` networks on the calling thread; the networks are
 /// built before `start` is passed, so only training is timed (as for push).

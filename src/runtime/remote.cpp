@@ -11,19 +11,23 @@
 namespace push::detail {
 namespace {
 
+// What went wrong on another rank (its own message), or on the way there.
+std::string remote_detail(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const dist::RemoteError& e) {
+    return e.remote_message();
+  } catch (...) {
+    return describe(error);
+  }
+}
+
 // A failure of a particle on another rank, or of the way there, as a ParticleError
 // naming the particle, the message and the rank.
 std::exception_ptr remote_particle_error(Pid pid, const std::string& message, const std::string& rank,
                                          const std::exception_ptr& error) {
-  std::string detail;
-  try {
-    std::rethrow_exception(error);
-  } catch (const dist::RemoteError& e) {
-    detail = e.remote_message();
-  } catch (...) {
-    detail = describe(error);
-  }
-  return std::make_exception_ptr(ParticleError(pid, message, c10::str("on ", rank, ": ", detail), error));
+  return std::make_exception_ptr(
+      ParticleError(pid, message, c10::str("on ", rank, ": ", remote_detail(error)), error));
 }
 
 c10::IValue tensor_or_none(const torch::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
@@ -127,15 +131,8 @@ Future<ParticleView> Runtime::view_remote(Pid pid, const Where& where, Lane& cal
   const int64_t version = kept ? static_cast<int64_t>(kept->wait().version()) : 0;
   const std::string rank = peers_->describe(where.rank);
   auto fail = [pid, rank](const std::exception_ptr& error) {
-    std::string detail;
-    try {
-      std::rethrow_exception(error);
-    } catch (const dist::RemoteError& e) {
-      detail = e.remote_message();
-    } catch (...) {
-      detail = describe(error);
-    }
-    return std::make_exception_ptr(Error(c10::str("[push::Particle::get] particle ", pid, " on ", rank, ": ", detail)));
+    return std::make_exception_ptr(
+        Error(c10::str("[push::Particle::get] particle ", pid, " on ", rank, ": ", remote_detail(error))));
   };
   PFuture reply;
   try {
@@ -180,12 +177,9 @@ ParticleView::Data Runtime::parameters_remote(Pid pid, const Where& where) {
   c10::IValue reply;
   try {
     reply = peers_->call(where.rank, PeerOp::parameters, {pid}).wait();
-  } catch (const dist::RemoteError& e) {
+  } catch (...) {
     throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_->describe(where.rank), ": ",
-                         e.remote_message()));
-  } catch (const std::exception& e) {
-    throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_->describe(where.rank), ": ",
-                         describe(std::current_exception())));
+                         remote_detail(std::current_exception())));
   }
   const auto& items = reply.toTupleRef().elements();
   ParticleView::Data data;
