@@ -114,6 +114,8 @@ TEST(PushRanksCheckpoint, SavedOnTwoRanksLoadsInOneProcessAndOnThreeRanks) {
     push::Push one(linear, PushOptions().devices(2));
     one.load(dir, [](Pid) { return saved_particle(); });
     expect_saved_values(one);
+    // Saved on ranks 0 and 1 (one lane each): back on lanes 0 and 1 of one process.
+    for (Pid pid = 0; pid < kParticles; ++pid) EXPECT_EQ(one.lane_of(pid), pid % 2) << "particle " << pid;
   }
   expect_all_ok(run_workers(3, "ranks_load", 120s, {env, "PUSH_TEST_MODE=new"}));
   expect_all_ok(run_workers(2, "ranks_load", 120s, {env, "PUSH_TEST_MODE=live"}));
