@@ -228,6 +228,11 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
       reserved_.erase(pid);
     }
   } catch (...) {
+    if (peers_) {
+      // Other ranks counted this id as this rank's: their requests for it fail with why.
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      failed_creations_[pid] = describe(std::current_exception());
+    }
     release_pid(pid);
     throw;
   }
@@ -328,6 +333,7 @@ void Runtime::register_record(std::unique_ptr<ParticleRecord> record) {
     TORCH_INTERNAL_ASSERT(!records_.count(raw->pid), "particle ", raw->pid, " registered twice");
     next_pid_ = std::max(next_pid_, raw->pid + 1);
     placements_[raw->pid] = Where{rank_, raw->lane};
+    failed_creations_.erase(raw->pid);
     records_.emplace(raw->pid, std::move(record));
     reserved_.erase(raw->pid);
     auto it = creation_waiters_.find(raw->pid);

@@ -208,6 +208,11 @@ ParticleRecord& Runtime::await_local(Pid pid, const char* origin) {
       std::unique_lock<std::shared_mutex> lock(mutex_);
       auto it = records_.find(pid);
       if (it != records_.end()) return *it->second;
+      auto failed = failed_creations_.find(pid);
+      if (failed != failed_creations_.end()) {
+        throw Error(c10::str("[", origin, "] particle ", pid, " could not be created on ", peers_->describe(rank_),
+                             ": ", failed->second));
+      }
       auto placed = placements_.find(pid);
       PUSH_CHECK(placed == placements_.end() || placed->second.rank == rank_, origin, "particle ", pid,
                  " lives on ", peers_->describe(placed->second.rank), " by this rank's count, not on ",

@@ -140,6 +140,8 @@ class Runtime {
   std::map<Pid, Where> placements_;                         // every rank's particles
   // Requests of other ranks for particles this rank has not created yet.
   std::map<Pid, std::vector<Promise<bool>>> creation_waiters_;
+  // Particles this rank failed to create (the other ranks placed them here): id -> why.
+  std::map<Pid, std::string> failed_creations_;
   // Ids handed out (by create or load) whose records are being built: no one else may
   // take them meanwhile. Guarded by mutex_.
   std::set<Pid> reserved_;

@@ -263,3 +263,34 @@ PUSH_DIST_WORKER(ranks_early_message) {
 TEST(PushRanks, AMessageThatArrivesBeforeItsParticleIsCreatedWaitsForIt) {
   expect_all_ok(run_workers(2, "ranks_early_message", 120s));
 }
+
+// The owner of a particle fails to build it (its module factory throws there): a request
+// for it from another rank fails at once with the owner's reason, and the next collective
+// finds the ranks' particles differ.
+PUSH_DIST_WORKER(ranks_failed_creation) {
+  auto world = push::testing::test_world(60s);
+  const bool owner = world.rank() == 0;
+  push::Push* handle = nullptr;
+  push::Push dist(
+      [owner]() -> torch::nn::AnyModule {
+        if (owner) throw std::runtime_error("no memory for this network");
+        return linear();
+      },
+      PushOptions().world(world));
+  handle = &dist;
+  if (owner) {
+    EXPECT_PUSH_ERROR(dist.p_create(test_particle(handle)), "no memory for this network");
+    world.store()->set("test/failed", {1});
+  } else {
+    const Pid a = dist.p_create(test_particle(handle));  // rank 0's, by the rule
+    world.store()->wait({"test/failed"}, 60s);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_PUSH_ERROR(dist.p_launch(a, "where").wait(), "could not be created on rank 0 (worker0)");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the request waited for the particle";
+  }
+  EXPECT_PUSH_ERROR(dist.barrier(), "collective calls do not match");
+}
+
+TEST(PushRanks, AParticleItsOwnerFailedToBuildFailsRequestsAtOnce) {
+  expect_all_ok(run_workers(2, "ranks_failed_creation", 120s));
+}
