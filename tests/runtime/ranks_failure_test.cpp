@@ -53,7 +53,12 @@ PUSH_DIST_WORKER(ranks_killed) {
                         p.send(0, "death", now_s());  // written before send returns
                         std::raise(SIGKILL);
                       }
-                      if (step % 20 == 0) std::this_thread::sleep_for(5ms);
+                      if (step % 20 == 0) {
+                        // Let the lane's other epochs run between these steps (a wait on
+                        // itself), so none of rank 1's epochs ends before particle 1 dies.
+                        std::this_thread::sleep_for(5ms);
+                        p.send(p.pid(), "where").wait();
+                      }
                     }
                     return c10::IValue(int64_t{400});
                   })
@@ -133,9 +138,13 @@ PUSH_DIST_WORKER(ranks_killed_of_three) {
                       for (int step = 0; step < 100; ++step) {
                         p.step(push::testing::mse, x, y).wait();
                         if (p.pid() == 1 && step == 20) std::raise(SIGKILL);
+                        // The lane's epochs take turns (a wait on itself), so particle 4's
+                        // cannot end before particle 1 dies.
+                        if (step % 5 == 0) p.send(p.pid(), "noop").wait();
                       }
                       return c10::IValue(int64_t{100});
-                    });
+                    })
+                    .on("noop", [](Particle&, const Args&) { return c10::IValue(); });
     for (int i = 0; i < 6; ++i) dist.p_create(opts);  // rank r holds r and r + 3
     if (world.rank() == 0) {
       std::vector<push::PFuture> fs;
