@@ -128,6 +128,10 @@ void Infer::ensure_created() {
     return c10::IValue(predict_particle(p, a[0].toTensor()));
   });
   for (int i = 0; i < options_.particles(); ++i) dist_->p_create(opts);
+  // Every rank has built its particles before any trains: a module is built with the
+  // process's global generator reseeded, which a handler already running here could draw
+  // from meanwhile.
+  if (options_.world()) dist_->barrier();
 }
 
 void Infer::fit(const data::Dataset& train, int64_t epochs) {

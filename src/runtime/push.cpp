@@ -100,6 +100,11 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = options_.intra_op_threads().value_or(std::max(1, cores / (lanes * ranks_here)));
   PUSH_CHECK(threads >= 1, "push::Push", "intra_op_threads must be at least 1, got ", threads);
+  // LibTorch builds its pthreadpool lazily in the first at::set_num_threads; done here,
+  // before any lane thread calls it, the pool is built on this thread (lanes start after),
+  // not by two threads at once (ThreadSanitizer saw a lane's build race with this thread's
+  // use of the pool, in code it cannot see the guard of).
+  at::set_num_threads(at::get_num_threads());
   for (int i = 0; i < lanes; ++i) {
     LaneConfig config;
     config.index = i;
