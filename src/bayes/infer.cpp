@@ -128,10 +128,6 @@ void Infer::ensure_created() {
     return c10::IValue(predict_particle(p, a[0].toTensor()));
   });
   for (int i = 0; i < options_.particles(); ++i) dist_->p_create(opts);
-  // Every rank has built its particles before any trains: a module is built with the
-  // process's global generator reseeded, which a handler already running here could draw
-  // from meanwhile.
-  if (options_.world()) dist_->barrier();
 }
 
 void Infer::fit(const data::Dataset& train, int64_t epochs) {
@@ -143,6 +139,9 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
              " likelihood does not fit a ", data::to_string(train.task), " data set");
   ensure_created();
   dataset_size_ = train.size();
+  // Handlers of this rank's particles may run for another rank (SVGD's leader drives every
+  // particle) and read what fit sets: every rank has set it before any trains.
+  if (options_.world()) dist_->barrier();
   auto x = train.x.contiguous();
   auto y = classify ? train.y.to(torch::kLong).contiguous() : train.y.to(torch::kFloat32).contiguous();
   if (!classify && y.dim() == 1) y = y.unsqueeze(1);
