@@ -149,22 +149,22 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
   for (int64_t e = 0; e < epochs; ++e) {
     // Every rank runs its own particles; the losses of all of them, in id order, make the
     // epoch's mean, the same on every rank and the same sum as in one process.
-    std::map<Pid, double> per_particle;
+    std::map<Pid, c10::IValue> per_particle;
     std::exception_ptr error;
     try {
-      per_particle = run_epoch(x, y, epochs_done_);
+      for (const auto& [pid, l] : run_epoch(x, y, epochs_done_)) per_particle[pid] = l;
     } catch (...) {
       error = std::current_exception();
     }
-    per_particle = gather_losses(std::move(per_particle), error, origin);
+    per_particle = exchange(std::move(per_particle), error, origin);
     double mean = 0;
-    for (const auto& [pid, l] : per_particle) mean += l / static_cast<double>(per_particle.size());
+    for (const auto& [pid, l] : per_particle) mean += l.toDouble() / static_cast<double>(per_particle.size());
     ++epochs_done_;
     losses_.push_back(mean);
   }
 }
 
-std::map<Pid, double> Infer::gather_losses(std::map<Pid, double> mine, const std::exception_ptr& error,
+std::map<Pid, c10::IValue> Infer::exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
                                            const char* origin) {
   if (!options_.world()) {
     if (error) std::rethrow_exception(error);
@@ -175,18 +175,18 @@ std::map<Pid, double> Infer::gather_losses(std::map<Pid, double> mine, const std
     value = c10::IValue(push::detail::describe(error));
   } else {
     c10::impl::GenericList list(c10::AnyType::get());
-    for (const auto& [pid, l] : mine) list.push_back(c10::ivalue::Tuple::create({pid, l}));
+    for (const auto& [pid, v] : mine) list.push_back(c10::ivalue::Tuple::create({pid, v}));
     value = list;
   }
   auto all = dist_->all_gather(value, origin);
   if (error) std::rethrow_exception(error);
-  std::map<Pid, double> out;
+  std::map<Pid, c10::IValue> out;
   for (size_t r = 0; r < all.size(); ++r) {
     PUSH_CHECK(!all[r].isString(), origin, "rank ", r, " (", options_.world()->names().at(r), "): ",
                all[r].toStringRef());
     for (const auto& item : all[r].toListRef()) {
       const auto& t = item.toTupleRef().elements();
-      out[t[0].toInt()] = t[1].toDouble();
+      out[t[0].toInt()] = t[1];
     }
   }
   return out;
@@ -230,38 +230,17 @@ Predictive Infer::predict(const torch::Tensor& x) {
   std::vector<PFuture> fs;
   const auto ids = dist_->local_particle_ids();
   for (Pid pid : ids) fs.push_back(dist_->p_launch(pid, "predict", x.contiguous()));
-  std::map<Pid, torch::Tensor> outs;
+  std::map<Pid, c10::IValue> outs;
   std::exception_ptr error;
   try {
     auto values = dist_->p_wait(fs);
-    for (size_t i = 0; i < ids.size(); ++i) outs[ids[i]] = values[i].toTensor();
+    for (size_t i = 0; i < ids.size(); ++i) outs[ids[i]] = values[i];
   } catch (...) {
     error = std::current_exception();
   }
-  if (options_.world()) {
-    c10::IValue value;
-    if (error) {
-      value = c10::IValue(push::detail::describe(error));
-    } else {
-      c10::impl::GenericList list(c10::AnyType::get());
-      for (const auto& [pid, t] : outs) list.push_back(c10::ivalue::Tuple::create({pid, t}));
-      value = list;
-    }
-    auto all = dist_->all_gather(value, "push::bayes::Infer::predict");
-    if (error) std::rethrow_exception(error);
-    for (size_t r = 0; r < all.size(); ++r) {
-      PUSH_CHECK(!all[r].isString(), "push::bayes::Infer::predict", "rank ", r, " (", options_.world()->names().at(r),
-                 "): ", all[r].toStringRef());
-      for (const auto& item : all[r].toListRef()) {
-        const auto& t = item.toTupleRef().elements();
-        outs[t[0].toInt()] = t[1].toTensor();
-      }
-    }
-  } else if (error) {
-    std::rethrow_exception(error);
-  }
+  outs = exchange(std::move(outs), error, "push::bayes::Infer::predict");
   std::vector<torch::Tensor> ordered;
-  for (auto& [pid, t] : outs) ordered.push_back(t);
+  for (const auto& [pid, t] : outs) ordered.push_back(t.toTensor());
   return make_predictive(torch::cat(ordered, 0), options_.likelihood(), options_.noise_std());
 }
 
@@ -393,7 +372,7 @@ void Infer::save(const std::filesystem::path& dir) {
   } catch (...) {
     error = std::current_exception();
   }
-  gather_losses({}, error, "push::bayes::Infer::save (folder)");
+  exchange({}, error, "push::bayes::Infer::save (folder)");
   dist_->save(dir / "particles");  // collective with a world
   // One rank writes the algorithm's own state (the same on every rank).
   if (dist_->rank() == 0) {
@@ -403,7 +382,7 @@ void Infer::save(const std::filesystem::path& dir) {
       error = std::current_exception();
     }
   }
-  gather_losses({}, error, "push::bayes::Infer::save");
+  exchange({}, error, "push::bayes::Infer::save");
 }
 
 void Infer::write_meta(const std::filesystem::path& dir) const {
@@ -434,7 +413,7 @@ void Infer::load(const std::filesystem::path& dir) {
   } catch (...) {
     error = std::current_exception();
   }
-  gather_losses({}, error, origin);  // every rank read the same checkpoint, or all throw
+  exchange({}, error, origin);  // every rank read the same checkpoint, or all throw
   dist_->load(dir / "particles");
   epochs_done_ = epochs;
   losses_ = std::move(losses);

@@ -74,7 +74,7 @@ Future<ParticleView> Particle::get(Pid pid) {
   detail::Lane& lane = *detail::Lane::current();
   const detail::Where at = runtime_->where(pid, "push::Particle::get");
   if (at.rank != runtime_->rank()) return runtime_->view_remote(pid, at, lane);
-  detail::ParticleRecord& target = runtime_->find(pid, "push::Particle::get");
+  detail::ParticleRecord& target = *at.record;
   detail::Runtime* rt = runtime_;
   torch::Device device = lane.device();
   if (&target == record_) {

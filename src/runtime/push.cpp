@@ -157,23 +157,18 @@ std::string Runtime::unknown_id_text(Pid pid) const {
                   " particles, ids ", placements_.begin()->first, "..", placements_.rbegin()->first, ")");
 }
 
-ParticleRecord& Runtime::find(Pid pid, const char* origin) const {
-  std::shared_lock<std::shared_mutex> lock(mutex_);
-  auto it = records_.find(pid);
-  if (it != records_.end()) return *it->second;
-  auto placed = placements_.find(pid);
-  if (placed != placements_.end() && placed->second.rank != rank_) {
-    throw Error(c10::str("[", origin, "] particle ", pid, " lives on ", peers_->describe(placed->second.rank),
-                         ", not on this rank (", rank_, ")"));
-  }
-  throw Error(c10::str("[", origin, "] ", unknown_id_text(pid)));
-}
-
 Where Runtime::where(Pid pid, const char* origin) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   auto it = placements_.find(pid);
   if (it == placements_.end()) throw Error(c10::str("[", origin, "] ", unknown_id_text(pid)));
-  return it->second;
+  Where at = it->second;
+  if (at.rank == rank_) {
+    auto record = records_.find(pid);
+    // A particle of this rank is placed when it is registered, so its record is there.
+    TORCH_INTERNAL_ASSERT(record != records_.end(), "particle ", pid, " placed here without a record");
+    at.record = record->second.get();
+  }
+  return at;
 }
 
 std::vector<Pid> Runtime::particle_ids() const {
@@ -359,7 +354,7 @@ PFuture Runtime::send(Pid pid, const std::string& message, Args args, const char
   }
   const Where at = where(pid, origin);
   if (at.rank != rank_) return send_remote(pid, at, message, std::move(args));
-  ParticleRecord* record = &find(pid, origin);
+  ParticleRecord* record = at.record;
   if (Lane* here = Lane::current()) detach_from_particles(args, here->cache());
   auto state = std::make_shared<FutureState<c10::IValue>>();
   auto handler = [record, message, args = std::move(args), state] {
@@ -498,7 +493,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Push::p_named_parameters(Pid 
   if (at.rank != rt->rank()) {
     data = rt->parameters_remote(pid, at);
   } else {
-    auto& record = rt->find(pid, origin);
+    auto& record = *at.record;
     data = rt->call_on_lane<ParticleView::Data>(record.lane, [rt, &record] {
              return rt->snapshot(record, torch::kCPU);
            }).wait();

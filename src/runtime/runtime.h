@@ -24,10 +24,12 @@ namespace push::detail {
 std::exception_ptr wrap_particle_error(Pid pid, const std::string& message,
                                        std::exception_ptr error);
 
-/// Where a particle lives: its rank (0 without a world) and its lane there.
+/// Where a particle lives: its rank (0 without a world) and its lane there, and its record
+/// when it lives on this rank (records are never removed, so the pointer stays valid).
 struct Where {
   int rank = 0;
   int lane = 0;
+  ParticleRecord* record = nullptr;
 };
 
 /// One particle's line in a checkpoint's manifest (checkpoint.cpp).
@@ -58,10 +60,8 @@ class Runtime {
   Lane& lane(int index) { return *lanes_.at(static_cast<size_t>(index)); }
   const Lane& lane(int index) const { return *lanes_.at(static_cast<size_t>(index)); }
 
-  /// The particle `pid` of this rank; throws push::Error naming `origin` when there is
-  /// none (or it lives on another rank).
-  ParticleRecord& find(Pid pid, const char* origin) const;
-  /// Where `pid` lives; throws push::Error naming `origin` for an unknown id.
+  /// Where `pid` lives (one lookup: `record` is set for a particle of this rank); throws
+  /// push::Error naming `origin` for an unknown id.
   Where where(Pid pid, const char* origin) const;
   /// Every particle of the distribution (all ranks), ascending.
   std::vector<Pid> particle_ids() const;

@@ -164,8 +164,9 @@ class Infer {
   void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
   void write_meta(const std::filesystem::path& dir) const;
   void read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const;
-  /// With a world: every rank's losses (or the first rank's error, thrown everywhere).
-  std::map<Pid, double> gather_losses(std::map<Pid, double> mine, const std::exception_ptr& error,
+  /// With a world: every rank's values by particle id, or, when a rank failed, its error
+  /// thrown on every rank (this rank's own first). Without one: `mine`, or `error` rethrown.
+  std::map<Pid, c10::IValue> exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
                                       const char* origin);
 
   int64_t dataset_size_ = 0;
