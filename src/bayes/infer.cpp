@@ -1,6 +1,7 @@
 // The common machinery of the Bayesian algorithms (objective, epochs, prediction,
 // save/load), the deep ensemble and the model factories.
 #include <push/bayes/ensemble.h>
+#include <push/bayes/fused.h>
 #include <push/bayes/infer.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
@@ -123,9 +124,18 @@ void Infer::ensure_created() {
                                                 std::move(ps), torch::optim::AdamOptions(lr));
                                           }));
   }
+  optimizer_ = opts.optimizer();
+  // A scratch copy says whether the model fuses (the particles' own come later).
+  fused_ = options_.fuse() && fusion_blocker(*model_().ptr()).empty();
   opts.on("predict", [this](Particle& p, const Args& a) {
     torch::NoGradGuard no_grad;
     return c10::IValue(predict_particle(p, a[0].toTensor()));
+  });
+  opts.on("epoch", [this](Particle& p, const Args& a) {
+    return epoch_of(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt());
+  });
+  opts.on("fused_epoch", [this](Particle& p, const Args& a) {
+    return fused_epoch_of(p, a[3].toIntVector(), a[0].toTensor(), a[1].toTensor(), a[2].toInt());
   });
   for (int i = 0; i < options_.particles(); ++i) dist_->p_create(opts);
 }
@@ -193,16 +203,29 @@ std::map<Pid, c10::IValue> Infer::exchange(std::map<Pid, c10::IValue> mine, cons
 }
 
 std::map<Pid, double> Infer::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  // One "epoch" per particle, or one "fused_epoch" per group, launched on its first member.
+  std::vector<std::vector<Pid>> groups;
+  if (fused_) {
+    groups = fused_groups();
+  } else {
+    for (Pid pid : dist_->local_particle_ids()) groups.push_back({pid});
+  }
   std::vector<PFuture> fs;
-  const auto ids = dist_->local_particle_ids();
-  for (Pid pid : ids) fs.push_back(dist_->p_launch(pid, "epoch", x, y, epoch));
+  for (const auto& g : groups) {
+    fs.push_back(fused_ ? dist_->p_launch(g.front(), "fused_epoch", x, y, epoch, g)
+                        : dist_->p_launch(g.front(), "epoch", x, y, epoch));
+  }
   std::map<Pid, double> losses;
   double running = 0;
   std::exception_ptr error;  // rethrown once every particle is done: nothing left running
   for (size_t i = 0; i < fs.size(); ++i) {
     try {
-      losses[ids[i]] = fs[i].wait().toDouble();
-      running += losses[ids[i]];
+      auto value = fs[i].wait();
+      const auto each = fused_ ? value.toDoubleVector() : std::vector<double>{value.toDouble()};
+      for (size_t m = 0; m < each.size(); ++m) {
+        losses[groups[i][m]] = each[m];
+        running += each[m];
+      }
       report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), running / losses.size());
     } catch (...) {
       if (!error) error = std::current_exception();
@@ -259,30 +282,37 @@ torch::Tensor Infer::forward_chunked(Particle& p, const torch::Tensor& x) {
 }
 
 torch::Tensor Infer::mean_nll(const torch::Tensor& out, const torch::Tensor& y) const {
+  // Over the last two dimensions (points, outputs): [B, o] gives a scalar, [N, B, o] one
+  // value per member of a fused stack.
   static const double half_log_2pi = 0.5 * std::log(2 * std::numbers::pi);
   switch (options_.likelihood()) {
-    case Likelihood::categorical:
-      return torch::nn::functional::cross_entropy(out, y);
+    case Likelihood::categorical: {
+      if (out.dim() == 2) return torch::nn::functional::cross_entropy(out, y);
+      namespace F = torch::nn::functional;
+      auto each = F::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape({-1}),
+                                   F::CrossEntropyFuncOptions().reduction(torch::kNone));
+      return each.view(y.sizes()).mean(-1);
+    }
     case Likelihood::heteroscedastic: {
-      const int64_t t = out.size(1) / 2;
-      PUSH_CHECK(t == y.size(1) && out.size(1) == 2 * t, "push::bayes::Infer",
-                 "a heteroscedastic model needs 2 outputs per target (", y.size(1), " targets), it has ",
-                 out.size(1));
-      auto mu = out.narrow(1, 0, t), var = variance_of(out.narrow(1, t, t));
-      return (0.5 * (torch::log(var) + (y - mu).pow(2) / var) + half_log_2pi).sum(1).mean();
+      const int64_t t = out.size(-1) / 2;
+      PUSH_CHECK(t == y.size(-1) && out.size(-1) == 2 * t, "push::bayes::Infer",
+                 "a heteroscedastic model needs 2 outputs per target (", y.size(-1), " targets), it has ",
+                 out.size(-1));
+      auto mu = out.narrow(-1, 0, t), var = variance_of(out.narrow(-1, t, t));
+      return (0.5 * (torch::log(var) + (y - mu).pow(2) / var) + half_log_2pi).sum(-1).mean(-1);
     }
     case Likelihood::learned_noise: {
-      const int64_t t = y.size(1);
-      PUSH_CHECK(out.dim() == 2 && out.size(1) == 2 * t, "push::bayes::Infer", "model outputs ", out.sizes(),
+      const int64_t t = y.size(-1);
+      PUSH_CHECK(out.dim() == y.dim() && out.size(-1) == 2 * t, "push::bayes::Infer", "model outputs ", out.sizes(),
                  " do not match targets ", y.sizes());
-      auto mu = out.narrow(1, 0, t), log_gamma = out.narrow(1, t, t);
-      return (0.5 * (torch::exp(log_gamma) * (y - mu).pow(2) - log_gamma) + half_log_2pi).sum(1).mean();
+      auto mu = out.narrow(-1, 0, t), log_gamma = out.narrow(-1, t, t);
+      return (0.5 * (torch::exp(log_gamma) * (y - mu).pow(2) - log_gamma) + half_log_2pi).sum(-1).mean(-1);
     }
     case Likelihood::gaussian: {
       PUSH_CHECK(out.sizes() == y.sizes(), "push::bayes::Infer", "model outputs ", out.sizes(),
                  " do not match targets ", y.sizes());
       const double s = options_.noise_std();
-      return ((y - out).pow(2) * (0.5 / (s * s))).sum(1).mean() + y.size(1) * (std::log(s) + half_log_2pi);
+      return ((y - out).pow(2) * (0.5 / (s * s))).sum(-1).mean(-1) + y.size(-1) * (std::log(s) + half_log_2pi);
     }
   }
   return {};
@@ -450,17 +480,12 @@ void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::ve
 Ensemble::Ensemble(ModuleFactory model, InferOptions options, EnsembleOptions ensemble)
     : Infer(std::move(model), std::move(options)), ensemble_(ensemble) {}
 
-ParticleOptions Ensemble::particle_options() {
-  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
-    auto x = a[0].toTensor(), y = a[1].toTensor();
-    if (ensemble_.bootstrap()) {
-      // The same resample every epoch: the particle's own view of the data.
-      auto idx = torch::randint(x.size(0), {x.size(0)}, generator(p.pid(), kBootstrapTag), torch::kLong);
-      x = x.index_select(0, idx);
-      y = y.index_select(0, idx);
-    }
-    return c10::IValue(train_epoch(p, x, y, a[2].toInt()));
-  });
+ParticleOptions Ensemble::particle_options() { return ParticleOptions(); }
+
+torch::Tensor Ensemble::epoch_rows(Particle& p, int64_t n) const {
+  if (!ensemble_.bootstrap()) return {};
+  // The same resample every epoch: the particle's own view of the data.
+  return torch::randint(n, {n}, generator(p.pid(), kBootstrapTag), torch::kLong);
 }
 
 // ---- models -----------------------------------------------------------------------------

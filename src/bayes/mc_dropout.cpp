@@ -26,8 +26,11 @@ torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
   if (p_ == 0) return x;
   // The generator is a CPU one (a CUDA tensor cannot draw from it): draw the mask on the
   // host and move it. The same seed then gives the same masks on every device.
-  auto mask = torch::empty(x.sizes(), x.options().device(torch::kCPU)).bernoulli_(1 - p_, generator_);
-  return x * mask.to(x.device()) / (1 - p_);
+  return x * next_mask(x.sizes(), x.options()).to(x.device()) / (1 - p_);
+}
+
+torch::Tensor DropoutImpl::next_mask(c10::IntArrayRef sizes, const torch::TensorOptions& options) {
+  return torch::empty(sizes, options.device(torch::kCPU)).bernoulli_(1 - p_, generator_);
 }
 
 namespace {
@@ -44,12 +47,10 @@ MCDropout::MCDropout(ModuleFactory model, InferOptions options, McDropoutOptions
   PUSH_CHECK(mc_.samples() >= 1, "push::bayes::MCDropout", "samples must be >= 1, got ", mc_.samples());
 }
 
-ParticleOptions MCDropout::particle_options() {
-  return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
-    const int64_t epoch = a[2].toInt();
-    reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
-    return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch));
-  });
+ParticleOptions MCDropout::particle_options() { return ParticleOptions(); }
+
+void MCDropout::prepare_epoch(Particle& p, int64_t epoch) {
+  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
 }
 
 torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {

@@ -4,7 +4,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
 
 namespace push::bayes {
 
@@ -53,6 +56,25 @@ void apply_direction(Particle& p, const torch::Tensor& phi) {
   p.optimizer().step();
 }
 
+/// The same for a fused group: phi [g, D].
+void apply_direction(FusedStack& stack, const torch::Tensor& phi) {
+  int64_t offset = 0;
+  for (const auto& param : stack.parameters()) {
+    const int64_t numel = param[0].numel();
+    const_cast<torch::Tensor&>(param).mutable_grad() =
+        -phi.narrow(1, offset, numel).reshape(param.sizes()).to(param.device(), param.dtype());
+    offset += numel;
+  }
+  stack.optimizer().step();
+}
+
+/// A batch for every member of a group: [g, B, ...] without copying.
+torch::Tensor for_each(const torch::Tensor& t, int64_t g) {
+  std::vector<int64_t> sizes{g};
+  for (int64_t d : t.sizes()) sizes.push_back(d);
+  return t.unsqueeze(0).expand(sizes);
+}
+
 }  // namespace
 
 SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
@@ -89,6 +111,22 @@ ParticleOptions SVGD::particle_options() {
             apply_direction(p, a[0].toTensor());
             check_parameters_finite(p, a[1].toInt());
             return c10::IValue();
+          })
+      .on("svgd_group_grad",
+          [this](Particle& p, const Args& a) {
+            return group_grad(p, a[0].toIntVector(), a[1].toTensor(), a[2].toTensor(), a[3].toTensor(),
+                              a[4].toInt());
+          })
+      .on("svgd_group_apply",
+          [this](Particle& p, const Args& a) {
+            group_apply(p, a[0].toIntVector(), a[1].toTensor(), a[2].toInt());
+            return c10::IValue();
+          })
+      .on("svgd_fused_epoch",
+          [this](Particle& p, const Args& a) {
+            std::vector<std::vector<Pid>> groups;
+            for (const auto& g : a[3].toListRef()) groups.push_back(g.toIntVector());
+            return fused_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt(), groups);
           })
       .on("svgd_epoch", [this, grad_step](Particle& p, const Args& a) {
         auto x = a[0].toTensor(), y = a[1].toTensor();
@@ -139,12 +177,123 @@ ParticleOptions SVGD::particle_options() {
       });
 }
 
+c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi,
+                             const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  c10::IValue out;
+  p.borrow(members, [&](const std::vector<Particle*>& ps) {
+    std::unique_lock lock(stacks_mutex_);
+    auto& stack = stacks_[p.pid()];
+    lock.unlock();
+    if (phi.numel() == 0) {
+      stack = make_stack(ps);  // the epoch's first batch
+    } else {
+      PUSH_CHECK(stack != nullptr, "push::bayes::SVGD", "group of particle ", p.pid(), " was not stacked");
+      apply_direction(*stack, phi);
+    }
+    const int64_t g = stack->size();
+    stack->optimizer().zero_grad();
+    auto nll = mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
+    auto u = (nll * static_cast<double>(dataset_size_) + neg_log_prior(*stack)).sum();
+    auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);
+    std::vector<double> each(losses.data_ptr<double>(), losses.data_ptr<double>() + g);
+    for (int64_t i = 0; i < g; ++i) check_finite(*ps[i], epoch, each[i]);
+    u.backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& param : stack->parameters()) grads.push_back(-param.grad().reshape({g, -1}));
+    out = c10::ivalue::Tuple::create({stack->flat_parameters(), torch::cat(grads, 1), c10::IValue(each)});
+  });
+  return out;
+}
+
+void SVGD::group_apply(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, int64_t epoch) {
+  std::unique_ptr<FusedStack> stack;
+  {
+    std::lock_guard lock(stacks_mutex_);
+    stack = std::move(stacks_[p.pid()]);
+    stacks_.erase(p.pid());
+  }
+  PUSH_CHECK(stack != nullptr, "push::bayes::SVGD", "group of particle ", p.pid(), " was not stacked");
+  p.borrow(members, [&](const std::vector<Particle*>& ps) {
+    apply_direction(*stack, phi);
+    check_parameters_finite(*stack, ps, epoch);
+    stack->write_back();
+  });
+}
+
+c10::IValue SVGD::fused_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                              const std::vector<std::vector<Pid>>& groups) {
+  const int64_t n = x.size(0), bs = options().batch_size();
+  // Every particle sees the same minibatches: the leader's order, as unfused.
+  auto order = epoch_order(static_cast<Pid>(kLeaderTag), epoch, n);
+  std::vector<torch::Tensor> phi(groups.size(), torch::zeros({0}));
+  std::map<Pid, double> loss;
+  // Rows come in group order; to_id_order[r] is the row of the r-th smallest id.
+  std::vector<Pid> rows;
+  for (const auto& g : groups) rows.insert(rows.end(), g.begin(), g.end());
+  std::vector<int64_t> sorted(rows.size());
+  std::iota(sorted.begin(), sorted.end(), 0);
+  std::sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
+  const auto to_id_order = torch::tensor(sorted, torch::kLong);
+  const auto from_id_order = torch::argsort(to_id_order);
+  int64_t batches = 0;
+  for (int64_t b = 0; b < n; b += bs, ++batches) {
+    auto idx = order.narrow(0, b, std::min(bs, n - b));
+    auto xb = x.index_select(0, idx), yb = y.index_select(0, idx);
+    std::vector<PFuture> replies(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].front() != p.pid()) {
+        replies[g] = p.send(groups[g].front(), "svgd_group_grad", groups[g], phi[g], xb, yb, epoch);
+      }
+    }
+    std::vector<torch::Tensor> thetas, grads;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto reply = groups[g].front() == p.pid() ? group_grad(p, groups[g], phi[g], xb, yb, epoch).toTuple()
+                                                : replies[g].wait().toTuple();
+      thetas.push_back(reply->elements()[0].toTensor().to(p.device()));
+      grads.push_back(reply->elements()[1].toTensor().to(p.device()));
+      const auto each = reply->elements()[2].toDoubleVector();
+      for (size_t i = 0; i < groups[g].size(); ++i) loss[groups[g][i]] += each.at(i);
+    }
+    // In id order, as unfused: the kernel's sums then add in the same order whatever the
+    // groups (lanes, ranks, cache size) are.
+    auto by_id = torch::cat(thetas).index_select(0, to_id_order.to(p.device()));
+    auto phi_by_id = svgd_direction(by_id, torch::cat(grads).index_select(0, to_id_order.to(p.device())),
+                                    svgd_.bandwidth(), svgd_.repulsive(), svgd_.bandwidth_rule());
+    auto all_phi = phi_by_id.index_select(0, from_id_order.to(p.device()));
+    int64_t row = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto size = static_cast<int64_t>(groups[g].size());
+      phi[g] = all_phi.narrow(0, row, size);
+      row += size;
+    }
+  }
+  std::vector<PFuture> applied;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].front() == p.pid()) {
+      group_apply(p, groups[g], phi[g], epoch);
+    } else {
+      applied.push_back(p.send(groups[g].front(), "svgd_group_apply", groups[g], phi[g], epoch));
+    }
+  }
+  p.wait(applied);
+  std::vector<double> out;  // in id order
+  for (auto& [pid, l] : loss) out.push_back(l / static_cast<double>(batches));
+  return out;
+}
+
 std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto& d = dist();
   // The leader drives every particle; the rank it lives on launches it.
   const auto ids = d.particle_ids();
   if (d.rank_of(ids.front()) != d.rank()) return {};
-  auto losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch).wait().toDoubleVector();
+  std::vector<double> losses;
+  if (fused()) {
+    c10::impl::GenericList groups(c10::ListType::ofInts());
+    for (const auto& g : fused_groups(/*every_rank=*/true)) groups.push_back(c10::IValue(g));
+    losses = d.p_launch(ids.front(), "svgd_fused_epoch", x, y, epoch, groups).wait().toDoubleVector();
+  } else {
+    losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch).wait().toDoubleVector();
+  }
   double mean = 0;
   for (double l : losses) mean += l / static_cast<double>(losses.size());
   report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), mean);

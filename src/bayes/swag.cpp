@@ -1,5 +1,6 @@
 // MultiSWAG as particle programs: "epoch" trains and collects moments into the
 // particle's own state; "predict" samples weights from them.
+#include <push/bayes/fused.h>
 #include <push/bayes/swag.h>
 
 #include <torch/torch.h>
@@ -122,42 +123,109 @@ torch::Tensor MultiSWAG::sample(const SWAGMoments& m, int64_t samples, double mi
   return m.mean + theta / std::sqrt(2.0);
 }
 
+void MultiSWAG::prepare_epoch(Particle& p, int64_t epoch) {
+  if (collecting(epoch) && swag_.swag_lr()) {
+    for (auto& g : p.optimizer().param_groups()) g.options().set_lr(*swag_.swag_lr());
+  }
+}
+
+double MultiSWAG::momentum_lr(Particle& p) const {
+  // Unset swag_lr: lr (1 - momentum), the effective step of plain SGD at lr. The learning
+  // rate tuned for the pretraining optimizer with momentum on top made heteroscedastic
+  // regressions diverge (sine-gap at lr 1e-2).
+  return swag_.swag_lr() ? *swag_.swag_lr()
+                         : p.optimizer().param_groups()[0].options().get_lr() * (1 - *swag_.collect_momentum());
+}
+
+void MultiSWAG::count_step(Particle& p, const std::function<torch::Tensor()>& theta) const {
+  auto& steps = p.state()["swag_steps"];
+  const int64_t s = (steps.isInt() ? steps.toInt() : 0) + 1;
+  steps = s;
+  if (s % swag_.collect_every_steps() != 0) return;
+  auto m = read_state(p.state());
+  collect(m, theta(), swag_.rank());
+  write_state(p.state(), m);
+}
+
+void MultiSWAG::epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step,
+                            std::function<void()>& step) {
+  if (!collecting(epoch)) return;
+  if (swag_.collect_every_steps() > 0) {
+    after_step = [this, &p] { count_step(p, [&p] { return flat_parameters(p.module()); }); };
+  }
+  if (swag_.collect_momentum()) {
+    step = [&p, lr = momentum_lr(p), momentum = *swag_.collect_momentum()] { momentum_step(p, lr, momentum); };
+  }
+}
+
+void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch,
+                                  std::function<void()>& after_step, std::function<void()>& step,
+                                  std::function<void()>& finish) {
+  if (!collecting(epoch)) return;
+  if (swag_.collect_every_steps() > 0) {
+    after_step = [this, &stack, members] {
+      torch::Tensor flat;  // taken once per step, when a member collects
+      for (size_t i = 0; i < members.size(); ++i) {
+        count_step(*members[i], [&] {
+          if (!flat.defined()) flat = stack.flat_parameters();
+          return flat[static_cast<int64_t>(i)];
+        });
+      }
+    };
+  }
+  if (!swag_.collect_momentum()) return;
+  // momentum_step on the stacks: one buffer [N, D], the members' flat buffers stacked.
+  auto buffer = std::make_shared<torch::Tensor>();
+  std::vector<torch::Tensor> held;
+  for (Particle* p : members) {
+    auto it = p->state().find("swag_momentum");
+    if (it != p->state().end() && it->second.isTensor()) held.push_back(it->second.toTensor());
+  }
+  const auto& params = stack.parameters();
+  const torch::Device device = params.front().device();
+  if (held.size() == members.size()) {
+    for (auto& h : held) h = h.to(device);
+    *buffer = torch::stack(held);
+  }
+  step = [buffer, &stack, lr = momentum_lr(*members.front()), momentum = *swag_.collect_momentum()] {
+    torch::NoGradGuard no_grad;
+    const auto& ps = stack.parameters();
+    const bool first = !buffer->defined();
+    if (first) {
+      int64_t size = 0;
+      for (const auto& t : ps) size += t[0].numel();
+      *buffer = torch::zeros({stack.size(), size}, ps.front().options());
+    }
+    int64_t offset = 0;
+    for (const auto& param : ps) {
+      const int64_t numel = param[0].numel();
+      auto b = buffer->narrow(1, offset, numel).view(param.sizes());
+      offset += numel;
+      if (first) {
+        b.copy_(param.grad());
+      } else {
+        b.mul_(momentum).add_(param.grad());
+      }
+      const_cast<torch::Tensor&>(param).add_(b, -lr);
+    }
+  };
+  finish = [buffer, members] {
+    if (!buffer->defined()) return;
+    for (size_t i = 0; i < members.size(); ++i) {
+      members[i]->state()["swag_momentum"] = (*buffer)[static_cast<int64_t>(i)].clone();
+    }
+  };
+}
+
+void MultiSWAG::finish_epoch(Particle& p, int64_t epoch) {
+  if (!collecting(epoch) || swag_.collect_every_steps() > 0) return;
+  auto m = read_state(p.state());
+  collect(m, flat_parameters(p.module()), swag_.rank());
+  write_state(p.state(), m);
+}
+
 ParticleOptions MultiSWAG::particle_options() {
   return ParticleOptions()
-      .on("epoch",
-          [this](Particle& p, const Args& a) {
-            const int64_t epoch = a[2].toInt();
-            const bool collecting = epoch >= swag_.pretrain_epochs();
-            if (collecting && swag_.swag_lr()) {
-              for (auto& g : p.optimizer().param_groups()) g.options().set_lr(*swag_.swag_lr());
-            }
-            auto collect_now = [&] {
-              auto m = read_state(p.state());
-              collect(m, flat_parameters(p.module()), swag_.rank());
-              write_state(p.state(), m);
-            };
-            std::function<void()> after_step, step;
-            if (collecting && swag_.collect_every_steps() > 0) {
-              after_step = [&] {
-                auto& steps = p.state()["swag_steps"];
-                int64_t s = (steps.isInt() ? steps.toInt() : 0) + 1;
-                steps = s;
-                if (s % swag_.collect_every_steps() == 0) collect_now();
-              };
-            }
-            if (collecting && swag_.collect_momentum()) {
-              // Unset swag_lr: lr (1 - momentum), the effective step of plain SGD at lr. The
-              // learning rate tuned for the pretraining optimizer with momentum on top
-              // made heteroscedastic regressions diverge (sine-gap at lr 1e-2).
-              const double momentum = *swag_.collect_momentum();
-              const double lr = swag_.swag_lr() ? *swag_.swag_lr()
-                                                : p.optimizer().param_groups()[0].options().get_lr() * (1 - momentum);
-              step = [&p, lr, momentum] { momentum_step(p, lr, momentum); };
-            }
-            double loss = train_epoch(p, a[0].toTensor(), a[1].toTensor(), epoch, after_step, step);
-            if (collecting && swag_.collect_every_steps() == 0) collect_now();
-            return c10::IValue(loss);
-          })
       .on("swag_moments", [](Particle& p, const Args&) {
         auto m = read_state(p.state());
         if (m.count == 0) return c10::IValue(std::vector<torch::Tensor>{torch::zeros({0})});

@@ -204,6 +204,8 @@ int run_train(int argc, char** argv) {
   app.add_option("--save", c.save, "write a checkpoint (particles + config) to this folder");
   app.add_option("--resume", c.resume, "continue from a checkpoint written by --save with the same configuration");
   app.add_flag("--quiet", c.quiet, "no progress bar");
+  app.add_flag("--fuse,!--no-fuse", c.fuse,
+               "train each lane's particles as one stacked computation (default; models it cannot fuse train unfused)");
   app.add_option("--nproc", c.nproc,
                  "start N local ranks (as push launch does) that train one distribution; under push launch, "
                  "torchrun --no-python or mpirun the job's ranks are used instead")
@@ -314,6 +316,7 @@ int run_train(int argc, char** argv) {
       .batch_size(c.batch_size)
       .lr(c.lr)
       .seed(c.seed)
+      .fuse(c.fuse)
       .world(world);
   std::unique_ptr<ProgressBar> bar;
   options.on_progress([&bar](const bayes::Progress& p) {
@@ -379,7 +382,7 @@ int run_train(int argc, char** argv) {
   if (classify) data_info["class_labels"] = train_raw.class_labels;
   json doc = {{"algorithm", c.algo},
               {"config", c.identity()},
-              {"run", {{"epochs", infer->epochs_done()}, {"ranks", world ? world->size() : 1}, {"devices", c.devices}, {"threads", c.threads}, {"resumed_from", c.resume}}},
+              {"run", {{"epochs", infer->epochs_done()}, {"ranks", world ? world->size() : 1}, {"devices", c.devices}, {"threads", c.threads}, {"fused", infer->fused()}, {"resumed_from", c.resume}}},
               {"data", data_info},
               {"metrics", evaluation->metrics},
               {"loss_curve", infer->losses()},

@@ -12,8 +12,12 @@
 // device interleave exactly at their wait() points; lanes run in parallel.
 #include <torch/types.h>
 
+#include <algorithm>
+#include <utility>
+
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/event_loop.h"
 #include "runtime/particle_cache.h"
@@ -62,6 +66,22 @@ class Lane final : public EventLoop {
   void pin_running();
   void unpin_running();
 
+  /// Particles lent to the running handler by Particle::borrow (lane thread only): they
+  /// may be used from that handler until the borrow returns.
+  void lend(std::vector<ParticleRecord*> records) {
+    borrower_ = running();
+    borrowed_ = std::move(records);
+  }
+  std::vector<ParticleRecord*> take_back() {
+    borrower_ = nullptr;
+    return std::exchange(borrowed_, {});
+  }
+  bool lending() const { return !borrowed_.empty(); }
+  bool lends(const ParticleRecord* record) const {
+    return borrower_ != nullptr && borrower_ == running() &&
+           std::find(borrowed_.begin(), borrowed_.end(), record) != borrowed_.end();
+  }
+
  private:
   void thread_main() override;
   void on_suspend(void* owner) override { unpin_running(); }
@@ -74,6 +94,8 @@ class Lane final : public EventLoop {
   // The particle the running handler has pinned (lane thread only). One is enough: only
   // one fiber runs, and a handler unpins its particle before it suspends.
   ParticleRecord* pinned_ = nullptr;
+  ParticleRecord* borrower_ = nullptr;
+  std::vector<ParticleRecord*> borrowed_;
 };
 
 }  // namespace push::detail

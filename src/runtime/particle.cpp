@@ -8,7 +8,8 @@ namespace push {
 
 void Particle::check_thread(const char* origin) const {
   detail::Lane* lane = detail::Lane::current();
-  PUSH_CHECK(lane != nullptr && lane->running() == record_, origin, "particle ", record_->pid,
+  PUSH_CHECK(lane != nullptr && (lane->running() == record_ || lane->lends(record_)), origin, "particle ",
+             record_->pid,
              " can only be used inside one of its own handlers");
 }
 
@@ -100,13 +101,58 @@ Future<ParticleView> Particle::get(Pid pid) {
   return view;
 }
 
+void Particle::borrow(const std::vector<Pid>& pids, const std::function<void(const std::vector<Particle*>&)>& fn) {
+  const char* origin = "push::Particle::borrow";
+  check_thread(origin);
+  detail::Lane& lane = *detail::Lane::current();
+  PUSH_CHECK(!lane.lending(), origin, "borrow calls do not nest (particle ", record_->pid, ")");
+  std::vector<detail::ParticleRecord*> records;
+  for (Pid pid : pids) {
+    const detail::Where at = runtime_->where(pid, origin);
+    PUSH_CHECK(at.record != nullptr && at.record->lane == record_->lane, origin, "particle ", pid,
+               " is not on the lane of particle ", record_->pid, " (rank ", runtime_->rank(), " lane ",
+               record_->lane, "); it is on rank ", at.rank, " lane ", at.lane);
+    PUSH_CHECK(std::find(records.begin(), records.end(), at.record) == records.end(), origin, "particle ", pid,
+               " is listed twice");
+    records.push_back(at.record);
+  }
+  // Pinned for the call (this particle already is): resident, and not evicted while a
+  // sibling is made resident.
+  std::vector<detail::ParticleRecord*> pinned;
+  auto give_back = [&] {
+    lane.take_back();
+    for (detail::ParticleRecord* r : pinned) lane.cache().unpin(*r);
+  };
+  std::vector<Particle*> handles;
+  try {
+    for (detail::ParticleRecord* r : records) {
+      if (r != record_) {
+        lane.cache().pin(*r);
+        pinned.push_back(r);
+        r->version.fetch_add(1, std::memory_order_acq_rel);
+      }
+      handles.push_back(r->handle.get());
+    }
+    lane.lend(records);
+    fn(handles);
+  } catch (...) {
+    give_back();
+    throw;
+  }
+  give_back();
+}
+
 std::vector<c10::IValue> Particle::wait(const std::vector<PFuture>& futures) {
   check_thread("push::Particle::wait");
+  PUSH_CHECK(!detail::Lane::current()->lending(), "push::Particle::wait",
+             "a handler cannot wait inside Particle::borrow");
   return wait_all(futures);
 }
 
 std::vector<ParticleView> Particle::wait(const std::vector<Future<ParticleView>>& futures) {
   check_thread("push::Particle::wait");
+  PUSH_CHECK(!detail::Lane::current()->lending(), "push::Particle::wait",
+             "a handler cannot wait inside Particle::borrow");
   return wait_all(futures);
 }
 

@@ -21,6 +21,7 @@ class Ensemble : public Infer {
 
  protected:
   ParticleOptions particle_options() override;
+  torch::Tensor epoch_rows(Particle& p, int64_t n) const override;
 
  private:
   EnsembleOptions ensemble_;

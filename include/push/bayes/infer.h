@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,11 @@ struct InferOptions {
   /// then collective: every rank calls them with the same data; each rank trains its own
   /// particles and every rank gets the same losses and predictions.
   TORCH_ARG(std::optional<dist::World>, world) = std::nullopt;
+  /// Fused particles (push/bayes/fused.h): the particles of one lane train as stacked
+  /// groups of at most cache_size, one batched forward/backward and optimizer step per
+  /// minibatch for the whole group. Results equal unfused training up to float rounding.
+  /// Models FusedStack cannot fuse (fusion_blocker) train unfused.
+  TORCH_ARG(bool, fuse) = false;
 };
 
 /// A predictive distribution on M points.
@@ -92,6 +98,8 @@ struct Predictive {
   /// Each member's prediction (regression means or class probabilities): [S, M, ·].
   torch::Tensor members;
 };
+
+class FusedStack;
 
 class Infer {
  public:
@@ -119,6 +127,8 @@ class Infer {
   const InferOptions& options() const { return options_; }
   /// The particle distribution (created on first use).
   Push& dist();
+  /// Whether particles train fused: options().fuse() and a model FusedStack supports.
+  bool fused();
 
  protected:
   Infer(ModuleFactory model, InferOptions options);
@@ -134,11 +144,43 @@ class Infer {
   /// A particle's raw network outputs at x: [S, M, out]. Default: one forward pass.
   virtual torch::Tensor predict_particle(Particle& p, const torch::Tensor& x);
 
-  /// Mean negative log-likelihood per point of network output `out` for targets `y`.
+  /// Mean negative log-likelihood per point of network output `out` [B, o] for targets
+  /// `y` [B, t]; with leading dimensions ([N, B, o] and [N, B, t]), one per leading index.
   torch::Tensor mean_nll(const torch::Tensor& out, const torch::Tensor& y) const;
   /// ||θ||² / (2 σ_p²) over the module's parameters; with learned_noise, plus
   /// -a0 log γ + b0 γ for log γ (the Gamma prior of γ, as a density of log γ).
   torch::Tensor neg_log_prior(torch::nn::Module& module) const;
+  /// The same for each member of a fused stack: [N].
+  torch::Tensor neg_log_prior(const FusedStack& stack) const;
+
+  // What an algorithm adds to an epoch of minibatch training, fused or not.
+  /// Runs on each particle before its epoch (before its group is stacked).
+  virtual void prepare_epoch(Particle& p, int64_t epoch) {}
+  /// The rows of (x, y) particle p trains on this epoch; undefined: all of them.
+  virtual torch::Tensor epoch_rows(Particle& p, int64_t n) const { return {}; }
+  /// Unfused: the after_step and step callbacks of train_epoch for p.
+  virtual void epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step,
+                           std::function<void()>& step) {}
+  /// Fused: the same for a group; `finish` runs after the stack is written back.
+  virtual void fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch,
+                                 std::function<void()>& after_step, std::function<void()>& step,
+                                 std::function<void()>& finish) {}
+  /// Runs on each particle after its epoch (written back when fused).
+  virtual void finish_epoch(Particle& p, int64_t epoch) {}
+
+  /// The particles in fused groups: by rank and lane, at most cache_size each, in id
+  /// order; this rank's only unless `every_rank`.
+  std::vector<std::vector<Pid>> fused_groups(bool every_rank = false);
+  /// Builds the stack of `members` (this lane's particles); throws when they cannot fuse.
+  std::unique_ptr<FusedStack> make_stack(const std::vector<Particle*>& members) const;
+  /// One epoch of sgd steps for a stacked group, each member on its own minibatches (the
+  /// order train_epoch gives it); returns each member's mean nll per point.
+  std::vector<double> train_epoch_fused(FusedStack& stack, const std::vector<Particle*>& members,
+                                        const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                                        const std::function<void()>& after_step,
+                                        const std::function<void()>& step) const;
+  /// check_parameters_finite for every member of a stack.
+  void check_parameters_finite(const FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) const;
   /// One optimizer step on U/N = mean_nll + neg_log_prior / N; returns mean_nll. `step`
   /// replaces the particle's optimizer step once the gradients are in place.
   double sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t dataset_size,
@@ -174,8 +216,14 @@ class Infer {
 
  private:
   void ensure_created();
+  /// The "epoch" handler of the plain algorithms: one particle, or its fused group.
+  c10::IValue epoch_of(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
+  c10::IValue fused_epoch_of(Particle& p, const std::vector<Pid>& members, const torch::Tensor& x,
+                             const torch::Tensor& y, int64_t epoch);
 
   ModuleFactory model_;
+  OptimizerFactory optimizer_;  // the particles' (set when the distribution is built)
+  bool fused_ = false;
   InferOptions options_;
   int64_t epochs_done_ = 0;
   std::vector<double> losses_;

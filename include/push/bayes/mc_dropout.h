@@ -18,6 +18,9 @@ class DropoutImpl : public torch::nn::Module {
  public:
   explicit DropoutImpl(double p = 0.1);
   torch::Tensor forward(const torch::Tensor& x);
+  /// The next keep-mask (1 kept, 0 dropped) of a forward pass over an input of `sizes`,
+  /// drawn from this module's generator on the host; forward draws exactly this.
+  torch::Tensor next_mask(c10::IntArrayRef sizes, const torch::TensorOptions& options);
   void reseed(uint64_t seed);
   double p() const { return p_; }
 
@@ -39,6 +42,7 @@ class MCDropout : public Infer {
 
  protected:
   ParticleOptions particle_options() override;
+  void prepare_epoch(Particle& p, int64_t epoch) override;
   torch::Tensor predict_particle(Particle& p, const torch::Tensor& x) override;
 
  private:

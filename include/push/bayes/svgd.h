@@ -13,7 +13,10 @@
 //
 //   push::bayes::SVGD svgd(model, InferOptions().particles(16).lr(1e-2),
 //                          SVGDOptions().bandwidth(std::nullopt));
+#include <push/bayes/fused.h>
 #include <push/bayes/infer.h>
+
+#include <mutex>
 
 namespace push::bayes {
 
@@ -52,7 +55,19 @@ class SVGD : public Infer {
   std::map<Pid, double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) override;
 
  private:
+  /// One step of a fused group: applies φ (unless empty: the epoch's first batch stacks the
+  /// group), then returns (θ [g, D], ∇log p [g, D], each member's nll) at the new θ.
+  c10::IValue group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi,
+                         const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
+  /// The epoch's last φ, then the stack goes back into the members.
+  void group_apply(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, int64_t epoch);
+  /// "svgd_epoch" of a fused run: the leader drives every group.
+  c10::IValue fused_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                          const std::vector<std::vector<Pid>>& groups);
+
   SVGDOptions svgd_;
+  std::mutex stacks_mutex_;
+  std::map<Pid, std::unique_ptr<FusedStack>> stacks_;  // by group leader, during an epoch
 };
 
 }  // namespace push::bayes

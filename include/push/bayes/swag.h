@@ -57,8 +57,21 @@ class MultiSWAG : public Infer {
  protected:
   ParticleOptions particle_options() override;
   torch::Tensor predict_particle(Particle& p, const torch::Tensor& x) override;
+  void prepare_epoch(Particle& p, int64_t epoch) override;
+  void epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step, std::function<void()>& step) override;
+  void fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch,
+                         std::function<void()>& after_step, std::function<void()>& step,
+                         std::function<void()>& finish) override;
+  void finish_epoch(Particle& p, int64_t epoch) override;
 
  private:
+  bool collecting(int64_t epoch) const { return epoch >= swag_.pretrain_epochs(); }
+  /// The collection phase's momentum-SGD learning rate for p.
+  double momentum_lr(Particle& p) const;
+  /// Counts one step in p's state; collects `theta` (its flat parameters) every
+  /// collect_every_steps steps.
+  void count_step(Particle& p, const std::function<torch::Tensor()>& theta) const;
+
   SWAGOptions swag_;
 };
 

@@ -4,11 +4,16 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/cuda.h>
+#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 #include <torch/version.h>
 
 #include <array>
 #include <cstdint>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <variant>
 
 #define PUSH_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||       \
@@ -19,6 +24,33 @@ namespace push::compat {
 /// Blocks until the work queued on `device` is done (a no-op off CUDA).
 inline void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+/// The key of a parameter's entry in Optimizer::state(): the TensorImpl's address as text
+/// in 1.13, the address itself in later versions (taken from the map's own key type).
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+template <class Key = OptimizerStateKey>
+Key optimizer_state_key(const at::Tensor& t) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;  // what c10::guts::to_string gives for a pointer
+    text << static_cast<void*>(t.unsafeGetTensorImpl());
+    return text.str();
+  } else {
+    return t.unsafeGetTensorImpl();
+  }
+}
+
+/// The explicit padding held by a convolution's padding option (a variant of an array
+/// and the kValid / kSame tags), or nullptr when it holds a tag. c10::variant became
+/// std::variant in 2.1.
+template <class Array, class Padding>
+const Array* explicit_padding(const Padding& padding) {
+#if PUSH_TORCH_AT_LEAST(2, 1)
+  return std::get_if<Array>(&padding);
+#else
+  return c10::get_if<Array>(&padding);
+#endif
 }
 
 /// Whether the host store should use page-locked memory for `device`.

@@ -20,6 +20,7 @@
 #include <push/runtime/types.h>
 #include <push/runtime/view.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,14 @@ class Particle {
   /// Waits for every future (suspending this handler) and returns their values.
   std::vector<c10::IValue> wait(const std::vector<PFuture>& futures);
   std::vector<ParticleView> wait(const std::vector<Future<ParticleView>>& futures);
+
+  /// Runs `fn` now with direct handles of particles `pids`, which must live on this
+  /// particle's lane (this one may be among them): they are made resident and pinned for
+  /// the call, and their handles work inside it as this one does. For work that treats
+  /// several particles as one (fused training: push::bayes::FusedStack). `fn` must not
+  /// wait (Particle::wait throws inside it); calls do not nest. A particle borrowed may
+  /// change: views taken of it before are stale afterwards.
+  void borrow(const std::vector<Pid>& pids, const std::function<void(const std::vector<Particle*>&)>& fn);
 
   /// Adds or replaces this particle's handler for `message`.
   void register_receive(const std::string& message, Handler handler);

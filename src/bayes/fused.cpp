@@ -1,0 +1,314 @@
+// FusedStack: the layer plan of a fusable network and its batched forward; see fused.h.
+// The optimizer state's copies in and out are in fused_optimizer.cpp.
+#include <push/bayes/fused.h>
+#include <push/bayes/mc_dropout.h>
+#include <push/core/errors.h>
+#include <push/detail/torch_compat.h>
+
+#include <c10/util/StringUtil.h>
+
+#include <typeinfo>
+#include <unordered_map>
+
+#include "fused_optimizer.h"
+#include "learned_noise.h"
+
+namespace push::bayes {
+namespace {
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+
+enum class Kind { flatten, linear, conv2d, maxpool2d, relu, leaky_relu, tanh, sigmoid, identity, dropout };
+
+// One layer of the plan; parameters by their index among the stacks.
+struct Op {
+  Kind kind = Kind::identity;
+  int64_t weight = -1, bias = -1;
+  std::shared_ptr<nn::Conv2dImpl> conv;       // member 0's, for its options
+  std::shared_ptr<nn::MaxPool2dImpl> pool;    // likewise
+  double slope = 0, p = 0;
+  std::vector<DropoutImpl*> dropouts;         // one per member: each draws its own masks
+  std::string signature;                      // what must match across members
+};
+
+// The Sequential of a network: under the learned-noise wrapper (set in *wrapper) and the
+// runtime's SequentialNet (how a factory's Sequential becomes an AnyModule).
+nn::Module* network_of(nn::Module& module, nn::Module** wrapper) {
+  *wrapper = nullptr;
+  nn::Module* net = &module;
+  if (dynamic_cast<detail::LearnedNoiseImpl*>(net) != nullptr) {
+    *wrapper = net;
+    for (const auto& child : net->named_children()) {
+      if (child.key() == "net") net = child.value().get();
+    }
+  }
+  if (auto* wrapped = dynamic_cast<SequentialNetImpl*>(net)) net = wrapped->layers().get();
+  return net;
+}
+
+// The plan of one member without parameter indices; throws naming the first layer that
+// cannot be fused.
+std::vector<Op> describe(nn::Module& member) {
+  const char* origin = "push::bayes::FusedStack";
+  nn::Module* wrapper = nullptr;
+  nn::Module* net = network_of(member, &wrapper);
+  auto* seq = dynamic_cast<nn::SequentialImpl*>(net);
+  PUSH_CHECK(seq != nullptr, origin, "only a torch::nn::Sequential is fused, not ", net->name());
+  std::vector<Op> ops;
+  int64_t i = 0;
+  for (const auto& child : seq->children()) {
+    Op op;
+    nn::Module* m = child.get();
+    const std::string where = c10::str("layer ", i++, " (", m->name(), ")");
+    if (auto* lin = dynamic_cast<nn::LinearImpl*>(m)) {
+      op.kind = Kind::linear;
+      op.signature = c10::str("linear ", lin->weight.sizes(), lin->bias.defined());
+    } else if (auto* conv = dynamic_cast<nn::Conv2dImpl*>(m)) {
+      const auto& o = conv->options;
+      PUSH_CHECK(o.groups() == 1, origin, where, ": grouped convolutions are not fused");
+      PUSH_CHECK(torch::enumtype::get_enum_name(o.padding_mode()) == "kZeros", origin, where,
+                 ": only zero padding is fused");
+      op.kind = Kind::conv2d;
+      op.conv = std::dynamic_pointer_cast<nn::Conv2dImpl>(child);
+      op.signature = c10::str("conv2d ", conv->weight.sizes(), conv->bias.defined(), " ", o.stride(), o.dilation(),
+                              torch::enumtype::get_enum_name(o.padding_mode()));
+      if (const auto* pad = compat::explicit_padding<torch::ExpandingArray<2>>(o.padding())) {
+        op.signature += c10::str(" ", *pad);
+      } else {
+        PUSH_CHECK(false, origin, where, ": only explicit padding is fused");
+      }
+    } else if (auto* pool = dynamic_cast<nn::MaxPool2dImpl*>(m)) {
+      const auto& o = pool->options;
+      op.kind = Kind::maxpool2d;
+      op.pool = std::dynamic_pointer_cast<nn::MaxPool2dImpl>(child);
+      op.signature = c10::str("maxpool2d ", o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+    } else if (auto* flat = dynamic_cast<nn::FlattenImpl*>(m)) {
+      PUSH_CHECK(flat->options.start_dim() == 1 && flat->options.end_dim() == -1, origin, where,
+                 ": only Flatten from dimension 1 to the last is fused");
+      op.kind = Kind::flatten;
+      op.signature = "flatten";
+    } else if (dynamic_cast<nn::ReLUImpl*>(m) != nullptr) {
+      op.kind = Kind::relu;
+      op.signature = "relu";
+    } else if (auto* leaky = dynamic_cast<nn::LeakyReLUImpl*>(m)) {
+      op.kind = Kind::leaky_relu;
+      op.slope = leaky->options.negative_slope();
+      op.signature = c10::str("leaky_relu ", op.slope);
+    } else if (dynamic_cast<nn::TanhImpl*>(m) != nullptr) {
+      op.kind = Kind::tanh;
+      op.signature = "tanh";
+    } else if (dynamic_cast<nn::SigmoidImpl*>(m) != nullptr) {
+      op.kind = Kind::sigmoid;
+      op.signature = "sigmoid";
+    } else if (dynamic_cast<nn::IdentityImpl*>(m) != nullptr) {
+      op.kind = Kind::identity;
+      op.signature = "identity";
+    } else if (auto* drop = dynamic_cast<DropoutImpl*>(m)) {
+      op.kind = Kind::dropout;
+      op.p = drop->p();
+      op.dropouts.push_back(drop);
+      op.signature = c10::str("dropout ", op.p);
+    } else if (dynamic_cast<nn::DropoutImpl*>(m) != nullptr) {
+      PUSH_CHECK(false, origin, where,
+                 ": torch::nn::Dropout draws from the global generator (masks would depend on scheduling); "
+                 "use push::bayes::Dropout");
+    } else {
+      PUSH_CHECK(false, origin, where, " is not a layer FusedStack knows");
+    }
+    PUSH_CHECK(m->buffers().empty() || op.kind == Kind::dropout, origin, where, ": layers with buffers are not fused");
+    ops.push_back(std::move(op));
+  }
+  if (wrapper != nullptr) PUSH_CHECK(wrapper->buffers().empty(), origin, "the learned-noise wrapper has buffers");
+  return ops;
+}
+
+}  // namespace
+
+std::string fusion_blocker(nn::Module& module) {
+  try {
+    describe(module);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+struct FusedStack::Impl {
+  int64_t n = 0;
+  std::vector<nn::Module*> members;
+  std::vector<Op> ops;
+  int64_t log_precision = -1;  // learned-noise wrapper: its parameter's stack
+  std::vector<torch::Tensor> stacks;
+  std::vector<std::string> names;
+  std::vector<std::vector<torch::Tensor>> member_params;  // [member][k]
+  std::unique_ptr<FusedOptimizer> optimizer;
+
+  torch::Tensor linear(const Op& op, const torch::Tensor& h) const {
+    auto wt = stacks[op.weight].transpose(1, 2);
+    return op.bias >= 0 ? torch::baddbmm(stacks[op.bias].unsqueeze(1), h, wt) : torch::bmm(h, wt);
+  }
+
+  // N convolutions as one with N groups: members' channels side by side.
+  torch::Tensor conv2d(const Op& op, const torch::Tensor& h) const {
+    const int64_t b = h.size(1);
+    auto in = h.transpose(0, 1).reshape({b, n * h.size(2), h.size(3), h.size(4)});
+    const auto& w = stacks[op.weight];
+    auto weight = w.reshape({n * w.size(1), w.size(2), w.size(3), w.size(4)});
+    torch::Tensor bias;
+    if (op.bias >= 0) bias = stacks[op.bias].reshape({-1});
+    const auto& o = op.conv->options;
+    auto out = F::conv2d(in, weight,
+                         F::Conv2dFuncOptions().bias(bias).stride(o.stride()).padding(o.padding()).dilation(o.dilation()).groups(n));
+    return out.view({b, n, w.size(1), out.size(2), out.size(3)}).transpose(0, 1);
+  }
+
+  torch::Tensor maxpool2d(const Op& op, const torch::Tensor& h) const {
+    auto flat = h.reshape({n * h.size(1), h.size(2), h.size(3), h.size(4)});
+    auto out = F::max_pool2d(flat, op.pool->options);
+    return out.view({n, h.size(1), out.size(1), out.size(2), out.size(3)});
+  }
+
+  torch::Tensor dropout(const Op& op, const torch::Tensor& h) const {
+    if (op.p == 0) return h;
+    std::vector<torch::Tensor> masks;
+    for (int64_t i = 0; i < n; ++i) masks.push_back(op.dropouts[i]->next_mask(h[i].sizes(), h.options()));
+    return h * torch::stack(masks).to(h.device()) / (1 - op.p);
+  }
+};
+
+FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vector<torch::optim::Optimizer*>& optimizers,
+                       const OptimizerFactory& make_optimizer)
+    : impl_(std::make_unique<Impl>()) {
+  const char* origin = "push::bayes::FusedStack";
+  PUSH_CHECK(!members.empty(), origin, "no members");
+  PUSH_CHECK(optimizers.empty() || optimizers.size() == members.size(), origin, members.size(), " members but ",
+             optimizers.size(), " optimizers");
+  Impl& s = *impl_;
+  s.n = static_cast<int64_t>(members.size());
+  s.members = members;
+  s.ops = describe(*members[0]);
+  // Every member: the same plan, the same parameter names and shapes.
+  const auto named0 = members[0]->named_parameters();
+  for (size_t i = 1; i < members.size(); ++i) {
+    auto ops = describe(*members[i]);
+    PUSH_CHECK(ops.size() == s.ops.size(), origin, "member ", i, " has ", ops.size(), " layers, member 0 has ",
+               s.ops.size());
+    for (size_t l = 0; l < ops.size(); ++l) {
+      PUSH_CHECK(ops[l].signature == s.ops[l].signature, origin, "layer ", l, " of member ", i, " (",
+                 ops[l].signature, ") differs from member 0's (", s.ops[l].signature, ")");
+      if (ops[l].kind == Kind::dropout) s.ops[l].dropouts.push_back(ops[l].dropouts[0]);
+    }
+    auto named = members[i]->named_parameters();
+    PUSH_CHECK(named.size() == named0.size(), origin, "member ", i, " has ", named.size(),
+               " parameters, member 0 has ", named0.size());
+    for (size_t k = 0; k < named.size(); ++k) {
+      PUSH_CHECK(named[k].key() == named0[k].key() && named[k]->sizes() == named0[k]->sizes() &&
+                     named[k]->dtype() == named0[k]->dtype() && named[k]->device() == named0[k]->device(),
+                 origin, "parameter ", k, " of member ", i, " (", named[k].key(), " ", named[k]->sizes(),
+                 ") differs from member 0's (", named0[k].key(), " ", named0[k]->sizes(), ")");
+    }
+  }
+  // The stacks, in parameter order; layers find theirs through member 0's tensors.
+  std::unordered_map<const void*, int64_t> index;
+  {
+    torch::NoGradGuard no_grad;
+    s.member_params.resize(members.size());
+    for (size_t i = 0; i < members.size(); ++i) s.member_params[i] = members[i]->parameters();
+    for (size_t k = 0; k < named0.size(); ++k) {
+      std::vector<torch::Tensor> slices;
+      for (size_t i = 0; i < members.size(); ++i) slices.push_back(s.member_params[i][k]);
+      s.stacks.push_back(torch::stack(slices));
+      s.names.push_back(named0[k].key());
+      index[named0[k]->unsafeGetTensorImpl()] = static_cast<int64_t>(k);
+      if (named0[k].key() == detail::kLogNoisePrecision) s.log_precision = static_cast<int64_t>(k);
+    }
+  }
+  for (auto& t : s.stacks) t.requires_grad_(true);
+  nn::Module* wrapper = nullptr;
+  auto* seq = dynamic_cast<nn::SequentialImpl*>(network_of(*members[0], &wrapper));
+  size_t l = 0;
+  for (const auto& child : seq->children()) {
+    Op& op = s.ops[l++];
+    auto find = [&](const torch::Tensor& t) {
+      return t.defined() ? index.at(t.unsafeGetTensorImpl()) : int64_t{-1};
+    };
+    if (auto* lin = dynamic_cast<nn::LinearImpl*>(child.get())) {
+      op.weight = find(lin->weight);
+      op.bias = find(lin->bias);
+    } else if (auto* conv = dynamic_cast<nn::Conv2dImpl*>(child.get())) {
+      op.weight = find(conv->weight);
+      op.bias = find(conv->bias);
+    }
+  }
+  PUSH_CHECK(wrapper == nullptr || s.log_precision >= 0, origin, "the learned-noise wrapper has no ",
+             detail::kLogNoisePrecision);
+  if (!optimizers.empty()) {
+    s.optimizer = std::make_unique<FusedOptimizer>(optimizers, s.member_params, s.stacks, make_optimizer);
+  }
+}
+
+FusedStack::~FusedStack() = default;
+
+int64_t FusedStack::size() const { return impl_->n; }
+const std::vector<torch::Tensor>& FusedStack::parameters() const { return impl_->stacks; }
+const std::vector<std::string>& FusedStack::parameter_names() const { return impl_->names; }
+
+torch::optim::Optimizer& FusedStack::optimizer() {
+  PUSH_CHECK(impl_->optimizer != nullptr, "push::bayes::FusedStack", "the members have no optimizer");
+  return impl_->optimizer->fused();
+}
+
+torch::Tensor FusedStack::forward(const torch::Tensor& x) {
+  const Impl& s = *impl_;
+  PUSH_CHECK(x.dim() >= 2 && x.size(0) == s.n, "push::bayes::FusedStack::forward", "expected inputs [", s.n,
+             ", B, ...], got ", x.sizes());
+  torch::Tensor h = x;
+  for (const Op& op : s.ops) {
+    switch (op.kind) {
+      case Kind::flatten: h = h.flatten(2); break;
+      case Kind::linear: h = s.linear(op, h); break;
+      case Kind::conv2d: h = s.conv2d(op, h); break;
+      case Kind::maxpool2d: h = s.maxpool2d(op, h); break;
+      case Kind::relu: h = torch::relu(h); break;
+      case Kind::leaky_relu: h = torch::leaky_relu(h, op.slope); break;
+      case Kind::tanh: h = torch::tanh(h); break;
+      case Kind::sigmoid: h = torch::sigmoid(h); break;
+      case Kind::identity: break;
+      case Kind::dropout: h = s.dropout(op, h); break;
+    }
+  }
+  if (s.log_precision >= 0) {
+    // The wrapper's forward: the means, then log γ over every target.
+    auto log_gamma = s.stacks[s.log_precision].view({s.n, 1, -1}).expand({s.n, h.size(1), h.size(2)});
+    h = torch::cat({h, log_gamma}, 2);
+  }
+  return h;
+}
+
+torch::Tensor FusedStack::flat_parameters() const {
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : impl_->stacks) flat.push_back(t.detach().reshape({impl_->n, -1}));
+  return torch::cat(flat, 1);
+}
+
+void FusedStack::write_back() {
+  Impl& s = *impl_;
+  torch::NoGradGuard no_grad;
+  for (int64_t i = 0; i < s.n; ++i) {
+    for (size_t k = 0; k < s.stacks.size(); ++k) {
+      auto& param = s.member_params[i][k];
+      param.copy_(s.stacks[k][i]);
+      const auto& grad = s.stacks[k].grad();
+      if (!grad.defined()) continue;
+      if (param.grad().defined() && param.grad().sizes() == param.sizes()) {
+        param.mutable_grad().copy_(grad[i]);
+      } else {
+        param.mutable_grad() = grad[i].clone();
+      }
+    }
+  }
+  if (s.optimizer) s.optimizer->write_back();
+}
+
+}  // namespace push::bayes

@@ -1,0 +1,154 @@
+// Infer's epochs of minibatch training, one particle at a time or as fused groups
+// (push/bayes/fused.h): the same minibatches, the same objective, one batched step.
+#include <push/bayes/fused.h>
+#include <push/bayes/infer.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "learned_noise.h"
+
+namespace push::bayes {
+
+bool Infer::fused() {
+  ensure_created();
+  return fused_;
+}
+
+std::vector<std::vector<Pid>> Infer::fused_groups(bool every_rank) {
+  std::map<std::pair<int, int>, std::vector<Pid>> by_lane;
+  for (Pid pid : every_rank ? dist_->particle_ids() : dist_->local_particle_ids()) {
+    by_lane[{dist_->rank_of(pid), dist_->lane_of(pid)}].push_back(pid);
+  }
+  const size_t most = static_cast<size_t>(std::max(1, options_.cache_size()));
+  std::vector<std::vector<Pid>> groups;
+  for (const auto& [lane, pids] : by_lane) {
+    for (size_t b = 0; b < pids.size(); b += most) {
+      groups.emplace_back(pids.begin() + static_cast<std::ptrdiff_t>(b),
+                          pids.begin() + static_cast<std::ptrdiff_t>(std::min(pids.size(), b + most)));
+    }
+  }
+  return groups;
+}
+
+std::unique_ptr<FusedStack> Infer::make_stack(const std::vector<Particle*>& members) const {
+  std::vector<torch::nn::Module*> modules;
+  std::vector<torch::optim::Optimizer*> optimizers;
+  for (Particle* p : members) {
+    modules.push_back(&p->module());
+    optimizers.push_back(&p->optimizer());
+  }
+  return std::make_unique<FusedStack>(modules, optimizers, optimizer_);
+}
+
+c10::IValue Infer::epoch_of(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  prepare_epoch(p, epoch);
+  auto rows = epoch_rows(p, x.size(0));
+  std::function<void()> after_step, step;
+  epoch_hooks(p, epoch, after_step, step);
+  const double loss = rows.defined() ? train_epoch(p, x.index_select(0, rows), y.index_select(0, rows), epoch,
+                                                   after_step, step)
+                                     : train_epoch(p, x, y, epoch, after_step, step);
+  finish_epoch(p, epoch);
+  return loss;
+}
+
+c10::IValue Infer::fused_epoch_of(Particle& p, const std::vector<Pid>& members, const torch::Tensor& x,
+                                  const torch::Tensor& y, int64_t epoch) {
+  std::vector<double> losses;
+  p.borrow(members, [&](const std::vector<Particle*>& ps) {
+    for (Particle* m : ps) prepare_epoch(*m, epoch);
+    auto stack = make_stack(ps);
+    std::function<void()> after_step, step, finish;
+    fused_epoch_hooks(*stack, ps, epoch, after_step, step, finish);
+    losses = train_epoch_fused(*stack, ps, x, y, epoch, after_step, step);
+    stack->write_back();
+    if (finish) finish();
+    for (Particle* m : ps) finish_epoch(*m, epoch);
+  });
+  return losses;
+}
+
+std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vector<Particle*>& members,
+                                             const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                                             const std::function<void()>& after_step,
+                                             const std::function<void()>& step) const {
+  const int64_t n = x.size(0), bs = options_.batch_size(), count = stack.size();
+  const torch::Device device = members.front()->device();
+  // Each member's rows in its own order: what train_epoch draws for it alone.
+  std::vector<torch::Tensor> orders;
+  for (Particle* p : members) {
+    auto rows = const_cast<Infer*>(this)->epoch_rows(*p, n);
+    auto order = epoch_order(p->pid(), epoch, n);
+    orders.push_back(rows.defined() ? rows.index_select(0, order) : order);
+  }
+  const auto order = torch::stack(orders);  // [N, n]
+  auto shape_of = [&](const torch::Tensor& t, int64_t len) {
+    std::vector<int64_t> s{count, len};
+    for (int64_t d = 1; d < t.dim(); ++d) s.push_back(t.size(d));
+    return s;
+  };
+  auto& opt = stack.optimizer();
+  std::vector<double> total(members.size(), 0.0);
+  int64_t batches = 0;
+  for (int64_t b = 0; b < n; b += bs, ++batches) {
+    const int64_t len = std::min(bs, n - b);
+    auto idx = order.narrow(1, b, len).reshape({-1});
+    auto xb = x.index_select(0, idx).view(shape_of(x, len)).to(device);
+    auto yb = y.index_select(0, idx).view(shape_of(y, len)).to(device);
+    opt.zero_grad();
+    auto nll = mean_nll(stack.forward(xb), yb);  // [N]
+    auto loss = (nll + neg_log_prior(stack) / static_cast<double>(dataset_size_)).sum();
+    loss.backward();
+    if (step) {
+      step();
+    } else {
+      opt.step();
+    }
+    auto host = nll.detach().to(torch::kCPU, torch::kFloat64);
+    const double* v = host.data_ptr<double>();
+    for (size_t i = 0; i < members.size(); ++i) {
+      check_finite(*members[i], epoch, v[i]);
+      total[i] += v[i];
+    }
+    if (after_step) after_step();
+  }
+  check_parameters_finite(stack, members, epoch);
+  for (double& t : total) t /= static_cast<double>(batches);
+  return total;
+}
+
+void Infer::check_parameters_finite(const FusedStack& stack, const std::vector<Particle*>& members,
+                                    int64_t epoch) const {
+  const auto& params = stack.parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto finite = torch::isfinite(params[k].detach().reshape({stack.size(), -1})).all(1).to(torch::kCPU);
+    const bool* ok = finite.data_ptr<bool>();
+    for (size_t i = 0; i < members.size(); ++i) {
+      PUSH_CHECK(ok[i], "push::bayes::Infer::fit", name(), ": parameter '", stack.parameter_names()[k],
+                 "' of particle ", members[i]->pid(), " is non-finite after epoch ", epoch + 1,
+                 ": training diverged; lower the learning rate or check the data for huge values");
+    }
+  }
+}
+
+torch::Tensor Infer::neg_log_prior(const FusedStack& stack) const {
+  // Term by term as the unfused overload adds them, per member.
+  torch::Tensor sum, noise;
+  const auto& params = stack.parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto flat = params[k].reshape({stack.size(), -1});
+    if (options_.likelihood() == Likelihood::learned_noise && stack.parameter_names()[k] == detail::kLogNoisePrecision) {
+      noise = (options_.noise_prior_rate() * torch::exp(flat) - options_.noise_prior_shape() * flat).sum(1);
+      continue;
+    }
+    auto s = flat.pow(2).sum(1);
+    sum = sum.defined() ? sum + s : s;
+  }
+  const double v = options_.prior_std() * options_.prior_std();
+  auto weights = sum.defined() ? sum / (2 * v) : torch::zeros({stack.size()});
+  return noise.defined() ? weights + noise : weights;
+}
+
+}  // namespace push::bayes

@@ -1,0 +1,30 @@
+#pragma once
+// The optimizer of a FusedStack: one optimizer of the members' kind over the stacked
+// parameters, holding the members' state stacked; write_back() hands it back. LibTorch's
+// optimizers update each element from its own state alone, so the stacked step is the
+// members' steps.
+#include <push/runtime/types.h>
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+namespace push::bayes {
+
+class FusedOptimizer {
+ public:
+  /// member_params[i][k]: member i's parameter k, whose stack is stacks[k].
+  FusedOptimizer(std::vector<torch::optim::Optimizer*> members, std::vector<std::vector<torch::Tensor>> member_params,
+                 std::vector<torch::Tensor> stacks, const OptimizerFactory& make_optimizer);
+  torch::optim::Optimizer& fused() { return *fused_; }
+  void write_back();
+
+ private:
+  std::vector<torch::optim::Optimizer*> members_;
+  std::vector<std::vector<torch::Tensor>> member_params_;
+  std::vector<torch::Tensor> stacks_;
+  std::unique_ptr<torch::optim::Optimizer> fused_;
+};
+
+}  // namespace push::bayes

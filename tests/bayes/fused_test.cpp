@@ -1,0 +1,246 @@
+// Fused particles: a FusedStack computes what its members compute one by one, and every
+// algorithm gives the same results fused and unfused (cache smaller than the group,
+// several lanes, a checkpoint in the middle).
+#include <push/bayes.h>
+#include <push/bayes/fused.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "test_util.h"
+
+namespace push::bayes {
+namespace {
+
+using push::testing::adam;
+
+std::vector<torch::nn::AnyModule> members_of(const ModuleFactory& factory, int n) {
+  std::vector<torch::nn::AnyModule> out;
+  for (int i = 0; i < n; ++i) {
+    torch::manual_seed(100 + i);
+    out.push_back(factory());
+  }
+  return out;
+}
+
+// The largest difference relative to the largest magnitude.
+double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
+  auto x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+  return ((x - y).abs().max() / (y.abs().max() + 1e-30)).item<double>();
+}
+
+// Forward, backward and two Adam steps of a stack against the same on each member alone.
+void expect_stack_matches_members(const ModuleFactory& factory, const std::vector<int64_t>& input, int n) {
+  auto fused_nets = members_of(factory, n), alone = members_of(factory, n);
+  std::vector<torch::nn::Module*> modules;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> owned;
+  std::vector<torch::optim::Optimizer*> opts;
+  for (auto& m : fused_nets) {
+    modules.push_back(m.ptr().get());
+    owned.push_back(adam(1e-2)(m.ptr()->parameters()));
+    opts.push_back(owned.back().get());
+  }
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> alone_opts;
+  for (auto& m : alone) alone_opts.push_back(adam(1e-2)(m.ptr()->parameters()));
+  torch::manual_seed(7);
+  std::vector<int64_t> shape{n, 5};
+  shape.insert(shape.end(), input.begin(), input.end());
+  for (int round = 0; round < 2; ++round) {
+    auto x = torch::randn(shape);
+    FusedStack stack(modules, opts, adam(1e-2));
+    ASSERT_EQ(stack.size(), n);
+    auto out = stack.forward(x);
+    stack.optimizer().zero_grad();
+    out.pow(2).sum().backward();
+    for (int i = 0; i < n; ++i) {
+      alone_opts[i]->zero_grad();
+      auto mine = alone[i].forward(x[i]);
+      EXPECT_LT(max_rel(out[i].detach(), mine.detach()), 1e-5) << "member " << i;
+      mine.pow(2).sum().backward();
+      alone_opts[i]->step();
+    }
+    stack.optimizer().step();
+    stack.write_back();
+  }
+  for (int i = 0; i < n; ++i) {
+    auto a = fused_nets[i].ptr()->parameters(), b = alone[i].ptr()->parameters();
+    for (size_t k = 0; k < a.size(); ++k) {
+      EXPECT_LT(max_rel(a[k], b[k]), 1e-5) << "member " << i << " parameter " << k;
+      EXPECT_LT(max_rel(a[k].grad(), b[k].grad()), 1e-5) << "gradient of member " << i << " parameter " << k;
+    }
+    // The optimizer state went back too: the next unfused step continues the same run.
+    auto& state = owned[i]->state();
+    EXPECT_EQ(state.size(), a.size());
+  }
+}
+
+TEST(FusedStack, MlpMatchesItsMembers) {
+  expect_stack_matches_members(make_model("mlp:16,8", {3}, 2), {3}, 4);
+}
+
+TEST(FusedStack, CnnMatchesItsMembers) {
+  expect_stack_matches_members(make_model("cnn:4,6", {1, 8, 8}, 3), {1, 8, 8}, 3);
+}
+
+TEST(FusedStack, DropoutMasksAreEachMembersOwn) {
+  auto factory = make_model("mlp:32", {4}, 1, /*dropout=*/0.5);
+  auto fused_nets = members_of(factory, 3), alone = members_of(factory, 3);
+  std::vector<torch::nn::Module*> modules;
+  for (auto& m : fused_nets) modules.push_back(m.ptr().get());
+  FusedStack stack(modules, {}, nullptr);
+  auto x = torch::randn({3, 6, 4});
+  auto out = stack.forward(x);
+  for (int i = 0; i < 3; ++i) {
+    // A mask drawn differently would zero other units: far beyond rounding.
+    EXPECT_LT(max_rel(out[i].detach(), alone[i].forward(x[i]).detach()), 1e-6) << "member " << i;
+  }
+  EXPECT_PUSH_ERROR(stack.optimizer(), "no optimizer");
+}
+
+TEST(FusedStack, SaysWhatItCannotFuse) {
+  namespace nn = torch::nn;
+  auto with = [](nn::Sequential seq) { return fusion_blocker(*to_any_module(std::move(seq)).ptr()); };
+  EXPECT_EQ(with(nn::Sequential(nn::Linear(2, 3), nn::ReLU(), nn::Linear(3, 1))), "");
+  EXPECT_NE(with(nn::Sequential(nn::Linear(2, 3), nn::Dropout(0.5))).find("global generator"), std::string::npos);
+  EXPECT_NE(with(nn::Sequential(nn::Linear(2, 3), nn::BatchNorm1d(3))).find("layer 1"), std::string::npos);
+  EXPECT_NE(fusion_blocker(*nn::AnyModule(nn::Linear(2, 3)).ptr()).find("Sequential"), std::string::npos);
+  // Members must share one architecture.
+  auto a = make_model("mlp:4", {2}, 1)(), b = make_model("mlp:5", {2}, 1)();
+  EXPECT_PUSH_ERROR(FusedStack({a.ptr().get(), b.ptr().get()}, {}, nullptr), "differs from member 0");
+}
+
+// ---- every algorithm, fused against unfused -----------------------------------------------
+
+data::Dataset regression(int64_t n) { return data::synthetic_gap(n, 3); }
+
+struct Outcome {
+  Predictive pred;
+  std::vector<double> losses;
+  bool fused = false;
+};
+
+template <class Algo, class... Extra>
+Outcome run(bool fuse, int epochs, const ModuleFactory& model, InferOptions options, const data::Dataset& train,
+        const torch::Tensor& test_x, Extra... extra) {
+  Algo algo(model, options.fuse(fuse), extra...);
+  algo.fit(train, epochs);
+  return {algo.predict(test_x), algo.losses(), algo.fused()};
+}
+
+void expect_same(const Outcome& a, const Outcome& b, const char* what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t e = 0; e < a.losses.size(); ++e) {
+    EXPECT_NEAR(a.losses[e], b.losses[e], 1e-5 * std::abs(b.losses[e]) + 1e-9) << what << " epoch " << e;
+  }
+  if (a.pred.task == Task::classification) {
+    EXPECT_LT(max_rel(a.pred.probs, b.pred.probs), 1e-5) << what;
+  } else {
+    EXPECT_LT(max_rel(a.pred.mean, b.pred.mean), 1e-5) << what;
+    EXPECT_LT(max_rel(a.pred.variance, b.pred.variance), 1e-5) << what;
+  }
+}
+
+InferOptions small_options() {
+  // 5 particles on 2 lanes with room for 2 each: groups {0, 2}, {4}, {1, 3}.
+  return InferOptions().particles(5).devices(2).cache_size(2).intra_op_threads(1).batch_size(32).lr(1e-2).seed(11)
+      .likelihood(Likelihood::heteroscedastic);
+}
+
+TEST(Fused, EveryAlgorithmGivesTheUnfusedResults) {
+  auto train = regression(96);
+  auto x = torch::linspace(-1.5, 1.5, 17).unsqueeze(1);
+  auto model = make_model("mlp:16,16", {1}, 2);
+  auto options = small_options();
+  {
+    auto f = run<Ensemble>(true, 3, model, options, train, x, EnsembleOptions().bootstrap(true));
+    auto u = run<Ensemble>(false, 3, model, options, train, x, EnsembleOptions().bootstrap(true));
+    EXPECT_TRUE(f.fused);
+    EXPECT_FALSE(u.fused);
+    expect_same(f, u, "ensemble");
+  }
+  {
+    auto swag = SWAGOptions().pretrain_epochs(1).rank(2).samples(4);
+    expect_same(run<MultiSWAG>(true, 3, model, options, train, x, swag),
+                run<MultiSWAG>(false, 3, model, options, train, x, swag), "mswag");
+    auto every = SWAGOptions().pretrain_epochs(1).rank(2).samples(4).collect_every_steps(2).collect_momentum(std::nullopt);
+    expect_same(run<MultiSWAG>(true, 3, model, options, train, x, every),
+                run<MultiSWAG>(false, 3, model, options, train, x, every), "mswag, collect every 2 steps");
+  }
+  expect_same(run<SVGD>(true, 3, model, options, train, x), run<SVGD>(false, 3, model, options, train, x), "svgd");
+  auto dropout = make_model("mlp:16,16", {1}, 2, 0.2);
+  expect_same(run<MCDropout>(true, 3, dropout, options, train, x, McDropoutOptions().samples(3)),
+              run<MCDropout>(false, 3, dropout, options, train, x, McDropoutOptions().samples(3)), "mcdropout");
+  auto noise = small_options().likelihood(Likelihood::learned_noise);
+  auto plain = make_model("mlp:16", {1}, 1);
+  expect_same(run<SVGD>(true, 3, plain, noise, train, x), run<SVGD>(false, 3, plain, noise, train, x),
+              "svgd, learned noise");
+}
+
+TEST(Fused, CnnClassifierGivesTheUnfusedResults) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  data::Dataset train;
+  train.task = Task::classification;
+  train.x = torch::randn({64, 1, 8, 8}, gen);
+  train.y = (train.x.mean({1, 2, 3}) > 0).to(torch::kLong);
+  train.num_classes = 2;
+  auto options = small_options().particles(3).likelihood(Likelihood::categorical);
+  auto model = make_model("cnn:4,4", {1, 8, 8}, 2);
+  auto test_x = torch::randn({9, 1, 8, 8}, gen);
+  auto f = run<Ensemble>(true, 2, model, options, train, test_x);
+  EXPECT_TRUE(f.fused);
+  expect_same(f, run<Ensemble>(false, 2, model, options, train, test_x), "cnn ensemble");
+}
+
+TEST(Fused, ACheckpointOfAFusedRunResumesUnfusedAndTheOtherWayRound) {
+  auto train = regression(96);
+  auto x = torch::linspace(-1.5, 1.5, 17).unsqueeze(1);
+  auto model = make_model("mlp:16,16", {1}, 2);
+  const auto dir = std::filesystem::temp_directory_path() / ("push_fused_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  for (bool first_fused : {true, false}) {
+    {
+      Ensemble first(model, small_options().fuse(first_fused));
+      first.fit(train, 2);
+      first.save(dir);
+    }
+    Ensemble second(model, small_options().fuse(!first_fused));
+    second.load(dir);
+    second.fit(train, 1);
+    Outcome resumed{second.predict(x), second.losses(), second.fused()};
+    expect_same(resumed, run<Ensemble>(false, 3, model, small_options(), train, x), "resumed");
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(Fused, ModelsItCannotFuseTrainUnfused) {
+  auto model = ModuleFactory([] {
+    return to_any_module(torch::nn::Sequential(torch::nn::Linear(1, 4), torch::nn::BatchNorm1d(4),
+                                               torch::nn::Linear(4, 2)));
+  });
+  Ensemble ens(model, small_options().fuse(true));
+  EXPECT_FALSE(ens.fused());
+  ens.fit(regression(64), 1);
+  EXPECT_EQ(ens.losses().size(), 1u);
+}
+
+TEST(Fused, BorrowTakesOnlyThisLanesParticlesAndNeverWaits) {
+  Push dist([] { return push::testing::tiny_mlp(); }, PushOptions().devices(2));
+  auto opts = ParticleOptions().optimizer(adam()).on("borrow", [](Particle& p, const Args& a) {
+    std::string seen;
+    p.borrow(a[0].toIntVector(), [&](const std::vector<Particle*>& ps) {
+      for (Particle* q : ps) seen += std::to_string(q->pid()) + ":" + std::to_string(q->module().parameters().size()) + " ";
+      if (a[1].toBool()) p.wait(std::vector<PFuture>{});
+    });
+    return c10::IValue(seen);
+  });
+  for (int i = 0; i < 4; ++i) dist.p_create(opts);  // lanes: 0, 2 on lane 0; 1, 3 on lane 1
+  EXPECT_EQ(dist.p_launch(0, "borrow", std::vector<int64_t>{0, 2}, false).wait().toStringRef(), "0:4 2:4 ");
+  EXPECT_PUSH_ERROR(dist.p_launch(0, "borrow", std::vector<int64_t>{1}, false).wait(), "not on the lane");
+  EXPECT_PUSH_ERROR(dist.p_launch(0, "borrow", std::vector<int64_t>{2, 2}, false).wait(), "listed twice");
+  EXPECT_PUSH_ERROR(dist.p_launch(2, "borrow", std::vector<int64_t>{0}, true).wait(), "cannot wait");
+}
+
+}  // namespace
+}  // namespace push::bayes
