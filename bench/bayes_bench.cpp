@@ -6,13 +6,21 @@
 //   ./build/bench/push_bench_bayes --benchmark_filter=SVGD
 //
 // Counters: push_s, plain_s (means), ratio = push_s / plain_s and ratio_min (best run of
-// each; targets: ensemble <= 1.1, SVGD <= 1.3). The plain ensemble loop trains each
+// each; targets: ensemble <= 1.1, SVGD <= 1.3). Fused particles (InferOptions::fuse) in the
+// same run: fused_s, fused_speedup = plain_s / fused_s (targets at 1 lane x 1 thread:
+// ensemble >= 4, SVGD >= 3) and fused_x_limit = fused_s / the arithmetic limit, which is
+// the run's FLOPs (3 x 2 x weights per point, network and epoch) at the one-core sgemm
+// rate measured in the same run (target at N = 16: <= 4; at N = 64: <= 3).
+// BM_FusedCnn: the Fashion-MNIST CNN ensemble (8 particles), fused against unfused, in
+// training images per second (each particle's images counted). The plain ensemble loop trains each
 // network in turn with the same seeded shuffles; the plain SVGD loop is vectorised: per
 // step every network's gradient, then the particles' flat parameters stacked, one kernel
 // matrix, one update. With L lanes the plain loops run on L threads (each with the same
 // intra-op threads as a lane, each owning 16/L networks; SVGD meets at a barrier for the
 // kernel step), so the ratio measures push's overhead, not its parallelism.
 #include <push/push.h>
+
+#include <dlfcn.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <benchmark/benchmark.h>
@@ -30,7 +38,8 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kParticles = 16, kEpochs = 20, kBatch = 128, kPoints = 1024;
+constexpr int kEpochs = 20, kBatch = 128, kPoints = 1024;
+int g_particles = 16;  // the benchmark's N, set by each run
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -48,12 +57,13 @@ torch::nn::Sequential mlp() {
                                torch::nn::ReLU(), torch::nn::Linear(64, 1));
 }
 
-push::bayes::InferOptions options(int lanes, int threads) {
+push::bayes::InferOptions options(int lanes, int threads, bool fuse = false) {
   return push::bayes::InferOptions()
-      .particles(kParticles)
+      .fuse(fuse)
+      .particles(g_particles)
       .devices(lanes)
       .intra_op_threads(threads)
-      .cache_size(kParticles)
+      .cache_size(g_particles)
       .batch_size(kBatch)
       .lr(0.01);
 }
@@ -72,13 +82,13 @@ at::Generator gen(uint64_t a, uint64_t b, uint64_t c) {
   return at::make_generator<at::CPUGeneratorImpl>(push::bayes::mix_seed(0, a, b, c));
 }
 
-/// Networks i = first, first + stride, ... < kParticles, each with its own Adam.
+/// Networks i = first, first + stride, ... < g_particles, each with its own Adam.
 struct Nets {
   std::vector<int> ids;
   std::vector<torch::nn::Sequential> nets;
   std::vector<std::unique_ptr<torch::optim::Adam>> opts;
   Nets(int first, int stride) {
-    for (int i = first; i < kParticles; i += stride) {
+    for (int i = first; i < g_particles; i += stride) {
       ids.push_back(i);
       nets.push_back(mlp());
       opts.push_back(std::make_unique<torch::optim::Adam>(nets.back()->parameters(), torch::optim::AdamOptions(0.01)));
@@ -133,7 +143,7 @@ double plain_ensemble(const Workload& w, int workers, int threads) {
 /// Vectorised SVGD: per step each worker computes its networks' gradients, one worker
 /// stacks every particle and computes the kernel step, then each worker steps its own.
 double plain_svgd(const Workload& w, int workers, int threads) {
-  std::vector<torch::Tensor> thetas(kParticles), grads(kParticles);
+  std::vector<torch::Tensor> thetas(g_particles), grads(g_particles);
   torch::Tensor phi;
   std::barrier sync(workers);
   return on_workers(
@@ -174,38 +184,111 @@ double plain_svgd(const Workload& w, int workers, int threads) {
 }
 
 template <class Algo>
-double through_push(const Workload& w, int lanes, int threads) {
-  Algo algo([] { return push::to_any_module(mlp()); }, options(lanes, threads));
+double through_push(const Workload& w, int lanes, int threads, bool fuse = false) {
+  Algo algo([] { return push::to_any_module(mlp()); }, options(lanes, threads, fuse));
   algo.dist();  // create the particles outside the timed region, as the plain loop does
   auto t0 = Clock::now();
   algo.fit(w.data, kEpochs);
   return seconds_since(t0);
 }
 
+// One core's sgemm rate (FLOP/s), best of 5 products of 512 x 512 matrices, with every
+// pool (intra-op and OpenBLAS's) at one thread.
+double sgemm_rate() {
+  using Set = void (*)(int);
+  if (auto set = reinterpret_cast<Set>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+  at::set_num_threads(1);
+  const int64_t n = 512;
+  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    benchmark::DoNotOptimize(torch::mm(a, b));
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * n * n * n / best;
+}
+
+// The workload's arithmetic: forward 2 FLOPs per weight, backward twice that.
+double workload_flops() {
+  const double weights = 1 * 64 + 64 * 64 + 64 * 1;
+  return 3 * 2 * weights * kPoints * kEpochs * g_particles;
+}
+
 template <class Algo>
 void run(benchmark::State& state, double (*plain)(const Workload&, int, int)) {
   const int lanes = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
+  g_particles = static_cast<int>(state.range(2));
   Workload w;
-  double push_s = 0, plain_s = 0, push_min = 1e30, plain_min = 1e30;
+  double push_s = 0, plain_s = 0, fused_s = 0, push_min = 1e30, plain_min = 1e30;
   for (auto _ : state) {
     double a = plain(w, lanes, threads), b = through_push<Algo>(w, lanes, threads);
+    fused_s += through_push<Algo>(w, lanes, threads, /*fuse=*/true);
     plain_s += a;
     push_s += b;
     plain_min = std::min(plain_min, a);
     push_min = std::min(push_min, b);
   }
-  state.counters["push_s"] = push_s / state.iterations();
-  state.counters["plain_s"] = plain_s / state.iterations();
+  const double runs = static_cast<double>(state.iterations());
+  state.counters["push_s"] = push_s / runs;
+  state.counters["plain_s"] = plain_s / runs;
   state.counters["ratio"] = push_s / plain_s;
   // Best of the runs: on a shared machine the least disturbed run of each is the fairer pair.
   state.counters["ratio_min"] = push_min / plain_min;
+  state.counters["fused_s"] = fused_s / runs;
+  state.counters["fused_speedup"] = plain_s / fused_s;
+  state.counters["fused_x_limit"] = (fused_s / runs) / (workload_flops() / sgemm_rate());
+  g_particles = 16;
 }
 
 void BM_Ensemble(benchmark::State& state) { run<push::bayes::Ensemble>(state, plain_ensemble); }
 void BM_SVGD(benchmark::State& state) { run<push::bayes::SVGD>(state, plain_svgd); }
 
-BENCHMARK(BM_Ensemble)->Args({1, 1})->Args({2, 1})->ArgNames({"lanes", "threads"})->Iterations(5)->Unit(benchmark::kSecond);
-BENCHMARK(BM_SVGD)->Args({1, 1})->Args({2, 1})->ArgNames({"lanes", "threads"})->Iterations(5)->Unit(benchmark::kSecond);
+BENCHMARK(BM_Ensemble)
+    ->Args({1, 1, 16})
+    ->Args({2, 1, 16})
+    ->Args({1, 1, 64})
+    ->ArgNames({"lanes", "threads", "N"})
+    ->Iterations(3)
+    ->Unit(benchmark::kSecond);
+BENCHMARK(BM_SVGD)->Args({1, 1, 16})->Args({2, 1, 16})->ArgNames({"lanes", "threads", "N"})->Iterations(3)->Unit(benchmark::kSecond);
+
+// The CNN of `push train --model cnn` on 2,048 Fashion-MNIST images, 8 particles, 1 epoch.
+void BM_FusedCnn(benchmark::State& state) {
+  push::data::Dataset train;
+  try {
+    train = push::data::subsample(push::data::load("fashion-mnist"), 2048, 0);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const int particles = 8;
+  auto model = push::bayes::make_model("cnn", train.input_shape(), train.num_classes);
+  auto time_it = [&](bool fuse) {
+    push::bayes::Ensemble ens(model, push::bayes::InferOptions()
+                                         .particles(particles)
+                                         .devices(1)
+                                         .intra_op_threads(1)
+                                         .cache_size(particles)
+                                         .batch_size(64)
+                                         .likelihood(push::bayes::Likelihood::categorical)
+                                         .fuse(fuse));
+    ens.dist();
+    auto t0 = Clock::now();
+    ens.fit(train, 1);
+    return seconds_since(t0);
+  };
+  double fused = 0, unfused = 0;
+  for (auto _ : state) {
+    unfused += time_it(false);
+    fused += time_it(true);
+  }
+  const double images = static_cast<double>(particles) * train.size() * state.iterations();
+  state.counters["fused_img_s"] = images / fused;
+  state.counters["unfused_img_s"] = images / unfused;
+  state.counters["speedup"] = unfused / fused;
+}
+BENCHMARK(BM_FusedCnn)->Iterations(2)->Unit(benchmark::kSecond);
 
 }  // namespace
 

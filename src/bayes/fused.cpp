@@ -149,18 +149,20 @@ struct FusedStack::Impl {
     return op.bias >= 0 ? torch::baddbmm(stacks[op.bias].unsqueeze(1), h, wt) : torch::bmm(h, wt);
   }
 
-  // N convolutions as one with N groups: members' channels side by side.
+  // One convolution per member on its slices (unbind: its backward stacks the gradients
+  // once). A single convolution with N groups gives the same result, but LibTorch's CPU
+  // grouped convolution ran the Fashion-MNIST CNN at half the speed of unfused particles.
   torch::Tensor conv2d(const Op& op, const torch::Tensor& h) const {
-    const int64_t b = h.size(1);
-    auto in = h.transpose(0, 1).reshape({b, n * h.size(2), h.size(3), h.size(4)});
-    const auto& w = stacks[op.weight];
-    auto weight = w.reshape({n * w.size(1), w.size(2), w.size(3), w.size(4)});
-    torch::Tensor bias;
-    if (op.bias >= 0) bias = stacks[op.bias].reshape({-1});
     const auto& o = op.conv->options;
-    auto out = F::conv2d(in, weight,
-                         F::Conv2dFuncOptions().bias(bias).stride(o.stride()).padding(o.padding()).dilation(o.dilation()).groups(n));
-    return out.view({b, n, w.size(1), out.size(2), out.size(3)}).transpose(0, 1);
+    auto options = F::Conv2dFuncOptions().stride(o.stride()).padding(o.padding()).dilation(o.dilation());
+    auto inputs = h.unbind(0), weights = stacks[op.weight].unbind(0);
+    std::vector<torch::Tensor> biases;
+    if (op.bias >= 0) biases = stacks[op.bias].unbind(0);
+    std::vector<torch::Tensor> outs;
+    for (int64_t i = 0; i < n; ++i) {
+      outs.push_back(F::conv2d(inputs[i], weights[i], F::Conv2dFuncOptions(options).bias(op.bias >= 0 ? biases[i] : torch::Tensor())));
+    }
+    return torch::stack(outs);
   }
 
   torch::Tensor maxpool2d(const Op& op, const torch::Tensor& h) const {

@@ -205,7 +205,8 @@ int run_train(int argc, char** argv) {
   app.add_option("--resume", c.resume, "continue from a checkpoint written by --save with the same configuration");
   app.add_flag("--quiet", c.quiet, "no progress bar");
   app.add_flag("--fuse,!--no-fuse", c.fuse,
-               "train each lane's particles as one stacked computation (default; models it cannot fuse train unfused)");
+               "train each lane's particles as one stacked computation (default for MLPs; the CNN trains unfused "
+               "unless --fuse; models it cannot fuse train unfused)");
   app.add_option("--nproc", c.nproc,
                  "start N local ranks (as push launch does) that train one distribution; under push launch, "
                  "torchrun --no-python or mpirun the job's ranks are used instead")
@@ -316,7 +317,7 @@ int run_train(int argc, char** argv) {
       .batch_size(c.batch_size)
       .lr(c.lr)
       .seed(c.seed)
-      .fuse(c.fuse)
+      .fuse(c.fuse.value_or(spec.kind != "cnn"))
       .world(world);
   std::unique_ptr<ProgressBar> bar;
   options.on_progress([&bar](const bayes::Progress& p) {

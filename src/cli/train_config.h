@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace push::cli {
@@ -16,7 +17,9 @@ struct TrainConfig {
   double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
   uint64_t seed = 0;
   bool bootstrap = false, quiet = false;
-  bool fuse = true;  // not part of identity: fused and unfused runs resume each other
+  // --fuse / --no-fuse; unset: fuse MLPs, not the CNN (fused convolutions measured slower
+  // on CPU). Not part of identity: fused and unfused runs resume each other.
+  std::optional<bool> fuse;
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.

@@ -45,6 +45,24 @@ TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
   }
 }
 
+TEST_F(Cli, FusesMlpsByDefaultWithTheUnfusedNumbers) {
+  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
+    const std::string common = "--algo " + algo + " --particles 3 --epochs 3 --samples 3 --quiet ";
+    auto fused = run(common + "--out f"), plain = run(common + "--no-fuse --out u");
+    ASSERT_EQ(fused.code, 0) << algo << ": " << fused.err;
+    ASSERT_EQ(plain.code, 0) << algo << ": " << plain.err;
+    auto f = metrics("f"), u = metrics("u");
+    EXPECT_EQ(f["run"]["fused"], true) << algo;
+    EXPECT_EQ(u["run"]["fused"], false) << algo;
+    for (const auto& [key, value] : u["metrics"].items()) {
+      const double a = f["metrics"][key].get<double>(), b = value.get<double>();
+      EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << algo << " " << key;
+    }
+    fs::remove_all(dir_ / "f");
+    fs::remove_all(dir_ / "u");
+  }
+}
+
 TEST_F(Cli, AlgorithmOptionsReachTheRun) {
   const std::pair<std::string, json> cases[] = {
       {"--algo ensemble --bootstrap", json{{"bootstrap", true}}},
