@@ -204,9 +204,11 @@ int run_train(int argc, char** argv) {
   app.add_option("--save", c.save, "write a checkpoint (particles + config) to this folder");
   app.add_option("--resume", c.resume, "continue from a checkpoint written by --save with the same configuration");
   app.add_flag("--quiet", c.quiet, "no progress bar");
-  app.add_flag("--fuse,!--no-fuse", c.fuse,
-               "train each lane's particles as one stacked computation (default for MLPs; the CNN trains unfused "
-               "unless --fuse; models it cannot fuse train unfused)");
+  auto* fuse = app.add_flag_callback("--fuse", [&c] { c.fuse = true; },
+                                     "train each lane's particles as one stacked computation (the default for MLPs; "
+                                     "models it cannot fuse train unfused)");
+  app.add_flag_callback("--no-fuse", [&c] { c.fuse = false; }, "train particles one by one (the default for the CNN)")
+      ->excludes(fuse);
   app.add_option("--nproc", c.nproc,
                  "start N local ranks (as push launch does) that train one distribution; under push launch, "
                  "torchrun --no-python or mpirun the job's ranks are used instead")
