@@ -144,38 +144,91 @@ struct FusedStack::Impl {
   std::vector<std::vector<torch::Tensor>> member_params;  // [member][k]
   std::unique_ptr<FusedOptimizer> optimizer;
 
-  torch::Tensor linear(const Op& op, const torch::Tensor& h) const {
+  // Activations between layers: stacked [N, B, ...], or one tensor per member from a
+  // convolution on (stacking image activations copies more than the fused convolution
+  // saves: the stacked CNN ran at half the unfused speed); they are stacked at the first
+  // layer that needs it, a Linear.
+  struct Flow {
+    torch::Tensor stacked;
+    std::vector<torch::Tensor> parts;
+    bool split() const { return !parts.empty(); }
+    const torch::Tensor& whole() {
+      if (split()) {
+        stacked = torch::stack(parts);
+        parts.clear();
+      }
+      return stacked;
+    }
+    std::vector<torch::Tensor>& each() {
+      if (!split()) parts = stacked.unbind(0);  // its backward stacks the gradients once
+      return parts;
+    }
+    template <class Fn>
+    void map(Fn fn) {
+      if (split()) {
+        for (auto& t : parts) t = fn(t);
+      } else {
+        stacked = fn(stacked);
+      }
+    }
+  };
+
+  void linear(const Op& op, Flow& f) const {
+    const auto& h = f.whole();
     auto wt = stacks[op.weight].transpose(1, 2);
-    return op.bias >= 0 ? torch::baddbmm(stacks[op.bias].unsqueeze(1), h, wt) : torch::bmm(h, wt);
+    torch::Tensor bias = op.bias >= 0 ? stacks[op.bias].unsqueeze(1) : torch::Tensor();
+    if (wt.size(1) == 1) {
+      // One input feature: an outer product, element-wise (a gemm with k = 1 is slower).
+      f.stacked = bias.defined() ? torch::addcmul(bias, h, wt) : h * wt;
+    } else {
+      f.stacked = bias.defined() ? torch::baddbmm(bias, h, wt) : torch::bmm(h, wt);
+    }
   }
 
-  // One convolution per member on its slices (unbind: its backward stacks the gradients
-  // once). A single convolution with N groups gives the same result, but LibTorch's CPU
-  // grouped convolution ran the Fashion-MNIST CNN at half the speed of unfused particles.
-  torch::Tensor conv2d(const Op& op, const torch::Tensor& h) const {
+  void conv2d(const Op& op, Flow& f) const {
     const auto& o = op.conv->options;
-    auto options = F::Conv2dFuncOptions().stride(o.stride()).padding(o.padding()).dilation(o.dilation());
-    auto inputs = h.unbind(0), weights = stacks[op.weight].unbind(0);
+    auto weights = stacks[op.weight].unbind(0);
     std::vector<torch::Tensor> biases;
     if (op.bias >= 0) biases = stacks[op.bias].unbind(0);
-    std::vector<torch::Tensor> outs;
+    auto& parts = f.each();
     for (int64_t i = 0; i < n; ++i) {
-      outs.push_back(F::conv2d(inputs[i], weights[i], F::Conv2dFuncOptions(options).bias(op.bias >= 0 ? biases[i] : torch::Tensor())));
+      auto options = F::Conv2dFuncOptions().stride(o.stride()).padding(o.padding()).dilation(o.dilation());
+      if (op.bias >= 0) options.bias(biases[i]);
+      parts[i] = F::conv2d(parts[i], weights[i], options);
     }
-    return torch::stack(outs);
   }
 
-  torch::Tensor maxpool2d(const Op& op, const torch::Tensor& h) const {
-    auto flat = h.reshape({n * h.size(1), h.size(2), h.size(3), h.size(4)});
-    auto out = F::max_pool2d(flat, op.pool->options);
-    return out.view({n, h.size(1), out.size(1), out.size(2), out.size(3)});
+  void maxpool2d(const Op& op, Flow& f) const {
+    if (f.split()) {
+      f.map([&](const torch::Tensor& t) { return F::max_pool2d(t, op.pool->options); });
+      return;
+    }
+    const auto& h = f.stacked;
+    auto out = F::max_pool2d(h.reshape({n * h.size(1), h.size(2), h.size(3), h.size(4)}), op.pool->options);
+    f.stacked = out.view({n, h.size(1), out.size(1), out.size(2), out.size(3)});
   }
 
-  torch::Tensor dropout(const Op& op, const torch::Tensor& h) const {
-    if (op.p == 0) return h;
+  void flatten(Flow& f) const {
+    if (f.split()) {
+      f.map([](const torch::Tensor& t) { return t.flatten(1); });
+    } else {
+      f.stacked = f.stacked.flatten(2);
+    }
+  }
+
+  void dropout(const Op& op, Flow& f) const {
+    if (op.p == 0) return;
+    if (f.split()) {
+      for (int64_t i = 0; i < n; ++i) {
+        auto& t = f.parts[i];
+        t = t * op.dropouts[i]->next_mask(t.sizes(), t.options()).to(t.device()) / (1 - op.p);
+      }
+      return;
+    }
+    const auto& h = f.stacked;
     std::vector<torch::Tensor> masks;
     for (int64_t i = 0; i < n; ++i) masks.push_back(op.dropouts[i]->next_mask(h[i].sizes(), h.options()));
-    return h * torch::stack(masks).to(h.device()) / (1 - op.p);
+    f.stacked = h * torch::stack(masks).to(h.device()) / (1 - op.p);
   }
 };
 
@@ -265,21 +318,22 @@ torch::Tensor FusedStack::forward(const torch::Tensor& x) {
   const Impl& s = *impl_;
   PUSH_CHECK(x.dim() >= 2 && x.size(0) == s.n, "push::bayes::FusedStack::forward", "expected inputs [", s.n,
              ", B, ...], got ", x.sizes());
-  torch::Tensor h = x;
+  Impl::Flow f{x, {}};
   for (const Op& op : s.ops) {
     switch (op.kind) {
-      case Kind::flatten: h = h.flatten(2); break;
-      case Kind::linear: h = s.linear(op, h); break;
-      case Kind::conv2d: h = s.conv2d(op, h); break;
-      case Kind::maxpool2d: h = s.maxpool2d(op, h); break;
-      case Kind::relu: h = torch::relu(h); break;
-      case Kind::leaky_relu: h = torch::leaky_relu(h, op.slope); break;
-      case Kind::tanh: h = torch::tanh(h); break;
-      case Kind::sigmoid: h = torch::sigmoid(h); break;
+      case Kind::flatten: s.flatten(f); break;
+      case Kind::linear: s.linear(op, f); break;
+      case Kind::conv2d: s.conv2d(op, f); break;
+      case Kind::maxpool2d: s.maxpool2d(op, f); break;
+      case Kind::relu: f.map([](const torch::Tensor& t) { return torch::relu(t); }); break;
+      case Kind::leaky_relu: f.map([&](const torch::Tensor& t) { return torch::leaky_relu(t, op.slope); }); break;
+      case Kind::tanh: f.map([](const torch::Tensor& t) { return torch::tanh(t); }); break;
+      case Kind::sigmoid: f.map([](const torch::Tensor& t) { return torch::sigmoid(t); }); break;
       case Kind::identity: break;
-      case Kind::dropout: h = s.dropout(op, h); break;
+      case Kind::dropout: s.dropout(op, f); break;
     }
   }
+  torch::Tensor h = f.whole();
   if (s.log_precision >= 0) {
     // The wrapper's forward: the means, then log γ over every target.
     auto log_gamma = s.stacks[s.log_precision].view({s.n, 1, -1}).expand({s.n, h.size(1), h.size(2)});

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "runtime/heap.h"
 #include "runtime/message_values.h"
 #include "runtime/runtime.h"
 
@@ -105,6 +106,7 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
   // not by two threads at once (ThreadSanitizer saw a lane's build race with this thread's
   // use of the pool, in code it cannot see the guard of).
   at::set_num_threads(at::get_num_threads());
+  keep_freed_memory();
   for (int i = 0; i < lanes; ++i) {
     LaneConfig config;
     config.index = i;
