@@ -125,9 +125,10 @@ std::vector<Op> describe(nn::Module& member) {
 
 }  // namespace
 
-std::string fusion_blocker(nn::Module& module) {
+std::string fusion_blocker(nn::Module& module, torch::optim::Optimizer* optimizer) {
   try {
     describe(module);
+    if (optimizer != nullptr) check_fusable(*optimizer);
     return "";
   } catch (const std::exception& e) {
     return e.what();

@@ -40,6 +40,14 @@ bool same_options(const OptimizerOptions& a, const OptimizerOptions& b) {
 
 }  // namespace
 
+void check_fusable(const Optimizer& optimizer) {
+  PUSH_CHECK(optimizer.param_groups().size() == 1, kOrigin, "an optimizer with ",
+             optimizer.param_groups().size(), " parameter groups is not fused");
+  const auto& options = optimizer.param_groups()[0].options();
+  PUSH_CHECK(same_options(options, options), kOrigin,
+             "only Adam, AdamW, SGD, RMSprop and Adagrad are fused (their updates are element-wise)");
+}
+
 FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std::vector<torch::Tensor>> member_params,
                                std::vector<torch::Tensor> stacks, const OptimizerFactory& make_optimizer)
     : members_(std::move(members)), member_params_(std::move(member_params)), stacks_(std::move(stacks)) {

@@ -12,6 +12,10 @@
 
 namespace push::bayes {
 
+/// Throws push::Error naming the reason when `optimizer`'s kind cannot be fused (not one
+/// of LibTorch's element-wise optimizers, or more than one parameter group).
+void check_fusable(const torch::optim::Optimizer& optimizer);
+
 class FusedOptimizer {
  public:
   /// member_params[i][k]: member i's parameter k, whose stack is stacks[k].

@@ -125,8 +125,13 @@ void Infer::ensure_created() {
                                           }));
   }
   optimizer_ = opts.optimizer();
-  // A scratch copy says whether the model fuses (the particles' own come later).
-  fused_ = options_.fuse() && fusion_blocker(*model_().ptr()).empty();
+  // A scratch copy says whether the model and its optimizer fuse (the particles' own come
+  // later).
+  if (options_.fuse()) {
+    auto scratch = model_();
+    auto optimizer = optimizer_(scratch.ptr()->parameters());
+    fused_ = fusion_blocker(*scratch.ptr(), optimizer.get()).empty();
+  }
   opts.on("predict", [this](Particle& p, const Args& a) {
     torch::NoGradGuard no_grad;
     return c10::IValue(predict_particle(p, a[0].toTensor()));

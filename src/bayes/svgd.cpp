@@ -85,10 +85,29 @@ SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
 }
 
 ParticleOptions SVGD::particle_options() {
-  // Applies the previous step's φ, then returns (θ, ∇log p(θ | D), nll) at the new θ.
-  auto grad_step = [this](Particle& p, const torch::Tensor& phi, const torch::Tensor& x, const torch::Tensor& y,
-                          int64_t epoch) {
-    if (phi.numel() > 0) apply_direction(p, phi);
+  return ParticleOptions()
+      .on("svgd_grad",
+          [this](Particle& p, const Args& a) {
+            return group_grad(p, a[0].toIntVector(), a[1].toTensor(), a[2].toTensor(), a[3].toTensor(),
+                              a[4].toInt());
+          })
+      .on("svgd_apply",
+          [this](Particle& p, const Args& a) {
+            group_apply(p, a[0].toIntVector(), a[1].toTensor(), a[2].toInt());
+            return c10::IValue();
+          })
+      .on("svgd_epoch", [this](Particle& p, const Args& a) {
+        std::vector<std::vector<Pid>> groups;
+        for (const auto& g : a[3].toListRef()) groups.push_back(g.toIntVector());
+        return drive_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt(), groups);
+      });
+}
+
+c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi,
+                             const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  if (!fused()) {
+    // A group of one unfused particle: p.
+    if (phi.numel() > 0) apply_direction(p, phi[0]);
     auto& module = p.module();
     p.optimizer().zero_grad();
     auto nll = mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
@@ -98,87 +117,9 @@ ParticleOptions SVGD::particle_options() {
     u.backward();
     std::vector<torch::Tensor> grads;
     for (const auto& param : module.parameters()) grads.push_back(-param.grad().reshape(-1));
-    return std::make_tuple(flat_parameters(module), torch::cat(grads), loss);
-  };
-  return ParticleOptions()
-      .on("svgd_grad",
-          [grad_step](Particle& p, const Args& a) {
-            auto [theta, g, nll] = grad_step(p, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt());
-            return c10::IValue(c10::ivalue::Tuple::create({theta, g, nll}));
-          })
-      .on("svgd_apply",
-          [this](Particle& p, const Args& a) {
-            apply_direction(p, a[0].toTensor());
-            check_parameters_finite(p, a[1].toInt());
-            return c10::IValue();
-          })
-      .on("svgd_group_grad",
-          [this](Particle& p, const Args& a) {
-            return group_grad(p, a[0].toIntVector(), a[1].toTensor(), a[2].toTensor(), a[3].toTensor(),
-                              a[4].toInt());
-          })
-      .on("svgd_group_apply",
-          [this](Particle& p, const Args& a) {
-            group_apply(p, a[0].toIntVector(), a[1].toTensor(), a[2].toInt());
-            return c10::IValue();
-          })
-      .on("svgd_fused_epoch",
-          [this](Particle& p, const Args& a) {
-            std::vector<std::vector<Pid>> groups;
-            for (const auto& g : a[3].toListRef()) groups.push_back(g.toIntVector());
-            return fused_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt(), groups);
-          })
-      .on("svgd_epoch", [this, grad_step](Particle& p, const Args& a) {
-        auto x = a[0].toTensor(), y = a[1].toTensor();
-        const int64_t epoch = a[2].toInt(), n = x.size(0), bs = options().batch_size();
-        auto ids = p.particle_ids();
-        // Every particle sees the same minibatches: the leader's order.
-        auto order = epoch_order(static_cast<Pid>(kLeaderTag), epoch, n);
-        std::vector<torch::Tensor> phi(ids.size(), torch::zeros({0}));
-        std::vector<double> loss(ids.size(), 0.0);
-        int64_t batches = 0;
-        for (int64_t b = 0; b < n; b += bs, ++batches) {
-          auto idx = order.narrow(0, b, std::min(bs, n - b));
-          auto xb = x.index_select(0, idx), yb = y.index_select(0, idx);
-          std::vector<PFuture> replies(ids.size());
-          for (size_t i = 0; i < ids.size(); ++i) {
-            if (ids[i] != p.pid()) replies[i] = p.send(ids[i], "svgd_grad", phi[i], xb, yb, epoch);
-          }
-          std::vector<torch::Tensor> thetas(ids.size()), grads(ids.size());
-          for (size_t i = 0; i < ids.size(); ++i) {
-            if (ids[i] == p.pid()) {
-              auto [theta, g, nll] = grad_step(p, phi[i], xb, yb, epoch);
-              thetas[i] = theta;
-              grads[i] = g;
-              loss[i] += nll;
-            } else {
-              auto reply = replies[i].wait().toTuple();
-              thetas[i] = reply->elements()[0].toTensor().to(p.device());
-              grads[i] = reply->elements()[1].toTensor().to(p.device());
-              loss[i] += reply->elements()[2].toDouble();
-            }
-          }
-          auto all_phi = svgd_direction(torch::stack(thetas), torch::stack(grads), svgd_.bandwidth(),
-                                         svgd_.repulsive(), svgd_.bandwidth_rule());
-          for (size_t i = 0; i < ids.size(); ++i) phi[i] = all_phi[i];
-        }
-        std::vector<PFuture> applied;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          if (ids[i] == p.pid()) {
-            apply_direction(p, phi[i]);
-            check_parameters_finite(p, epoch);
-          } else {
-            applied.push_back(p.send(ids[i], "svgd_apply", phi[i], epoch));
-          }
-        }
-        p.wait(applied);
-        for (double& l : loss) l /= static_cast<double>(batches);
-        return c10::IValue(loss);
-      });
-}
-
-c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi,
-                             const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+    return c10::ivalue::Tuple::create({flat_parameters(module).unsqueeze(0), torch::cat(grads).unsqueeze(0),
+                                       c10::IValue(std::vector<double>{loss})});
+  }
   c10::IValue out;
   p.borrow(members, [&](const std::vector<Particle*>& ps) {
     std::unique_lock lock(stacks_mutex_);
@@ -206,6 +147,11 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
 }
 
 void SVGD::group_apply(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, int64_t epoch) {
+  if (!fused()) {
+    apply_direction(p, phi[0]);
+    check_parameters_finite(p, epoch);
+    return;
+  }
   std::unique_ptr<FusedStack> stack;
   {
     std::lock_guard lock(stacks_mutex_);
@@ -220,7 +166,7 @@ void SVGD::group_apply(Particle& p, const std::vector<Pid>& members, const torch
   });
 }
 
-c10::IValue SVGD::fused_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                               const std::vector<std::vector<Pid>>& groups) {
   const int64_t n = x.size(0), bs = options().batch_size();
   // Every particle sees the same minibatches: the leader's order, as unfused.
@@ -242,7 +188,7 @@ c10::IValue SVGD::fused_epoch(Particle& p, const torch::Tensor& x, const torch::
     std::vector<PFuture> replies(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
       if (groups[g].front() != p.pid()) {
-        replies[g] = p.send(groups[g].front(), "svgd_group_grad", groups[g], phi[g], xb, yb, epoch);
+        replies[g] = p.send(groups[g].front(), "svgd_grad", groups[g], phi[g], xb, yb, epoch);
       }
     }
     std::vector<torch::Tensor> thetas, grads;
@@ -272,7 +218,7 @@ c10::IValue SVGD::fused_epoch(Particle& p, const torch::Tensor& x, const torch::
     if (groups[g].front() == p.pid()) {
       group_apply(p, groups[g], phi[g], epoch);
     } else {
-      applied.push_back(p.send(groups[g].front(), "svgd_group_apply", groups[g], phi[g], epoch));
+      applied.push_back(p.send(groups[g].front(), "svgd_apply", groups[g], phi[g], epoch));
     }
   }
   p.wait(applied);
@@ -286,14 +232,14 @@ std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tenso
   // The leader drives every particle; the rank it lives on launches it.
   const auto ids = d.particle_ids();
   if (d.rank_of(ids.front()) != d.rank()) return {};
-  std::vector<double> losses;
+  // Fused groups, or every particle a group of its own.
+  c10::impl::GenericList groups(c10::ListType::ofInts());
   if (fused()) {
-    c10::impl::GenericList groups(c10::ListType::ofInts());
     for (const auto& g : fused_groups(/*every_rank=*/true)) groups.push_back(c10::IValue(g));
-    losses = d.p_launch(ids.front(), "svgd_fused_epoch", x, y, epoch, groups).wait().toDoubleVector();
   } else {
-    losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch).wait().toDoubleVector();
+    for (Pid pid : ids) groups.push_back(c10::IValue(std::vector<int64_t>{pid}));
   }
+  auto losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch, groups).wait().toDoubleVector();
   double mean = 0;
   for (double l : losses) mean += l / static_cast<double>(losses.size());
   report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), mean);

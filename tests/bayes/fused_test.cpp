@@ -106,6 +106,11 @@ TEST(FusedStack, SaysWhatItCannotFuse) {
   EXPECT_NE(with(nn::Sequential(nn::Linear(2, 3), nn::Dropout(0.5))).find("global generator"), std::string::npos);
   EXPECT_NE(with(nn::Sequential(nn::Linear(2, 3), nn::BatchNorm1d(3))).find("layer 1"), std::string::npos);
   EXPECT_NE(fusion_blocker(*nn::AnyModule(nn::Linear(2, 3)).ptr()).find("Sequential"), std::string::npos);
+  auto net = make_model("mlp:4", {2}, 1)();
+  torch::optim::LBFGS lbfgs(net.ptr()->parameters());
+  EXPECT_NE(fusion_blocker(*net.ptr(), &lbfgs).find("element-wise"), std::string::npos);
+  auto adam_of_net = adam()(net.ptr()->parameters());
+  EXPECT_EQ(fusion_blocker(*net.ptr(), adam_of_net.get()), "");
   // Members must share one architecture.
   auto a = make_model("mlp:4", {2}, 1)(), b = make_model("mlp:5", {2}, 1)();
   EXPECT_PUSH_ERROR(FusedStack({a.ptr().get(), b.ptr().get()}, {}, nullptr), "differs from member 0");

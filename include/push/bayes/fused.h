@@ -32,8 +32,9 @@
 
 namespace push::bayes {
 
-/// Why `module` cannot be fused (a sentence naming the module), or "" when it can.
-std::string fusion_blocker(torch::nn::Module& module);
+/// Why `module` (with `optimizer`, a sample of its members' kind, when given) cannot be
+/// fused: a sentence naming the layer or optimizer, or "" when it can.
+std::string fusion_blocker(torch::nn::Module& module, torch::optim::Optimizer* optimizer = nullptr);
 
 class FusedStack {
  public:

@@ -7,9 +7,10 @@
 // default h = median(||θ_i - θ_j||²) (BandwidthRule). log p(θ | D) = -N mean_nll(batch) - ||θ||²/(2σ_p²).
 //
 // On the runtime: particle 0 leads each step. It sends "svgd_grad"(φ_prev, batch) to
-// every particle; each applies its previous update (grad = -φ, optimizer step), computes
-// ∇log p at its new θ and replies (θ, ∇log p). The leader stacks the replies, computes
-// one kernel matrix and every φ, and goes on with the next batch.
+// every group (each particle alone, or a fused group's first member: InferOptions::fuse);
+// each applies its previous update (grad = -φ, optimizer step), computes ∇log p at its
+// new θ and replies (θ, ∇log p). The leader stacks the replies in id order, computes one
+// kernel matrix and every φ, and goes on with the next batch.
 //
 //   push::bayes::SVGD svgd(model, InferOptions().particles(16).lr(1e-2),
 //                          SVGDOptions().bandwidth(std::nullopt));
@@ -55,14 +56,15 @@ class SVGD : public Infer {
   std::map<Pid, double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) override;
 
  private:
-  /// One step of a fused group: applies φ (unless empty: the epoch's first batch stacks the
-  /// group), then returns (θ [g, D], ∇log p [g, D], each member's nll) at the new θ.
+  /// One step of a group (fused, or one unfused particle: p): applies φ [g, D] (unless
+  /// empty: the epoch's first batch; it stacks a fused group), then returns
+  /// (θ [g, D], ∇log p [g, D], each member's nll) at the new θ.
   c10::IValue group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi,
                          const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
-  /// The epoch's last φ, then the stack goes back into the members.
+  /// The epoch's last φ; a fused group's stack then goes back into its members.
   void group_apply(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, int64_t epoch);
-  /// "svgd_epoch" of a fused run: the leader drives every group.
-  c10::IValue fused_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+  /// "svgd_epoch": the leader drives every group, one message per group and batch.
+  c10::IValue drive_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                           const std::vector<std::vector<Pid>>& groups);
 
   SVGDOptions svgd_;
