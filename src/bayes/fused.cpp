@@ -310,6 +310,10 @@ int64_t FusedStack::size() const { return impl_->n; }
 const std::vector<torch::Tensor>& FusedStack::parameters() const { return impl_->stacks; }
 const std::vector<std::string>& FusedStack::parameter_names() const { return impl_->names; }
 
+void FusedStack::zero_grad() {
+  for (auto& t : impl_->stacks) t.mutable_grad() = torch::Tensor();
+}
+
 torch::optim::Optimizer& FusedStack::optimizer() {
   PUSH_CHECK(impl_->optimizer != nullptr, "push::bayes::FusedStack", "the members have no optimizer");
   return impl_->optimizer->fused();

@@ -97,7 +97,7 @@ std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vecto
     auto idx = order.narrow(1, b, len).reshape({-1});
     auto xb = x.index_select(0, idx).view(shape_of(x, len)).to(device);
     auto yb = y.index_select(0, idx).view(shape_of(y, len)).to(device);
-    opt.zero_grad();
+    stack.zero_grad();
     auto nll = mean_nll(stack.forward(xb), yb);  // [N]
     auto loss = (nll + neg_log_prior(stack) / static_cast<double>(dataset_size_)).sum();
     loss.backward();

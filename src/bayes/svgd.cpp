@@ -132,7 +132,7 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
       apply_direction(*stack, phi);
     }
     const int64_t g = stack->size();
-    stack->optimizer().zero_grad();
+    stack->zero_grad();
     auto nll = mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
     auto u = (nll * static_cast<double>(dataset_size_) + neg_log_prior(*stack)).sum();
     auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);

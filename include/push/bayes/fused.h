@@ -55,6 +55,9 @@ class FusedStack {
   const std::vector<torch::Tensor>& parameters() const;
   /// Their names in the members' named_parameters().
   const std::vector<std::string>& parameter_names() const;
+  /// Drops the stacks' gradients: the next backward stores its own instead of adding to
+  /// zeros (the same values, without a zero fill and an addition per parameter).
+  void zero_grad();
   /// One optimizer over the stacked parameters (throws without one).
   torch::optim::Optimizer& optimizer();
   /// [N, D]: each member's parameters, detached, flattened and concatenated in order.
