@@ -178,12 +178,10 @@ struct FusedStack::Impl {
     const auto& h = f.whole();
     auto wt = stacks[op.weight].transpose(1, 2);
     torch::Tensor bias = op.bias >= 0 ? stacks[op.bias].unsqueeze(1) : torch::Tensor();
-    if (wt.size(1) == 1) {
-      // One input feature: an outer product, element-wise (a gemm with k = 1 is slower).
-      f.stacked = bias.defined() ? torch::addcmul(bias, h, wt) : h * wt;
-    } else {
-      f.stacked = bias.defined() ? torch::baddbmm(bias, h, wt) : torch::bmm(h, wt);
-    }
+    // Also for one input feature, where an element-wise outer product is a little faster
+    // but rounds otherwise than the unfused addmm: after 20 epochs of push train's default
+    // it was 1.2% from the unfused metrics, against 0.09% this way.
+    f.stacked = bias.defined() ? torch::baddbmm(bias, h, wt) : torch::bmm(h, wt);
   }
 
   void conv2d(const Op& op, Flow& f) const {

@@ -99,8 +99,10 @@ std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vecto
     auto yb = y.index_select(0, idx).view(shape_of(y, len)).to(device);
     stack.zero_grad();
     auto nll = mean_nll(stack.forward(xb), yb);  // [N]
-    auto loss = (nll + neg_log_prior(stack) / static_cast<double>(dataset_size_)).sum();
+    auto noise = noise_prior(stack);
+    auto loss = noise.defined() ? (nll + noise / static_cast<double>(dataset_size_)).sum() : nll.sum();
     loss.backward();
+    add_weight_prior_gradient(stack, static_cast<double>(dataset_size_));
     if (step) {
       step();
     } else {
@@ -133,22 +135,37 @@ void Infer::check_parameters_finite(const FusedStack& stack, const std::vector<P
   }
 }
 
-torch::Tensor Infer::neg_log_prior(const FusedStack& stack) const {
-  // Term by term as the unfused overload adds them, per member.
-  torch::Tensor sum, noise;
+torch::Tensor Infer::noise_prior(const FusedStack& stack) const {
+  if (options_.likelihood() != Likelihood::learned_noise) return {};
   const auto& params = stack.parameters();
   for (size_t k = 0; k < params.size(); ++k) {
+    if (stack.parameter_names()[k] != detail::kLogNoisePrecision) continue;
     auto flat = params[k].reshape({stack.size(), -1});
+    return (options_.noise_prior_rate() * torch::exp(flat) - options_.noise_prior_shape() * flat).sum(1);
+  }
+  return {};
+}
+
+void Infer::add_weight_prior_gradient(FusedStack& stack, double divisor) const {
+  // Unfused, autograd differentiates (Σ_k sum(p_k²) / (2 v)) / divisor: the division nodes
+  // hand c = (1 / divisor) / (2 v), in float32, to every pow node, which returns c · (2 p).
+  torch::NoGradGuard no_grad;
+  const auto& params = stack.parameters();
+  const double v = options_.prior_std() * options_.prior_std();
+  auto c = torch::ones({}, params.front().options()) / divisor / (2 * v);
+  for (size_t k = 0; k < params.size(); ++k) {
     if (options_.likelihood() == Likelihood::learned_noise && stack.parameter_names()[k] == detail::kLogNoisePrecision) {
-      noise = (options_.noise_prior_rate() * torch::exp(flat) - options_.noise_prior_shape() * flat).sum(1);
       continue;
     }
-    auto s = flat.pow(2).sum(1);
-    sum = sum.defined() ? sum + s : s;
+    const auto& p = params[k];
+    auto term = (p.detach() * 2.0) * c;
+    auto& grad = const_cast<torch::Tensor&>(p).mutable_grad();
+    if (grad.defined()) {
+      grad.add_(term);
+    } else {
+      grad = term;
+    }
   }
-  const double v = options_.prior_std() * options_.prior_std();
-  auto weights = sum.defined() ? sum / (2 * v) : torch::zeros({stack.size()});
-  return noise.defined() ? weights + noise : weights;
 }
 
 }  // namespace push::bayes

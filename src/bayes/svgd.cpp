@@ -134,11 +134,14 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     const int64_t g = stack->size();
     stack->zero_grad();
     auto nll = mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
-    auto u = (nll * static_cast<double>(dataset_size_) + neg_log_prior(*stack)).sum();
+    auto noise = noise_prior(*stack);
+    auto u = (noise.defined() ? nll * static_cast<double>(dataset_size_) + noise
+                              : nll * static_cast<double>(dataset_size_)).sum();
     auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);
     std::vector<double> each(losses.data_ptr<double>(), losses.data_ptr<double>() + g);
     for (int64_t i = 0; i < g; ++i) check_finite(*ps[i], epoch, each[i]);
     u.backward();
+    add_weight_prior_gradient(*stack, 1.0);
     std::vector<torch::Tensor> grads;
     for (const auto& param : stack->parameters()) grads.push_back(-param.grad().reshape({g, -1}));
     out = c10::ivalue::Tuple::create({stack->flat_parameters(), torch::cat(grads, 1), c10::IValue(each)});

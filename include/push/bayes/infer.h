@@ -150,8 +150,14 @@ class Infer {
   /// ||θ||² / (2 σ_p²) over the module's parameters; with learned_noise, plus
   /// -a0 log γ + b0 γ for log γ (the Gamma prior of γ, as a density of log γ).
   torch::Tensor neg_log_prior(torch::nn::Module& module) const;
-  /// The same for each member of a fused stack: [N].
-  torch::Tensor neg_log_prior(const FusedStack& stack) const;
+  /// For each member of a fused stack, the learned-noise part of neg_log_prior: [N], or
+  /// undefined without learned noise. The weights' part goes straight to the gradients:
+  /// add_weight_prior_gradient.
+  torch::Tensor noise_prior(const FusedStack& stack) const;
+  /// Adds the gradient of (||θ||² / (2 σ_p²)) / divisor, θ every stacked weight, to the
+  /// stacks' gradients, with the very float operations autograd performs for it unfused
+  /// (so the result is the same bit for bit), at a fraction of the graph's cost.
+  void add_weight_prior_gradient(FusedStack& stack, double divisor) const;
 
   // What an algorithm adds to an epoch of minibatch training, fused or not.
   /// Runs on each particle before its epoch (before its group is stacked).
