@@ -55,6 +55,10 @@ std::vector<Op> describe(nn::Module& member) {
   nn::Module* net = network_of(member, &wrapper);
   auto* seq = dynamic_cast<nn::SequentialImpl*>(net);
   PUSH_CHECK(seq != nullptr, origin, "only a torch::nn::Sequential is fused, not ", net->name());
+  for (const auto& item : member.named_parameters()) {
+    PUSH_CHECK(item.value().requires_grad(), origin, "parameter '", item.key(),
+               "' is frozen (requires_grad false): a stack trains all of them");
+  }
   std::vector<Op> ops;
   int64_t i = 0;
   for (const auto& child : seq->children()) {
@@ -175,8 +179,16 @@ struct FusedStack::Impl {
   };
 
   void linear(const Op& op, Flow& f) const {
-    const auto& h = f.whole();
+    auto h = f.whole();
     auto wt = stacks[op.weight].transpose(1, 2);
+    if (h.dim() != 3) {
+      // Leading dimensions between the member and the features, as Linear allows.
+      auto sizes = h.sizes().vec();
+      sizes.back() = wt.size(2);
+      h = h.reshape({n, -1, h.size(-1)});
+      f.stacked = (op.bias >= 0 ? torch::baddbmm(stacks[op.bias].unsqueeze(1), h, wt) : torch::bmm(h, wt)).view(sizes);
+      return;
+    }
     torch::Tensor bias = op.bias >= 0 ? stacks[op.bias].unsqueeze(1) : torch::Tensor();
     // Also for one input feature, where an element-wise outer product is a little faster
     // but rounds otherwise than the unfused addmm: after 20 epochs of push train's default

@@ -44,6 +44,10 @@ std::unique_ptr<FusedStack> Infer::make_stack(const std::vector<Particle*>& memb
 
 c10::IValue Infer::epoch_of(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   prepare_epoch(p, epoch);
+  return epoch_body(p, x, y, epoch);
+}
+
+double Infer::epoch_body(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto rows = epoch_rows(p, x.size(0));
   std::function<void()> after_step, step;
   epoch_hooks(p, epoch, after_step, step);
@@ -59,7 +63,21 @@ c10::IValue Infer::fused_epoch_of(Particle& p, const std::vector<Pid>& members, 
   std::vector<double> losses;
   p.borrow(members, [&](const std::vector<Particle*>& ps) {
     for (Particle* m : ps) prepare_epoch(*m, epoch);
-    auto stack = make_stack(ps);
+    // The model fuses (checked on a scratch copy), but these members may not: their
+    // optimizers or step counts differ (loaded from elsewhere), or a subclass's rows do
+    // not cover the data. They train one by one then, with the same results.
+    std::unique_ptr<FusedStack> stack;
+    try {
+      for (Particle* m : ps) {
+        auto rows = epoch_rows(*m, x.size(0));
+        PUSH_CHECK(!rows.defined() || rows.size(0) == x.size(0), "push::bayes::Infer", "epoch_rows of particle ",
+                   m->pid(), " gives ", rows.size(0), " rows of ", x.size(0));
+      }
+      stack = make_stack(ps);
+    } catch (const Error&) {
+      for (Particle* m : ps) losses.push_back(epoch_body(*m, x, y, epoch));
+      return;
+    }
     std::function<void()> after_step, step, finish;
     fused_epoch_hooks(*stack, ps, epoch, after_step, step, finish);
     losses = train_epoch_fused(*stack, ps, x, y, epoch, after_step, step);

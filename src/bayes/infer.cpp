@@ -136,9 +136,13 @@ void Infer::ensure_created() {
     torch::NoGradGuard no_grad;
     return c10::IValue(predict_particle(p, a[0].toTensor()));
   });
-  opts.on("epoch", [this](Particle& p, const Args& a) {
-    return epoch_of(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt());
-  });
+  if (opts.receive().count("epoch") != 0) {
+    fused_ = false;  // a subclass's own epoch: it knows nothing of groups
+  } else {
+    opts.on("epoch", [this](Particle& p, const Args& a) {
+      return epoch_of(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt());
+    });
+  }
   opts.on("fused_epoch", [this](Particle& p, const Args& a) {
     return fused_epoch_of(p, a[3].toIntVector(), a[0].toTensor(), a[1].toTensor(), a[2].toInt());
   });

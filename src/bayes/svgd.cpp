@@ -77,6 +77,9 @@ torch::Tensor for_each(const torch::Tensor& t, int64_t g) {
 
 }  // namespace
 
+// The handlers use stacks_: they stop before it goes.
+SVGD::~SVGD() { close_distribution(); }
+
 SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
     : Infer(std::move(model), std::move(options)), svgd_(svgd) {
   if (svgd_.bandwidth()) {
@@ -195,9 +198,19 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
       }
     }
     std::vector<torch::Tensor> thetas, grads;
+    std::exception_ptr error;  // rethrown once every group has answered: nothing left running
+    std::vector<c10::IValue> answers(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
-      auto reply = groups[g].front() == p.pid() ? group_grad(p, groups[g], phi[g], xb, yb, epoch).toTuple()
-                                                : replies[g].wait().toTuple();
+      try {
+        answers[g] = groups[g].front() == p.pid() ? group_grad(p, groups[g], phi[g], xb, yb, epoch)
+                                                  : replies[g].wait();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto reply = answers[g].toTuple();
       thetas.push_back(reply->elements()[0].toTensor().to(p.device()));
       grads.push_back(reply->elements()[1].toTensor().to(p.device()));
       const auto each = reply->elements()[2].toDoubleVector();
@@ -232,6 +245,11 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
 
 std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto& d = dist();
+  {
+    // What a failed epoch left (no handler runs between epochs: fit's exchange waits).
+    std::lock_guard lock(stacks_mutex_);
+    stacks_.clear();
+  }
   // The leader drives every particle; the rank it lives on launches it.
   const auto ids = d.particle_ids();
   if (d.rank_of(ids.front()) != d.rank()) return {};

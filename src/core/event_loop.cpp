@@ -294,6 +294,7 @@ bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_poin
     return CancelledError(c10::str("[push] ", options_.stopped, " while a handler was waiting"));
   };
   if (stopping_ || task->cancelled) throw cancelled();
+  check_may_wait(task->owner);
   if (future.ready()) return true;
   if (deadline && *deadline <= Clock::now()) return false;
   // The ticket identifies this wait: a completion that arrives after the deadline resumed

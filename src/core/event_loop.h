@@ -107,6 +107,8 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   /// throws is thrown from the fiber's wait().
   virtual void on_suspend(void* owner) {}
   virtual void on_resume(void* owner) {}
+  /// Fiber side, first thing in every wait of a fiber job: throws when it must not wait.
+  virtual void check_may_wait(void* owner) {}
   /// Names a fiber job in errors, e.g. "a handler of particle 3".
   virtual std::string describe_job(void* owner) const { return "a fiber job"; }
 

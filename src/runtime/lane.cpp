@@ -74,6 +74,11 @@ std::string Lane::describe_job(void* owner) const {
   return c10::str("a handler of particle ", record != nullptr ? record->pid : -1);
 }
 
+void Lane::check_may_wait(void* owner) {
+  PUSH_CHECK(!lending(), "push::Particle::borrow", "a handler cannot wait inside Particle::borrow (particle ",
+             static_cast<ParticleRecord*>(owner) != nullptr ? static_cast<ParticleRecord*>(owner)->pid : -1, ")");
+}
+
 void Lane::pin_running() {
   ParticleRecord* record = running();
   if (record == nullptr || pinned_ == record) return;

@@ -86,6 +86,7 @@ class Lane final : public EventLoop {
   void thread_main() override;
   void on_suspend(void* owner) override { unpin_running(); }
   void on_resume(void* owner) override { pin_running(); }
+  void check_may_wait(void* owner) override;
   std::string describe_job(void* owner) const override;
 
   LaneConfig config_;

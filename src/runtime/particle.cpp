@@ -121,7 +121,11 @@ void Particle::borrow(const std::vector<Pid>& pids, const std::function<void(con
   std::vector<detail::ParticleRecord*> pinned;
   auto give_back = [&] {
     lane.take_back();
-    for (detail::ParticleRecord* r : pinned) lane.cache().unpin(*r);
+    // fn may have changed them: a view taken meanwhile (of this version) is stale now.
+    for (detail::ParticleRecord* r : pinned) {
+      r->version.fetch_add(1, std::memory_order_acq_rel);
+      lane.cache().unpin(*r);
+    }
   };
   std::vector<Particle*> handles;
   try {

@@ -9,6 +9,8 @@
 
 #include <filesystem>
 
+#include <push/detail/torch_compat.h>
+
 #include "test_util.h"
 
 namespace push::bayes {
@@ -76,6 +78,89 @@ void expect_stack_matches_members(const ModuleFactory& factory, const std::vecto
   }
 }
 
+// The tensors and step count of a state of LibTorch's element-wise optimizers.
+std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& s, int64_t& step) {
+  using namespace torch::optim;
+  if (auto* a = dynamic_cast<AdamParamState*>(&s)) return step = a->step(), std::vector{a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
+  if (auto* a = dynamic_cast<AdamWParamState*>(&s)) return step = a->step(), std::vector{a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
+  if (auto* a = dynamic_cast<SGDParamState*>(&s)) return step = 0, std::vector{a->momentum_buffer()};
+  if (auto* a = dynamic_cast<RMSpropParamState*>(&s)) return step = a->step(), std::vector{a->square_avg(), a->momentum_buffer(), a->grad_avg()};
+  if (auto* a = dynamic_cast<AdagradParamState*>(&s)) return step = a->step(), std::vector{a->sum()};
+  ADD_FAILURE() << "unknown optimizer state";
+  return {};
+}
+
+// Every optimizer kind: stacked steps and the state handed back equal the members' own.
+TEST(FusedStack, EveryOptimizerKindStepsAsItsMembersAndHandsItsStateBack) {
+  namespace optim = torch::optim;
+  using Factory = OptimizerFactory;
+  auto make = [](auto options) -> Factory {
+    return [options](std::vector<torch::Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
+      using O = std::conditional_t<std::is_same_v<decltype(options), optim::AdamOptions>, optim::Adam,
+                std::conditional_t<std::is_same_v<decltype(options), optim::AdamWOptions>, optim::AdamW,
+                std::conditional_t<std::is_same_v<decltype(options), optim::SGDOptions>, optim::SGD,
+                std::conditional_t<std::is_same_v<decltype(options), optim::RMSpropOptions>, optim::RMSprop,
+                                   optim::Adagrad>>>>;
+      return std::make_unique<O>(std::move(ps), options);
+    };
+  };
+  const std::pair<const char*, Factory> kinds[] = {
+      {"adam amsgrad", make(optim::AdamOptions(1e-2).amsgrad(true).weight_decay(1e-3))},
+      {"adamw", make(optim::AdamWOptions(1e-2))},
+      {"sgd", make(optim::SGDOptions(1e-2))},
+      {"sgd momentum nesterov", make(optim::SGDOptions(1e-2).momentum(0.9).nesterov(true))},
+      {"rmsprop centered momentum", make(optim::RMSpropOptions(1e-3).centered(true).momentum(0.5))},
+      {"adagrad", make(optim::AdagradOptions(1e-2))},
+  };
+  auto factory = make_model("mlp:8", {2}, 1);
+  for (const auto& [what, kind] : kinds) {
+    auto fused_nets = members_of(factory, 3), alone = members_of(factory, 3);
+    std::vector<torch::nn::Module*> modules;
+    std::vector<std::unique_ptr<torch::optim::Optimizer>> owned, alone_opts;
+    std::vector<torch::optim::Optimizer*> opts;
+    for (int i = 0; i < 3; ++i) {
+      modules.push_back(fused_nets[i].ptr().get());
+      owned.push_back(kind(fused_nets[i].ptr()->parameters()));
+      opts.push_back(owned.back().get());
+      alone_opts.push_back(kind(alone[i].ptr()->parameters()));
+    }
+    torch::manual_seed(3);
+    for (int round = 0; round < 3; ++round) {  // stacks rebuilt each round from the handed-back state
+      auto x = torch::randn({3, 4, 2});
+      FusedStack stack(modules, opts, kind);
+      stack.zero_grad();
+      stack.forward(x).pow(2).sum().backward();
+      stack.optimizer().step();
+      stack.write_back();
+      for (int i = 0; i < 3; ++i) {
+        alone_opts[i]->zero_grad();
+        alone[i].forward(x[i]).pow(2).sum().backward();
+        alone_opts[i]->step();
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      auto a = fused_nets[i].ptr()->parameters(), b = alone[i].ptr()->parameters();
+      for (size_t k = 0; k < a.size(); ++k) {
+        EXPECT_LT(max_rel(a[k], b[k]), 1e-5) << what << ": member " << i << " parameter " << k;
+        auto& mine = owned[i]->state(), &theirs = alone_opts[i]->state();
+        auto key_a = compat::optimizer_state_key(a[k]), key_b = compat::optimizer_state_key(b[k]);
+        ASSERT_EQ(mine.count(key_a), theirs.count(key_b)) << what;
+        if (mine.count(key_a) == 0) continue;
+        int64_t step_a = -1, step_b = -1;
+        auto ta = state_tensors(*mine.at(key_a), step_a), tb = state_tensors(*theirs.at(key_b), step_b);
+        EXPECT_EQ(step_a, step_b) << what;
+        ASSERT_EQ(ta.size(), tb.size()) << what;
+        for (size_t j = 0; j < ta.size(); ++j) {
+          ASSERT_EQ(ta[j].defined(), tb[j].defined()) << what << " state " << j;
+          if (tb[j].defined() && tb[j].numel() > 0) {
+            EXPECT_LT(max_rel(ta[j], tb[j]), 1e-5) << what << " state " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(FusedStack, MlpMatchesItsMembers) {
   expect_stack_matches_members(make_model("mlp:16,8", {3}, 2), {3}, 4);
 }
@@ -111,6 +196,10 @@ TEST(FusedStack, SaysWhatItCannotFuse) {
   EXPECT_NE(fusion_blocker(*net.ptr(), &lbfgs).find("element-wise"), std::string::npos);
   auto adam_of_net = adam()(net.ptr()->parameters());
   EXPECT_EQ(fusion_blocker(*net.ptr(), adam_of_net.get()), "");
+  // A frozen parameter would be trained by a stack.
+  auto frozen = make_model("mlp:4", {2}, 1)();
+  frozen.ptr()->parameters()[0].requires_grad_(false);
+  EXPECT_NE(fusion_blocker(*frozen.ptr()).find("frozen"), std::string::npos);
   // Members must share one architecture.
   auto a = make_model("mlp:4", {2}, 1)(), b = make_model("mlp:5", {2}, 1)();
   EXPECT_PUSH_ERROR(FusedStack({a.ptr().get(), b.ptr().get()}, {}, nullptr), "differs from member 0");
@@ -230,13 +319,41 @@ TEST(Fused, ModelsItCannotFuseTrainUnfused) {
   EXPECT_EQ(ens.losses().size(), 1u);
 }
 
+// An ensemble whose particle 3 blows up in its second epoch.
+class Poisoned : public Ensemble {
+ public:
+  using Ensemble::Ensemble;
+
+ protected:
+  void prepare_epoch(Particle& p, int64_t epoch) override {
+    if (p.pid() != 3 || epoch != 1) return;
+    torch::NoGradGuard no_grad;
+    for (auto& t : p.module().parameters()) t.fill_(1e30);
+  }
+};
+
+TEST(Fused, ADivergingMemberIsNamedAndTheGroupStaysUsable) {
+  auto train = regression(64);
+  for (bool fuse : {true, false}) {
+    Poisoned ens(make_model("mlp:8", {1}, 2), small_options().particles(4).cache_size(4).fuse(fuse));
+    EXPECT_EQ(ens.fused(), fuse);
+    EXPECT_PUSH_ERROR(ens.fit(train, 2), "of particle 3 is non-finite");
+    // Pins and borrowed handles were given back: the particles still answer.
+    auto p = ens.predict(torch::zeros({2, 1}));
+    EXPECT_EQ(p.members.size(0), 4);
+  }
+}
+
 TEST(Fused, BorrowTakesOnlyThisLanesParticlesAndNeverWaits) {
   Push dist([] { return push::testing::tiny_mlp(); }, PushOptions().devices(2));
-  auto opts = ParticleOptions().optimizer(adam()).on("borrow", [](Particle& p, const Args& a) {
+  auto opts = ParticleOptions().optimizer(adam()).on("noop", [](Particle&, const Args&) { return c10::IValue(); })
+      .on("borrow", [](Particle& p, const Args& a) {
     std::string seen;
     p.borrow(a[0].toIntVector(), [&](const std::vector<Particle*>& ps) {
       for (Particle* q : ps) seen += std::to_string(q->pid()) + ":" + std::to_string(q->module().parameters().size()) + " ";
       if (a[1].toBool()) p.wait(std::vector<PFuture>{});
+      // Any wait, not only Particle::wait: a message to itself cannot be answered meanwhile.
+      if (a.size() > 2) p.send(p.pid(), "noop").wait();
     });
     return c10::IValue(seen);
   });
@@ -245,6 +362,9 @@ TEST(Fused, BorrowTakesOnlyThisLanesParticlesAndNeverWaits) {
   EXPECT_PUSH_ERROR(dist.p_launch(0, "borrow", std::vector<int64_t>{1}, false).wait(), "not on the lane");
   EXPECT_PUSH_ERROR(dist.p_launch(0, "borrow", std::vector<int64_t>{2, 2}, false).wait(), "listed twice");
   EXPECT_PUSH_ERROR(dist.p_launch(2, "borrow", std::vector<int64_t>{0}, true).wait(), "cannot wait");
+  EXPECT_PUSH_ERROR(dist.p_launch(2, "borrow", std::vector<int64_t>{0}, false, true).wait(), "cannot wait");
+  // The lane lends nothing after a refused wait: the next borrow works.
+  EXPECT_EQ(dist.p_launch(2, "borrow", std::vector<int64_t>{0, 2}, false).wait().toStringRef(), "0:4 2:4 ");
 }
 
 }  // namespace

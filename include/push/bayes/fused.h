@@ -3,8 +3,8 @@
 //
 // With layers as small as an MLP's, a loop over N networks spends its time dispatching
 // N small operations per layer; stacked, the N networks are one operation per layer:
-// weights [N, out, in] and `baddbmm` for Linear, one grouped convolution for Conv2d, and
-// one optimizer step over stacked parameters (LibTorch's optimizers are element-wise, so
+// weights [N, out, in] and `baddbmm` for Linear (convolutions stay one per member: on CPU
+// they cost the same either way), and one optimizer step over stacked parameters (LibTorch's optimizers are element-wise, so
 // stacking changes no arithmetic).
 //
 //   std::vector<torch::nn::Module*> nets = ...;           // one architecture

@@ -137,7 +137,8 @@ class Infer {
   /// which calls predict_particle.
   virtual ParticleOptions particle_options() = 0;
   /// One epoch over (x, y). Default: "epoch"(x, y, epoch) on every particle of this
-  /// rank, concurrently.
+  /// rank, concurrently (the hooks below; a subclass whose particle_options() defines its
+  /// own "epoch" keeps it, and trains unfused), or "fused_epoch" on every fused group.
   /// One epoch: the mean training loss of each particle this rank ran, by id (every
   /// particle without a world).
   virtual std::map<Pid, double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
@@ -212,6 +213,9 @@ class Infer {
   void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
   void write_meta(const std::filesystem::path& dir) const;
   void read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const;
+  /// Destroys the distribution now (joining its handlers): a subclass whose handlers use
+  /// its own members calls it from its destructor. Collective with a world.
+  void close_distribution() { dist_.reset(); }
   /// With a world: every rank's values by particle id, or, when a rank failed, its error
   /// thrown on every rank (this rank's own first). Without one: `mine`, or `error` rethrown.
   std::map<Pid, c10::IValue> exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
@@ -224,6 +228,8 @@ class Infer {
   void ensure_created();
   /// The "epoch" handler of the plain algorithms: one particle, or its fused group.
   c10::IValue epoch_of(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
+  /// epoch_of after prepare_epoch: the mean nll per point.
+  double epoch_body(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
   c10::IValue fused_epoch_of(Particle& p, const std::vector<Pid>& members, const torch::Tensor& x,
                              const torch::Tensor& y, int64_t epoch);
 

@@ -49,6 +49,7 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
 class SVGD : public Infer {
  public:
   SVGD(ModuleFactory model, InferOptions options = {}, SVGDOptions svgd = {});
+  ~SVGD() override;
   std::string name() const override { return "svgd"; }
 
  protected:
