@@ -93,8 +93,8 @@ class Particle {
   /// particle's lane (this one may be among them): they are made resident and pinned for
   /// the call, and their handles work inside it as this one does. For work that treats
   /// several particles as one (fused training: push::bayes::FusedStack). `fn` must not
-  /// wait (Particle::wait throws inside it); calls do not nest. A particle borrowed may
-  /// change: views taken of it before are stale afterwards.
+  /// wait (any wait inside it throws); calls do not nest. A particle borrowed may change:
+  /// views taken of it before or during the call are not reused afterwards.
   void borrow(const std::vector<Pid>& pids, const std::function<void(const std::vector<Particle*>&)>& fn);
 
   /// Adds or replaces this particle's handler for `message`.
