@@ -141,7 +141,6 @@ std::string fusion_blocker(nn::Module& module, torch::optim::Optimizer* optimize
 
 struct FusedStack::Impl {
   int64_t n = 0;
-  std::vector<nn::Module*> members;
   std::vector<Op> ops;
   int64_t log_precision = -1;  // learned-noise wrapper: its parameter's stack
   std::vector<torch::Tensor> stacks;
@@ -252,7 +251,6 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
              optimizers.size(), " optimizers");
   Impl& s = *impl_;
   s.n = static_cast<int64_t>(members.size());
-  s.members = members;
   s.ops = describe(*members[0]);
   // Every member: the same plan, the same parameter names and shapes.
   const auto named0 = members[0]->named_parameters();

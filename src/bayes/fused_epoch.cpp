@@ -67,11 +67,12 @@ c10::IValue Infer::fused_epoch_of(Particle& p, const std::vector<Pid>& members, 
     // optimizers or step counts differ (loaded from elsewhere), or a subclass's rows do
     // not cover the data. They train one by one then, with the same results.
     std::unique_ptr<FusedStack> stack;
+    std::vector<torch::Tensor> rows;
     try {
       for (Particle* m : ps) {
-        auto rows = epoch_rows(*m, x.size(0));
-        PUSH_CHECK(!rows.defined() || rows.size(0) == x.size(0), "push::bayes::Infer", "epoch_rows of particle ",
-                   m->pid(), " gives ", rows.size(0), " rows of ", x.size(0));
+        rows.push_back(epoch_rows(*m, x.size(0)));
+        PUSH_CHECK(!rows.back().defined() || rows.back().size(0) == x.size(0), "push::bayes::Infer",
+                   "epoch_rows of particle ", m->pid(), " gives ", rows.back().size(0), " rows of ", x.size(0));
       }
       stack = make_stack(ps);
     } catch (const Error&) {
@@ -80,7 +81,7 @@ c10::IValue Infer::fused_epoch_of(Particle& p, const std::vector<Pid>& members, 
     }
     std::function<void()> after_step, step, finish;
     fused_epoch_hooks(*stack, ps, epoch, after_step, step, finish);
-    losses = train_epoch_fused(*stack, ps, x, y, epoch, after_step, step);
+    losses = train_epoch_fused(*stack, ps, rows, x, y, epoch, after_step, step);
     stack->write_back();
     if (finish) finish();
     for (Particle* m : ps) finish_epoch(*m, epoch);
@@ -89,17 +90,16 @@ c10::IValue Infer::fused_epoch_of(Particle& p, const std::vector<Pid>& members, 
 }
 
 std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vector<Particle*>& members,
-                                             const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                                             const std::vector<torch::Tensor>& rows, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                                              const std::function<void()>& after_step,
                                              const std::function<void()>& step) const {
   const int64_t n = x.size(0), bs = options_.batch_size(), count = stack.size();
   const torch::Device device = members.front()->device();
   // Each member's rows in its own order: what train_epoch draws for it alone.
   std::vector<torch::Tensor> orders;
-  for (Particle* p : members) {
-    auto rows = const_cast<Infer*>(this)->epoch_rows(*p, n);
-    auto order = epoch_order(p->pid(), epoch, n);
-    orders.push_back(rows.defined() ? rows.index_select(0, order) : order);
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto order = epoch_order(members[i]->pid(), epoch, n);
+    orders.push_back(rows[i].defined() ? rows[i].index_select(0, order) : order);
   }
   const auto order = torch::stack(orders);  // [N, n]
   auto shape_of = [&](const torch::Tensor& t, int64_t len) {
@@ -177,7 +177,7 @@ void Infer::add_weight_prior_gradient(FusedStack& stack, double divisor) const {
     }
     const auto& p = params[k];
     auto term = (p.detach() * 2.0) * c;
-    auto& grad = const_cast<torch::Tensor&>(p).mutable_grad();
+    auto& grad = p.mutable_grad();
     if (grad.defined()) {
       grad.add_(term);
     } else {

@@ -61,7 +61,7 @@ void apply_direction(FusedStack& stack, const torch::Tensor& phi) {
   int64_t offset = 0;
   for (const auto& param : stack.parameters()) {
     const int64_t numel = param[0].numel();
-    const_cast<torch::Tensor&>(param).mutable_grad() =
+    param.mutable_grad() =
         -phi.narrow(1, offset, numel).reshape(param.sizes()).to(param.device(), param.dtype());
     offset += numel;
   }

@@ -44,7 +44,27 @@ void write_state(State& s, const SWAGMoments& m) {
 }
 
 /// One step of SGD with momentum, as torch::optim::SGD takes it (buffer = momentum · buffer +
-/// grad, θ -= lr · buffer), whatever optimizer pretrained the particle. The buffer is one
+/// grad, θ -= lr · buffer; the first step's buffer is the gradient), over `params` with one
+/// flat buffer row per member: `buffer` is [rows, D], rows = 1 for one particle, N for the
+/// [N, ...] parameters of a fused stack.
+void momentum_update(const std::vector<torch::Tensor>& params, const torch::Tensor& buffer, bool first, double lr,
+                     double momentum) {
+  int64_t offset = 0;
+  for (const auto& param : params) {
+    const int64_t numel = param.numel() / buffer.size(0);
+    auto b = buffer.narrow(1, offset, numel).view(param.sizes());
+    offset += numel;
+    if (!param.grad().defined()) continue;
+    if (first) {
+      b.copy_(param.grad());
+    } else {
+      b.mul_(momentum).add_(param.grad());
+    }
+    param.add_(b, -lr);
+  }
+}
+
+/// momentum_update for one particle, whatever optimizer pretrained it. The buffer is one
 /// flat tensor in the particle's state, so it is saved with the particle.
 void momentum_step(Particle& p, double lr, double momentum) {
   torch::NoGradGuard no_grad;
@@ -60,18 +80,7 @@ void momentum_step(Particle& p, double lr, double momentum) {
   } else if (buffer.device() != params.front().device()) {
     buffer = buffer.to(params.front().device());  // a checkpoint loads state onto the lane's device
   }
-  int64_t offset = 0;
-  for (auto& param : params) {
-    auto b = buffer.narrow(0, offset, param.numel()).view_as(param);
-    offset += param.numel();
-    if (!param.grad().defined()) continue;
-    if (first) {
-      b.copy_(param.grad());
-    } else {
-      b.mul_(momentum).add_(param.grad());
-    }
-    param.add_(b, -lr);
-  }
+  momentum_update(params, buffer.view({1, -1}), first, lr, momentum);
   slot = buffer;
 }
 
@@ -141,9 +150,12 @@ void MultiSWAG::count_step(Particle& p, const std::function<torch::Tensor()>& th
   auto& steps = p.state()["swag_steps"];
   const int64_t s = (steps.isInt() ? steps.toInt() : 0) + 1;
   steps = s;
-  if (s % swag_.collect_every_steps() != 0) return;
+  if (s % swag_.collect_every_steps() == 0) collect_into(p, theta());
+}
+
+void MultiSWAG::collect_into(Particle& p, const torch::Tensor& theta) const {
   auto m = read_state(p.state());
-  collect(m, theta(), swag_.rank());
+  collect(m, theta, swag_.rank());
   write_state(p.state(), m);
 }
 
@@ -196,18 +208,7 @@ void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*
       for (const auto& t : ps) size += t[0].numel();
       *buffer = torch::zeros({stack.size(), size}, ps.front().options());
     }
-    int64_t offset = 0;
-    for (const auto& param : ps) {
-      const int64_t numel = param[0].numel();
-      auto b = buffer->narrow(1, offset, numel).view(param.sizes());
-      offset += numel;
-      if (first) {
-        b.copy_(param.grad());
-      } else {
-        b.mul_(momentum).add_(param.grad());
-      }
-      const_cast<torch::Tensor&>(param).add_(b, -lr);
-    }
+    momentum_update(ps, *buffer, first, lr, momentum);
   };
   finish = [buffer, members] {
     if (!buffer->defined()) return;
@@ -218,10 +219,7 @@ void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*
 }
 
 void MultiSWAG::finish_epoch(Particle& p, int64_t epoch) {
-  if (!collecting(epoch) || swag_.collect_every_steps() > 0) return;
-  auto m = read_state(p.state());
-  collect(m, flat_parameters(p.module()), swag_.rank());
-  write_state(p.state(), m);
+  if (collecting(epoch) && swag_.collect_every_steps() == 0) collect_into(p, flat_parameters(p.module()));
 }
 
 ParticleOptions MultiSWAG::particle_options() {

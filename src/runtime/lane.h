@@ -72,9 +72,9 @@ class Lane final : public EventLoop {
     borrower_ = running();
     borrowed_ = std::move(records);
   }
-  std::vector<ParticleRecord*> take_back() {
+  void take_back() {
     borrower_ = nullptr;
-    return std::exchange(borrowed_, {});
+    borrowed_.clear();
   }
   bool lending() const { return !borrowed_.empty(); }
   bool lends(const ParticleRecord* record) const {

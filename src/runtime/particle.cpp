@@ -146,17 +146,20 @@ void Particle::borrow(const std::vector<Pid>& pids, const std::function<void(con
   give_back();
 }
 
-std::vector<c10::IValue> Particle::wait(const std::vector<PFuture>& futures) {
+void Particle::check_may_wait() const {
   check_thread("push::Particle::wait");
+  // Also when nothing needs waiting for (the loop refuses the waits that suspend).
   PUSH_CHECK(!detail::Lane::current()->lending(), "push::Particle::wait",
              "a handler cannot wait inside Particle::borrow");
+}
+
+std::vector<c10::IValue> Particle::wait(const std::vector<PFuture>& futures) {
+  check_may_wait();
   return wait_all(futures);
 }
 
 std::vector<ParticleView> Particle::wait(const std::vector<Future<ParticleView>>& futures) {
-  check_thread("push::Particle::wait");
-  PUSH_CHECK(!detail::Lane::current()->lending(), "push::Particle::wait",
-             "a handler cannot wait inside Particle::borrow");
+  check_may_wait();
   return wait_all(futures);
 }
 

@@ -181,9 +181,10 @@ class Infer {
   /// Builds the stack of `members` (this lane's particles); throws when they cannot fuse.
   std::unique_ptr<FusedStack> make_stack(const std::vector<Particle*>& members) const;
   /// One epoch of sgd steps for a stacked group, each member on its own minibatches (the
-  /// order train_epoch gives it); returns each member's mean nll per point.
+  /// order train_epoch gives it, over its epoch_rows: `rows`, one per member, undefined
+  /// for all of x); returns each member's mean nll per point.
   std::vector<double> train_epoch_fused(FusedStack& stack, const std::vector<Particle*>& members,
-                                        const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                                        const std::vector<torch::Tensor>& rows, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                                         const std::function<void()>& after_step,
                                         const std::function<void()>& step) const;
   /// check_parameters_finite for every member of a stack.

@@ -71,6 +71,8 @@ class MultiSWAG : public Infer {
   /// Counts one step in p's state; collects `theta` (its flat parameters) every
   /// collect_every_steps steps.
   void count_step(Particle& p, const std::function<torch::Tensor()>& theta) const;
+  /// Adds `theta` (p's flat parameters) to the moments in p's state.
+  void collect_into(Particle& p, const torch::Tensor& theta) const;
 
   SWAGOptions swag_;
 };

@@ -106,6 +106,7 @@ class Particle {
  private:
   PFuture run_now(const char* what, const std::function<c10::IValue()>& fn);
   void check_thread(const char* origin) const;
+  void check_may_wait() const;
 
   detail::Runtime* runtime_;
   detail::ParticleRecord* record_;
