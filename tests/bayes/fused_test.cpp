@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include <push/detail/torch_compat.h>
@@ -200,6 +201,15 @@ TEST(FusedStack, SaysWhatItCannotFuse) {
   auto frozen = make_model("mlp:4", {2}, 1)();
   frozen.ptr()->parameters()[0].requires_grad_(false);
   EXPECT_NE(fusion_blocker(*frozen.ptr()).find("frozen"), std::string::npos);
+  // Members whose optimizers have taken different numbers of steps.
+  {
+    auto a1 = make_model("mlp:4", {2}, 1)(), b1 = make_model("mlp:4", {2}, 1)();
+    auto oa = adam()(a1.ptr()->parameters()), ob = adam()(b1.ptr()->parameters());
+    a1.forward(torch::ones({1, 2})).sum().backward();
+    oa->step();
+    EXPECT_PUSH_ERROR(FusedStack({a1.ptr().get(), b1.ptr().get()}, {oa.get(), ob.get()}, adam()),
+                      "optimizer state");
+  }
   // Members must share one architecture.
   auto a = make_model("mlp:4", {2}, 1)(), b = make_model("mlp:5", {2}, 1)();
   EXPECT_PUSH_ERROR(FusedStack({a.ptr().get(), b.ptr().get()}, {}, nullptr), "differs from member 0");
@@ -342,6 +352,51 @@ TEST(Fused, ADivergingMemberIsNamedAndTheGroupStaysUsable) {
     auto p = ens.predict(torch::zeros({2, 1}));
     EXPECT_EQ(p.members.size(0), 4);
   }
+}
+
+// Particle 1 trains on the first half of the data only: its group cannot stack.
+class HalfRows : public Ensemble {
+ public:
+  using Ensemble::Ensemble;
+
+ protected:
+  torch::Tensor epoch_rows(Particle& p, int64_t n) const override {
+    return p.pid() == 1 ? torch::arange(n / 2) : torch::Tensor();
+  }
+};
+
+TEST(Fused, AGroupWhoseMembersCannotStackTrainsOneByOne) {
+  auto train = regression(64);
+  auto x = torch::linspace(-1.5, 1.5, 9).unsqueeze(1);
+  auto model = make_model("mlp:8", {1}, 2);
+  HalfRows fused(model, small_options().particles(4).cache_size(4).fuse(true));
+  HalfRows plain(model, small_options().particles(4).cache_size(4));
+  EXPECT_TRUE(fused.fused());
+  fused.fit(train, 2);
+  plain.fit(train, 2);
+  expect_same({fused.predict(x), fused.losses(), true}, {plain.predict(x), plain.losses(), false}, "half rows");
+}
+
+// An algorithm with its own "epoch" handler keeps it, and trains unfused.
+class OwnEpoch : public Ensemble {
+ public:
+  using Ensemble::Ensemble;
+  std::atomic<int> ran{0};
+
+ protected:
+  ParticleOptions particle_options() override {
+    return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
+      ++ran;
+      return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt()));
+    });
+  }
+};
+
+TEST(Fused, AnAlgorithmsOwnEpochHandlerIsKept) {
+  OwnEpoch own(make_model("mlp:8", {1}, 2), small_options().particles(3).fuse(true));
+  EXPECT_FALSE(own.fused());
+  own.fit(regression(64), 2);
+  EXPECT_EQ(own.ran.load(), 6);
 }
 
 TEST(Fused, BorrowTakesOnlyThisLanesParticlesAndNeverWaits) {
