@@ -245,14 +245,16 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
 
 std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto& d = dist();
+  // The leader drives every particle; the rank it lives on launches it.
+  const auto ids = d.particle_ids();
+  // Another rank's handlers may already run this epoch while this rank's fit() gathers the
+  // last one's losses: only the leader's rank knows that none runs now, and drops what a
+  // failed epoch left. Elsewhere a group's first batch replaces its stale stack.
+  if (d.rank_of(ids.front()) != d.rank()) return {};
   {
-    // What a failed epoch left (no handler runs between epochs: fit's exchange waits).
     std::lock_guard lock(stacks_mutex_);
     stacks_.clear();
   }
-  // The leader drives every particle; the rank it lives on launches it.
-  const auto ids = d.particle_ids();
-  if (d.rank_of(ids.front()) != d.rank()) return {};
   // Fused groups, or every particle a group of its own.
   c10::impl::GenericList groups(c10::ListType::ofInts());
   if (fused()) {
