@@ -81,6 +81,8 @@ bool RpcGroup::is_member(const std::string& name) const {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+std::string RpcGroup::self() const { return check("self").world.name(); }
+
 int RpcGroup::rank_of(const Target& member) const {
   auto& s = check("rank_of");
   int global = -1;

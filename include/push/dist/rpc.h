@@ -138,6 +138,8 @@ class RpcGroup {
   /// Member names, ascending.
   std::vector<std::string> members() const;
   bool is_member(const std::string& name) const;
+  /// This process's name (its worker name in the World).
+  std::string self() const;
 
   // Services: a handler registered by one member, callable by every member by key.
   void register_service(const std::string& key, RpcFunction handler) const;

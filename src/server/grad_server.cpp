@@ -1,0 +1,400 @@
+// The gradient server: secondaries add pushed gradients up and forward the sums (bounded,
+// with back-pressure); the primary adds the sums up, steps the managed model and publishes it.
+#include <push/server/grad_server.h>
+
+#include <push/core/errors.h>
+#include <push/server/model_server.h>
+
+#include <torch/torch.h>
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+
+namespace push::server {
+namespace {
+
+constexpr const char* kHost = "push::server::GradServerHost";
+constexpr const char* kClient = "push::server::GradServer";
+constexpr const char* kModelKey = "model";
+// Waits on forwarded sums end when the primary answers or the call times out.
+constexpr auto kForever = std::chrono::hours(24 * 365);
+
+using Grads = std::map<std::string, at::Tensor>;
+
+std::string model_server(const std::string& name) { return name + "/model"; }
+std::string info_service(const std::string& name) { return name + "/info"; }
+std::string apply_service(const std::string& name) { return name + "/apply"; }
+std::string step_service(const std::string& name) { return name + "/step"; }
+std::string reduce_service(const std::string& name, const std::string& member) { return name + "/reduce/" + member; }
+std::string flush_service(const std::string& name, const std::string& member) { return name + "/flush/" + member; }
+
+Grads grads_of(const c10::IValue& value, const char* origin) {
+  PUSH_CHECK(value.isGenericDict(), origin, "gradients must be a dict of tensors by parameter name");
+  Grads out;
+  for (const auto& e : value.toGenericDict()) out.emplace(e.key().toStringRef(), e.value().toTensor());
+  return out;
+}
+
+c10::IValue to_ivalue(const Grads& grads) {
+  c10::Dict<std::string, at::Tensor> out;
+  for (const auto& [name, t] : grads) out.insert(name, t);
+  return out;
+}
+
+// sum += add; names and shapes must agree.
+void add_into(Grads& sum, const Grads& add, const char* origin, const std::string& what) {
+  if (sum.empty()) {
+    // Sums in double: a float32 sum of many gradients would round where their mean need not.
+    for (const auto& [name, t] : add) sum.emplace(name, t.to(torch::kFloat64, /*non_blocking=*/false, /*copy=*/true));
+    return;
+  }
+  PUSH_CHECK(add.size() == sum.size(), origin, what, " has ", add.size(), " gradients, earlier ones had ", sum.size());
+  for (const auto& [name, t] : add) {
+    auto it = sum.find(name);
+    PUSH_CHECK(it != sum.end(), origin, what, " has a gradient '", name, "' that earlier ones had not");
+    PUSH_CHECK(it->second.sizes() == t.sizes(), origin, what, ": gradient '", name, "' has shape ", t.sizes(),
+               ", earlier ones ", it->second.sizes());
+    it->second.add_(t);
+  }
+}
+
+}  // namespace
+
+// ---- primary ---------------------------------------------------------------------------
+
+struct GradServerHost::Primary {
+  std::string name;
+  GradServerOptions options;
+  std::vector<std::string> secondaries;
+  OrderedServerHost* published = nullptr;
+
+  std::mutex mutex;
+  torch::nn::Module* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  std::function<void()> after_step;
+  Grads sum;
+  int64_t count = 0, partials = 0, steps = 0, version = 0;
+
+  // may_step false (a flush): the step waits for the flush's own call.
+  void add(const Grads& partial, int64_t n, bool may_step) {
+    std::lock_guard lock(mutex);
+    PUSH_CHECK(model != nullptr, kHost, "server '", name,
+               "': no model is managed yet (call manage_model on the primary before clients push)");
+    PUSH_CHECK(n > 0, kHost, "server '", name, "': a forwarded sum of ", n, " gradients");
+    auto trainable = model->named_parameters(/*recurse=*/true);
+    for (const auto& [key, t] : partial) {
+      const auto* p = trainable.find(key);
+      PUSH_CHECK(p != nullptr && p->requires_grad(), kHost, "server '", name, "': gradient '", key,
+                 "' is not a trainable parameter of the managed model");
+      PUSH_CHECK(p->sizes() == t.sizes(), kHost, "server '", name, "': gradient '", key, "' has shape ", t.sizes(),
+                 ", the parameter ", p->sizes());
+    }
+    add_into(sum, partial, kHost, "a forwarded sum");
+    count += n;
+    if (++partials >= options.reduce_batch_size() && may_step) step_locked();
+  }
+
+  // Sets the model's gradients to the sum (or mean over every gradient), steps, publishes.
+  void step_locked() {
+    if (count == 0) return;
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters(/*recurse=*/true)) {
+        if (!item.value().requires_grad()) continue;
+        auto it = sum.find(item.key());
+        PUSH_CHECK(it != sum.end(), kHost, "server '", name, "': no gradient for parameter '", item.key(), "'");
+        auto g = options.reduce_method() == ReduceMethod::mean ? it->second / static_cast<double>(count) : it->second;
+        item.value().mutable_grad() = g.to(item.value().device(), item.value().scalar_type());
+      }
+    }
+    optimizer->step();
+    if (after_step) after_step();
+    sum.clear();
+    count = 0;
+    partials = 0;
+    ++steps;
+    publish_locked();
+  }
+
+  void publish_locked() {
+    const bool ok = published->push(kModelKey, state_of(*model), version + 1,
+                                    version == 0 ? std::nullopt : std::optional<int64_t>(version));
+    PUSH_CHECK(ok, kHost, "server '", name, "': the published model changed behind the primary");
+    ++version;
+  }
+};
+
+// ---- secondary -------------------------------------------------------------------------
+
+struct GradServerHost::Secondary {
+  dist::RpcGroup group;
+  std::string name, member;
+  GradServerOptions options;
+
+  struct Flight {
+    Future<c10::IValue> done;
+    int64_t count;
+  };
+  std::mutex mutex;
+  Grads sum;
+  int64_t count = 0;           // gradients in sum
+  int64_t held = 0;            // in sum or in flight
+  std::deque<Flight> flights;  // forwarded, oldest first
+  std::string lost;            // why a forwarded sum failed, until a client hears it
+
+  // A sum on its way to the primary; its completion frees its room.
+  struct Outgoing {
+    std::shared_ptr<Promise<c10::IValue>> promise;
+    c10::IValue body;
+    int64_t count;
+    bool may_step;
+  };
+
+  Outgoing take_locked(bool may_step) {
+    Outgoing out{std::make_shared<Promise<c10::IValue>>(), to_ivalue(sum), count, may_step};
+    flights.push_back({out.promise->future(), count});
+    sum.clear();
+    count = 0;
+    return out;
+  }
+
+  // Outside the lock: a call may wait (a lookup of the primary), and a fiber must not wait
+  // while it holds a mutex another fiber of its thread may want.
+  void send(const Outgoing& out) {
+    auto promise = out.promise;
+    try {
+      auto reply = group.registered_async(apply_service(name), {out.body, out.count, out.may_step});
+      reply.state()->add_callback([promise, reply] {
+        if (auto error = reply.state()->error()) {
+          promise->set_error(error);
+        } else {
+          promise->set_value(reply.state()->value());
+        }
+      });
+    } catch (...) {
+      promise->set_error(std::current_exception());
+    }
+  }
+
+  // Frees the room of forwarded sums the primary has answered; remembers a failure.
+  void reap_locked() {
+    while (!flights.empty() && flights.front().done.is_ready()) {
+      if (auto error = flights.front().done.state()->error()) {
+        if (lost.empty()) lost = detail::describe(error);
+      }
+      held -= flights.front().count;
+      flights.pop_front();
+    }
+  }
+
+  void throw_lost_locked() {
+    if (lost.empty()) return;
+    const std::string why = std::move(lost);
+    lost.clear();
+    throw Error(c10::str("[", kHost, "] server '", name, "', secondary ", member,
+                         ": gradients forwarded earlier were not applied: ", why));
+  }
+
+  void push(const Grads& grads) {
+    for (;;) {
+      Future<c10::IValue> oldest;
+      std::optional<Outgoing> out;
+      {
+        std::lock_guard lock(mutex);
+        reap_locked();
+        throw_lost_locked();
+        if (held < options.max_queue_size()) {
+          add_into(sum, grads, kHost, c10::str("a push to server '", name, "'"));
+          ++count;
+          ++held;
+          if (count < options.reduce_batch_size()) return;
+          out = take_locked(/*may_step=*/true);
+        } else {
+          oldest = flights.front().done;  // full: wait for the primary (held > 0 means flights)
+        }
+      }
+      if (out) {
+        send(*out);
+        return;
+      }
+      oldest.wait_for(kForever);
+    }
+  }
+
+  // Forwards a partial batch and waits until everything forwarded is answered.
+  void flush() {
+    std::vector<Future<c10::IValue>> waits;
+    std::optional<Outgoing> out;
+    {
+      std::lock_guard lock(mutex);
+      if (count > 0) out = take_locked(/*may_step=*/false);
+      for (const auto& f : flights) waits.push_back(f.done);
+    }
+    if (out) send(*out);
+    for (const auto& f : waits) f.wait_for(kForever);
+    std::lock_guard lock(mutex);
+    reap_locked();
+    throw_lost_locked();
+  }
+};
+
+// ---- host ------------------------------------------------------------------------------
+
+GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::string primary,
+                               std::vector<std::string> secondaries, GradServerOptions options)
+    : group_(std::move(group)), name_(std::move(name)) {
+  PUSH_CHECK(!name_.empty(), kHost, "the server needs a name");
+  PUSH_CHECK(options.reduce_batch_size() >= 1, kHost, "reduce_batch_size must be >= 1, got ",
+             options.reduce_batch_size());
+  PUSH_CHECK(options.max_queue_size() >= options.reduce_batch_size(), kHost, "max_queue_size (",
+             options.max_queue_size(), ") must be >= reduce_batch_size (", options.reduce_batch_size(), ")");
+  PUSH_CHECK(!secondaries.empty(), kHost, "server '", name_, "' needs at least one secondary reducer");
+  PUSH_CHECK(group_.is_member(primary), kHost, "primary reducer '", primary, "' is not a member of group '",
+             group_.name(), "'");
+  for (const auto& s : secondaries) {
+    PUSH_CHECK(group_.is_member(s), kHost, "secondary reducer '", s, "' is not a member of group '", group_.name(), "'");
+  }
+  const std::string self = group_.self();
+  const bool is_secondary = std::find(secondaries.begin(), secondaries.end(), self) != secondaries.end();
+  PUSH_CHECK(self == primary || is_secondary, kHost, "server '", name_, "': ", self,
+             " is neither its primary reducer nor a secondary: only they build a GradServerHost");
+  auto registered = [&](const std::string& key, dist::RpcFunction fn) {
+    group_.register_service(key, std::move(fn));
+    services_.push_back(key);
+  };
+  try {
+    if (self == primary) {
+      published_ = std::make_unique<OrderedServerHost>(group_, model_server(name_));
+      primary_ = std::make_shared<Primary>();
+      primary_->name = name_;
+      primary_->options = options;
+      primary_->secondaries = secondaries;
+      primary_->published = published_.get();
+      auto p = primary_;
+      registered(info_service(name_), [p](const dist::RpcArgs&) { return c10::IValue(p->secondaries); });
+      registered(apply_service(name_), [p](const dist::RpcArgs& a) {
+        p->add(grads_of(a.at(0), kHost), a.at(1).toInt(), a.at(2).toBool());
+        return c10::IValue();
+      });
+      registered(step_service(name_), [p](const dist::RpcArgs&) {
+        std::lock_guard lock(p->mutex);
+        if (p->model != nullptr) p->step_locked();
+        return c10::IValue();
+      });
+    }
+    if (is_secondary) {
+      secondary_ = std::make_shared<Secondary>();
+      secondary_->group = group_;
+      secondary_->name = name_;
+      secondary_->member = self;
+      secondary_->options = options;
+      auto s = secondary_;
+      registered(reduce_service(name_, self), [s](const dist::RpcArgs& a) {
+        s->push(grads_of(a.at(0), kHost));
+        return c10::IValue();
+      });
+      registered(flush_service(name_, self), [s](const dist::RpcArgs&) {
+        s->flush();
+        return c10::IValue();
+      });
+    }
+  } catch (...) {
+    for (const auto& key : services_) group_.deregister(key);
+    throw;
+  }
+}
+
+GradServerHost::~GradServerHost() {
+  for (const auto& key : services_) {
+    try {
+      group_.deregister(key);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void GradServerHost::manage_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                  std::function<void()> after_step) {
+  PUSH_CHECK(primary_ != nullptr, kHost, "server '", name_, "': manage_model is called on the primary reducer");
+  std::lock_guard lock(primary_->mutex);
+  PUSH_CHECK(primary_->model == nullptr, kHost, "server '", name_, "' manages a model already");
+  primary_->model = &model;
+  primary_->optimizer = &optimizer;
+  primary_->after_step = std::move(after_step);
+  primary_->publish_locked();
+}
+
+int64_t GradServerHost::steps() const {
+  if (!primary_) return 0;
+  std::lock_guard lock(primary_->mutex);
+  return primary_->steps;
+}
+
+// ---- client ----------------------------------------------------------------------------
+
+GradServer::GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout)
+    : group_(std::move(group)), name_(std::move(name)), timeout_(timeout), random_(std::random_device{}()) {
+  PUSH_CHECK(!name_.empty(), kClient, "the server needs a name");
+}
+
+const std::vector<std::string>& GradServer::secondaries() {
+  if (secondaries_.empty()) {
+    try {
+      auto list = group_.registered_sync(info_service(name_), {}, timeout_);
+      for (const auto& s : list.toListRef()) secondaries_.push_back(s.toStringRef());
+    } catch (const std::exception& e) {
+      throw Error(c10::str("[", kClient, "] server '", name_, "': ", e.what()));
+    }
+  }
+  return secondaries_;
+}
+
+void GradServer::push(const torch::nn::Module& module, const std::string& secondary) {
+  c10::Dict<std::string, at::Tensor> grads;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    const auto& g = item.value().grad();
+    PUSH_CHECK(g.defined(), kClient, "server '", name_, "': parameter '", item.key(),
+               "' has no gradient (run backward before push)");
+    grads.insert(item.key(), g.detach().to(torch::kCPU));
+  }
+  const auto& all = secondaries();
+  std::string to = secondary;
+  if (to.empty()) {
+    to = all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(random_)];
+  } else {
+    PUSH_CHECK(std::find(all.begin(), all.end(), to) != all.end(), kClient, "server '", name_, "': '", to,
+               "' is not one of its secondary reducers");
+  }
+  try {
+    group_.registered_sync(reduce_service(name_, to), {grads}, timeout_);
+  } catch (const std::exception& e) {
+    throw Error(c10::str("[", kClient, "] push to server '", name_, "' (secondary ", to, "): ", e.what()));
+  }
+}
+
+int64_t GradServer::pull(torch::nn::Module& module) {
+  ModelServer models(OrderedServer(group_, model_server(name_), timeout_), kModelKey);
+  bool pulled = false;
+  try {
+    pulled = models.pull(module);
+  } catch (const std::exception& e) {
+    throw Error(c10::str("[", kClient, "] pull from server '", name_, "': ", e.what()));
+  }
+  PUSH_CHECK(pulled, kClient, "server '", name_, "' has published no model yet");
+  version_ = models.version();
+  return version_;
+}
+
+void GradServer::flush() {
+  try {
+    for (const auto& s : secondaries()) group_.registered_sync(flush_service(name_, s), {}, timeout_);
+    group_.registered_sync(step_service(name_), {}, timeout_);
+  } catch (const std::exception& e) {
+    throw Error(c10::str("[", kClient, "] flush of server '", name_, "': ", e.what()));
+  }
+}
+
+}  // namespace push::server

@@ -1,0 +1,73 @@
+// A model's state through an ordered server: push = compare-and-set of version + 1.
+#include <push/server/model_server.h>
+
+#include <push/core/errors.h>
+
+#include <torch/torch.h>
+
+namespace push::server {
+namespace {
+constexpr const char* kOrigin = "push::server::ModelServer";
+}  // namespace
+
+c10::Dict<std::string, at::Tensor> state_of(const torch::nn::Module& module) {
+  c10::Dict<std::string, at::Tensor> out;
+  for (const auto& item : module.named_parameters()) out.insert(item.key(), item.value().detach().to(torch::kCPU).clone());
+  for (const auto& item : module.named_buffers()) out.insert(item.key(), item.value().detach().to(torch::kCPU).clone());
+  return out;
+}
+
+void load_state(torch::nn::Module& module, const c10::Dict<std::string, at::Tensor>& state, const char* origin) {
+  torch::NoGradGuard no_grad;
+  size_t local = 0;
+  auto copy = [&](const std::string& name, at::Tensor& to) {
+    ++local;
+    auto it = state.find(name);
+    PUSH_CHECK(it != state.end(), origin, "'", name, "' of the module is not in the server's model");
+    const auto& from = it->value();
+    PUSH_CHECK(from.sizes() == to.sizes(), origin, "'", name, "' has shape ", from.sizes(), " on the server, ",
+               to.sizes(), " in the module");
+    to.copy_(from);
+  };
+  for (auto& item : module.named_parameters()) copy(item.key(), item.value());
+  for (auto& item : module.named_buffers()) copy(item.key(), item.value());
+  if (local != state.size()) {
+    auto names = module.named_parameters();
+    auto buffers = module.named_buffers();
+    for (const auto& entry : state) {
+      PUSH_CHECK(names.contains(entry.key()) || buffers.contains(entry.key()), origin, "'", entry.key(),
+                 "' of the server's model is not in the module");
+    }
+  }
+}
+
+ModelServer::ModelServer(OrderedServer server, std::string model_name)
+    : server_(std::move(server)), model_name_(std::move(model_name)) {
+  PUSH_CHECK(!model_name_.empty(), kOrigin, "the model needs a name");
+}
+
+bool ModelServer::push(torch::nn::Module& module, bool pull_on_fail) {
+  const std::optional<int64_t> prev = version_ == 0 ? std::nullopt : std::optional<int64_t>(version_);
+  if (server_.push(model_name_, state_of(module), version_ + 1, prev)) {
+    ++version_;
+    return true;
+  }
+  if (pull_on_fail) {
+    PUSH_CHECK(pull(module), kOrigin, "push of '", model_name_, "' lost, and the server has no version of it");
+  }
+  return false;
+}
+
+bool ModelServer::pull(torch::nn::Module& module) {
+  auto newest = server_.pull(model_name_);
+  if (!newest) return false;
+  PUSH_CHECK(newest->value.isGenericDict(), kOrigin, "key '", model_name_, "' of server '", server_.name(),
+             "' holds no model");
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& entry : newest->value.toGenericDict()) state.insert(entry.key().toStringRef(), entry.value().toTensor());
+  load_state(module, state, kOrigin);
+  version_ = newest->version;
+  return true;
+}
+
+}  // namespace push::server
