@@ -1,6 +1,6 @@
 # The layering docs/architecture.md promises: a layer includes only itself and the layers
 # below it, never one above (which would make the two depend on each other).
-#   core (+ include/push/detail, LibTorch compatibility)  <  dist  <  runtime, server
+#   core (+ include/push/detail, LibTorch compatibility)  <  dist  <  runtime, server, parallel
 # Run as: cmake -DROOT=<source dir> -P layers.cmake
 cmake_minimum_required(VERSION 3.25)
 set(below_detail "")
@@ -8,7 +8,8 @@ set(below_core detail)
 set(below_dist detail core)
 set(below_runtime detail core dist)
 set(below_server detail core dist)
-set(layers detail core dist runtime server)
+set(below_parallel detail core dist)
+set(layers detail core dist runtime server parallel)
 # The areas a file could name: every folder of src/ and include/push/.
 file(GLOB areas LIST_DIRECTORIES true RELATIVE ${ROOT}/src ${ROOT}/src/*)
 file(GLOB public LIST_DIRECTORIES true RELATIVE ${ROOT}/include/push ${ROOT}/include/push/*)

@@ -1,0 +1,151 @@
+#pragma once
+// SimpleQueue: a multi-producer multi-consumer queue of values (machin's SimpleQueue), in
+// one process; QueueHost / RemoteQueue: the same hosted by one member of an RpcGroup and
+// used by all of them, carrying c10::IValues.
+//
+//   push::parallel::SimpleQueue<int> q;
+//   q.put(1);
+//   std::optional<int> v = q.get(std::chrono::milliseconds(100));  // nothing on timeout
+//   q.close();        // puts now fail; gets drain what is left, then fail
+//
+//   push::parallel::QueueHost host(rpc, "jobs");              // on one member
+//   push::parallel::RemoteQueue jobs(rpc, "jobs");            // on any member
+//   jobs.put(torch::ones(3));  auto item = jobs.get(std::chrono::seconds(1));
+//
+// get() waits as push's futures do: inside a fiber (a particle handler, an RPC handler, a
+// ThreadPool task) it suspends the fiber, not the thread. A get on a closed, empty queue
+// throws push::Error ("closed"); so does a put on a closed queue. Values come out in the
+// order they went in; waiting getters are served in the order they started waiting.
+#include <push/core/errors.h>
+#include <push/core/future.h>
+#include <push/dist/rpc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace push::parallel {
+
+template <class T>
+class SimpleQueue {
+ public:
+  /// Appends `value`, or hands it to the longest-waiting get(); push::Error when closed.
+  void put(T value) {
+    std::shared_ptr<push::detail::FutureState<T>> waiter;
+    {
+      std::lock_guard lock(mutex_);
+      PUSH_CHECK(!closed_, "push::parallel::SimpleQueue", "put on a closed queue");
+      if (waiters_.empty()) {
+        items_.push_back(std::move(value));
+        return;
+      }
+      waiter = std::move(waiters_.front());
+      waiters_.pop_front();
+    }
+    waiter->set_value(std::move(value));
+  }
+
+  /// The oldest value, waiting at most `timeout` for one (nothing when it passes);
+  /// push::Error once the queue is closed and empty.
+  std::optional<T> get(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) {
+    std::shared_ptr<push::detail::FutureState<T>> waiter;
+    {
+      std::lock_guard lock(mutex_);
+      if (!items_.empty()) {
+        T value = std::move(items_.front());
+        items_.pop_front();
+        return value;
+      }
+      PUSH_CHECK(!closed_, "push::parallel::SimpleQueue", "get on a closed, empty queue");
+      if (timeout.count() <= 0) return std::nullopt;
+      waiter = std::make_shared<push::detail::FutureState<T>>();
+      waiters_.push_back(waiter);
+    }
+    Future<T> future(waiter);
+    if (!future.wait_for(timeout)) {
+      std::lock_guard lock(mutex_);
+      auto it = std::find(waiters_.begin(), waiters_.end(), waiter);
+      if (it != waiters_.end()) {  // still waiting: nobody will fill it now
+        waiters_.erase(it);
+        return std::nullopt;
+      }
+      // A put (or close) filled it just as the wait ended: take what it left.
+    }
+    return future.wait();
+  }
+
+  /// Non-blocking get.
+  std::optional<T> try_get() { return get(std::chrono::milliseconds(0)); }
+
+  bool empty() const {
+    std::lock_guard lock(mutex_);
+    return items_.empty();
+  }
+  size_t size() const {
+    std::lock_guard lock(mutex_);
+    return items_.size();
+  }
+  /// Puts fail from now on; waiting gets fail at once; values already in stay gettable.
+  void close() {
+    std::deque<std::shared_ptr<push::detail::FutureState<T>>> waiters;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      waiters.swap(waiters_);
+    }
+    for (auto& w : waiters) {
+      w->set_error(std::make_exception_ptr(Error("[push::parallel::SimpleQueue] get on a closed, empty queue")));
+    }
+  }
+  bool closed() const {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::deque<T> items_;
+  std::deque<std::shared_ptr<push::detail::FutureState<T>>> waiters_;
+  bool closed_ = false;
+};
+
+/// Hosts the queue `name` on this member of `group` until destruction (services
+/// "<name>/put", "<name>/get", "<name>/size", "<name>/close"). A get waiting on the host is
+/// a suspended RPC handler fiber, not a thread.
+class QueueHost {
+ public:
+  QueueHost(dist::RpcGroup group, std::string name);
+  ~QueueHost();
+  QueueHost(const QueueHost&) = delete;
+  QueueHost& operator=(const QueueHost&) = delete;
+  SimpleQueue<c10::IValue>& queue() { return *queue_; }
+
+ private:
+  dist::RpcGroup group_;
+  std::string name_;
+  std::shared_ptr<SimpleQueue<c10::IValue>> queue_;
+};
+
+/// Any member's handle on the queue `name` of `group`. Values are copies (tensors arrive
+/// as CPU tensors). A get's timeout is its wait on the host; the call itself gives up a
+/// minute after that (a host that died fails it at once).
+class RemoteQueue {
+ public:
+  RemoteQueue(dist::RpcGroup group, std::string name);
+  void put(c10::IValue value) const;
+  std::optional<c10::IValue> get(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  void close() const;
+
+ private:
+  c10::IValue call(const std::string& op, dist::RpcArgs args, std::optional<dist::Milliseconds> timeout = std::nullopt) const;
+  dist::RpcGroup group_;
+  std::string name_;
+};
+
+}  // namespace push::parallel

@@ -1,0 +1,60 @@
+#pragma once
+// RankPool: machin's process Pool over the ranks of a job. Tasks are functions registered
+// by name in every process (PUSH_RPC_FUNCTION / register_function: C++ ships no closures
+// between processes); the pool runs them on its worker ranks, at most `per_worker` at once
+// on each, with ThreadPool's methods.
+//
+//   c10::IValue square(const push::dist::RpcArgs& a) { return a[0].toInt() * a[0].toInt(); }
+//   PUSH_RPC_FUNCTION(square);
+//   ...
+//   push::parallel::RankPool pool(rpc, {"worker1", "worker2"});
+//   auto all = pool.map("square", {1, 2, 3});              // [1, 4, 9], in item order
+//   auto f = pool.apply_async("square", {c10::IValue(7)});
+//
+// Calls wait in the pool's queue until a worker has a free slot, so a long map never has
+// more than workers x per_worker calls in flight; cancel_queued() fails those not yet sent.
+// A failed call (the function threw, the worker died, the call timed out) fails its
+// future; map/starmap rethrow the first failure in item order as a TaskError naming the
+// item's index, after every call has ended. Destruction cancels queued calls and waits
+// for those in flight.
+#include <push/dist/rpc.h>
+#include <push/parallel/thread_pool.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace push::parallel {
+
+class RankPool {
+ public:
+  /// `workers`: member names of `group` (empty: every member but this process).
+  RankPool(dist::RpcGroup group, std::vector<std::string> workers = {}, int per_worker = 1,
+           std::optional<dist::Milliseconds> timeout = std::nullopt);
+  ~RankPool();
+  RankPool(const RankPool&) = delete;
+  RankPool& operator=(const RankPool&) = delete;
+
+  const std::vector<std::string>& workers() const;
+  Future<c10::IValue> apply_async(const std::string& function, dist::RpcArgs args = {});
+  c10::IValue apply(const std::string& function, dist::RpcArgs args = {});
+  /// function(item) for every item.
+  std::vector<c10::IValue> map(const std::string& function, const std::vector<c10::IValue>& items);
+  /// function(args...) for every argument list.
+  std::vector<c10::IValue> starmap(const std::string& function, const std::vector<dist::RpcArgs>& items);
+  Results<c10::IValue> imap(const std::string& function, const std::vector<c10::IValue>& items);
+  Results<c10::IValue> imap_unordered(const std::string& function, const std::vector<c10::IValue>& items);
+  /// Fails the calls not sent yet with push::CancelledError; returns how many.
+  size_t cancel_queued();
+  /// Calls waiting for a free slot.
+  size_t queued() const;
+
+  struct Impl;
+
+ private:
+  std::vector<Future<c10::IValue>> each(const std::string& function, std::vector<dist::RpcArgs> items,
+                                        const char* origin);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace push::parallel

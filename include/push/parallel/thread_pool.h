@@ -1,0 +1,337 @@
+#pragma once
+// ThreadPool and CtxThreadPool: a fixed set of worker threads that run tasks, with
+// machin's (and Python multiprocessing's) methods: apply, apply_async, map, imap,
+// imap_unordered, starmap.
+//
+//   push::parallel::ThreadPool pool(4);
+//   auto f = pool.apply_async([](int x) { return x * x; }, 7);       // push::Future<int>
+//   std::vector<int> squares = pool.map([](int x) { return x * x; }, std::vector<int>{1, 2, 3});
+//   auto stream = pool.imap_unordered(work, items);                  // in completion order
+//   while (auto r = stream.next()) use(r->index, r->value);
+//
+//   // Each worker holds a context of its own (a model, a buffer), handed to its tasks:
+//   push::parallel::CtxThreadPool<Net> nets(2, [](int worker) { return Net(); });
+//   nets.map([](Net& net, const torch::Tensor& x) { return net->forward(x); }, batches);
+//
+// Each worker thread is a fiber event loop (as push's device lanes are): a task that
+// waits on a push::Future (an RPC call, another task of the same pool, a collective)
+// suspends and its thread runs the next queued task meanwhile, so tasks that wait on each
+// other never deadlock the pool and waits never hold a thread. Tasks run one at a time per
+// thread and interleave only at their waits. A task's exception reaches its future;
+// map/starmap wait for every task and then rethrow the first failure in item order as a
+// TaskError naming the item's index (imap: when that item is reached). Destruction
+// cancels the tasks still queued (their futures fail with push::CancelledError) and joins
+// every thread; running tasks finish first, and waiting ones are unwound.
+#include <push/core/errors.h>
+#include <push/core/future.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace push::parallel {
+
+/// A task of map/imap/starmap failed: which item, and the original exception.
+class TaskError : public Error {
+ public:
+  TaskError(const char* origin, size_t index, std::exception_ptr cause)
+      : Error(c10::str("[", origin, "] task ", index, " failed: ", push::detail::describe(cause))),
+        index_(index),
+        cause_(std::move(cause)) {}
+  size_t index() const { return index_; }
+  const std::exception_ptr& cause() const { return cause_; }
+
+ private:
+  size_t index_;
+  std::exception_ptr cause_;
+};
+
+/// What a task of `void` returns.
+using Nothing = std::monostate;
+
+namespace detail {
+
+/// The untyped pool: worker loops pulling tasks from one queue.
+class PoolCore {
+ public:
+  using Run = std::function<void(int worker)>;
+  using Cancel = std::function<void(std::exception_ptr)>;
+  /// threads <= 0: std::thread::hardware_concurrency().
+  PoolCore(int threads, const char* origin);
+  ~PoolCore();
+  PoolCore(const PoolCore&) = delete;
+  PoolCore& operator=(const PoolCore&) = delete;
+  int size() const;
+  /// Queues a task; push::Error after close() or terminate().
+  void submit(Run run, Cancel cancel);
+  void close();
+  void join();
+  size_t cancel_queued();
+  void terminate();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+template <class T>
+using Stored = std::conditional_t<std::is_void_v<T>, Nothing, T>;
+
+template <class F, class... A>
+Stored<std::invoke_result_t<F, A...>> call_stored(F& f, A&&... a) {
+  if constexpr (std::is_void_v<std::invoke_result_t<F, A...>>) {
+    std::invoke(f, std::forward<A>(a)...);
+    return Nothing{};
+  } else {
+    return std::invoke(f, std::forward<A>(a)...);
+  }
+}
+
+}  // namespace detail
+
+/// One result of imap / imap_unordered: the item's index and its task's value.
+template <class T>
+struct Indexed {
+  size_t index;
+  T value;
+};
+
+/// Results of imap (item order) or imap_unordered (completion order), one at a time.
+template <class T>
+class Results {
+ public:
+  Results(std::vector<Future<Indexed<T>>> slots, const char* origin) : slots_(std::move(slots)), origin_(origin) {}
+  /// The next result (waiting for it), or nothing once all were returned. A failed task
+  /// throws TaskError here; next() after it goes on with the following results.
+  std::optional<Indexed<T>> next() {
+    if (next_ == slots_.size()) return std::nullopt;
+    const auto& slot = slots_[next_++];
+    try {
+      return slot.wait();
+    } catch (const TaskError&) {
+      throw;
+    } catch (...) {
+      throw TaskError(origin_, next_ - 1, std::current_exception());
+    }
+  }
+  size_t size() const { return slots_.size(); }
+
+ private:
+  std::vector<Future<Indexed<T>>> slots_;
+  size_t next_ = 0;
+  const char* origin_;
+};
+
+namespace detail {
+
+/// futures[i] as (i, value), in item order.
+template <class T>
+std::vector<Future<Indexed<T>>> in_item_order(const std::vector<Future<T>>& futures) {
+  std::vector<Future<Indexed<T>>> out;
+  out.reserve(futures.size());
+  for (size_t i = 0; i < futures.size(); ++i) {
+    out.push_back(futures[i].then([i](const T& v) { return Indexed<T>{i, v}; }));
+  }
+  return out;
+}
+
+/// The same in the order the futures complete: each completion fills the next slot.
+template <class T>
+std::vector<Future<Indexed<T>>> in_completion_order(const std::vector<Future<T>>& futures) {
+  using Slot = std::shared_ptr<push::detail::FutureState<Indexed<T>>>;
+  struct Order {
+    std::mutex mutex;
+    size_t done = 0;
+    std::vector<Slot> slots;
+  };
+  auto order = std::make_shared<Order>();
+  std::vector<Future<Indexed<T>>> out;
+  for (size_t i = 0; i < futures.size(); ++i) {
+    order->slots.push_back(std::make_shared<push::detail::FutureState<Indexed<T>>>());
+    out.emplace_back(order->slots.back());
+  }
+  for (size_t i = 0; i < futures.size(); ++i) {
+    auto state = futures[i].state();
+    state->add_callback([state, order, i] {
+      Slot slot;
+      {
+        std::lock_guard lock(order->mutex);
+        slot = order->slots[order->done++];
+      }
+      if (auto error = state->error()) {
+        slot->set_error(error);
+      } else {
+        slot->set_value(Indexed<T>{i, state->value()});
+      }
+    });
+  }
+  return out;
+}
+
+/// Every value in order, once all futures are done; the first failure in order rethrown.
+template <class T>
+std::vector<T> all_values(const std::vector<Future<T>>& futures) {
+  for (const auto& f : futures) f.wait_for(std::chrono::hours(24 * 365 * 100));
+  std::vector<T> out;
+  out.reserve(futures.size());
+  for (const auto& f : futures) out.push_back(f.wait());
+  return out;
+}
+
+}  // namespace detail
+
+/// The typed methods over a PoolCore. Derived provides core() and invoke(f, worker,
+/// args...), which calls f with the worker's context (CtxThreadPool) or without (ThreadPool).
+template <class Derived>
+class PoolMethods {
+ public:
+  /// f(a...) on some worker; its future.
+  template <class F, class... A>
+  auto apply_async(F f, A... a) {
+    using T = decltype(std::declval<Derived&>().invoke(f, 0, a...));
+    return submit<T>([this, f = std::move(f), args = std::make_tuple(std::move(a)...)](int worker) mutable {
+      return std::apply([&](auto&... x) { return self().invoke(f, worker, x...); }, args);
+    });
+  }
+  /// apply_async(f, a...).wait().
+  template <class F, class... A>
+  auto apply(F f, A... a) {
+    return apply_async(std::move(f), std::move(a)...).wait();
+  }
+
+  /// f(item) for every item; the results in item order.
+  template <class F, class Item>
+  auto map(F f, const std::vector<Item>& items) {
+    return detail::all_values(each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+                        "push::parallel::ThreadPool::map"));
+  }
+  /// f(args...) for every tuple of arguments; the results in order.
+  template <class F, class... T>
+  auto starmap(F f, const std::vector<std::tuple<T...>>& items) {
+    return detail::all_values(each(std::move(f), items,
+                        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
+                          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
+                        },
+                        "push::parallel::ThreadPool::starmap"));
+  }
+  /// f(item) for every item; the results one at a time, in item order.
+  template <class F, class Item>
+  auto imap(F f, const std::vector<Item>& items) {
+    auto futures = each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+                        "push::parallel::ThreadPool::imap");
+    using T = typename decltype(futures)::value_type::value_type;
+    return Results<T>(detail::in_item_order(futures), "push::parallel::ThreadPool::imap");
+  }
+  /// f(item) for every item; the results one at a time, as their tasks complete.
+  template <class F, class Item>
+  auto imap_unordered(F f, const std::vector<Item>& items) {
+    auto futures = each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+                        "push::parallel::ThreadPool::imap_unordered");
+    using T = typename decltype(futures)::value_type::value_type;
+    return Results<T>(detail::in_completion_order(futures), "push::parallel::ThreadPool::imap_unordered");
+  }
+
+  int size() const { return static_cast<const Derived&>(*this).core().size(); }
+  /// No more tasks; queued ones still run.
+  void close() { self().core().close(); }
+  /// After close(): waits until every task has run, then stops the threads. Not from a task.
+  void join() { self().core().join(); }
+  /// Cancels the queued tasks that no thread has started (their futures fail with
+  /// push::CancelledError); returns how many.
+  size_t cancel_queued() { return self().core().cancel_queued(); }
+  /// close(), cancel_queued(), then join (running tasks finish, waiting ones unwind).
+  void terminate() { self().core().terminate(); }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+
+  // One task: body(worker) -> T; its value or exception goes to the future.
+  template <class T, class Body>
+  Future<T> submit(Body body) {
+    auto state = std::make_shared<push::detail::FutureState<T>>();
+    self().core().submit(
+        [state, body = std::move(body)](int worker) mutable {
+          try {
+            state->set_value(body(worker));
+          } catch (...) {
+            state->set_error(std::current_exception());
+          }
+        },
+        [state](std::exception_ptr e) { state->set_error(std::move(e)); });
+    return Future<T>(state);
+  }
+
+  // One task per item, sharing f; a failure becomes a TaskError naming the item.
+  template <class F, class Item, class Call>
+  auto each(F f, const std::vector<Item>& items, Call call, const char* origin) {
+    using T = decltype(call(std::declval<Derived&>(), f, 0, items.front()));
+    auto shared = std::make_shared<F>(std::move(f));
+    std::vector<Future<T>> futures;
+    futures.reserve(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      futures.push_back(submit<T>([this, shared, call, item = items[i], i, origin](int worker) {
+        try {
+          return call(self(), *shared, worker, item);
+        } catch (...) {
+          throw TaskError(origin, i, std::current_exception());
+        }
+      }));
+    }
+    return futures;
+  }
+
+};
+
+/// A pool of `threads` workers (<= 0: one per hardware thread).
+class ThreadPool : public PoolMethods<ThreadPool> {
+ public:
+  explicit ThreadPool(int threads = 0) : core_(threads, "push::parallel::ThreadPool") {}
+
+  template <class F, class... A>
+  auto invoke(F& f, int /*worker*/, A&&... a) {
+    return detail::call_stored(f, std::forward<A>(a)...);
+  }
+  detail::PoolCore& core() { return core_; }
+  const detail::PoolCore& core() const { return core_; }
+
+ private:
+  detail::PoolCore core_;
+};
+
+/// A pool whose workers each hold a context (made by `make(worker)` on construction);
+/// every task is called as f(context, args...) with its worker's context.
+template <class Ctx>
+class CtxThreadPool : public PoolMethods<CtxThreadPool<Ctx>> {
+ public:
+  CtxThreadPool(int threads, const std::function<Ctx(int worker)>& make) {
+    const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    contexts_.reserve(n);
+    for (int w = 0; w < n; ++w) contexts_.push_back(make(w));
+    core_ = std::make_unique<detail::PoolCore>(n, "push::parallel::CtxThreadPool");
+  }
+  /// Worker `w`'s context (for reading after the tasks are done).
+  Ctx& context(int w) { return contexts_.at(w); }
+
+  template <class F, class... A>
+  auto invoke(F& f, int worker, A&&... a) {
+    return detail::call_stored(f, contexts_[worker], std::forward<A>(a)...);
+  }
+  detail::PoolCore& core() { return *core_; }
+  const detail::PoolCore& core() const { return *core_; }
+
+ private:
+  std::vector<Ctx> contexts_;
+  std::unique_ptr<detail::PoolCore> core_;  // after contexts_: its threads stop first
+};
+
+}  // namespace push::parallel

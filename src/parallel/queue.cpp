@@ -1,0 +1,84 @@
+// The queue of one member, served to the others.
+#include <push/parallel/queue.h>
+
+namespace push::parallel {
+namespace {
+constexpr const char* kHost = "push::parallel::QueueHost";
+constexpr const char* kClient = "push::parallel::RemoteQueue";
+const char* const kOps[] = {"put", "get", "size", "close"};
+}  // namespace
+
+QueueHost::QueueHost(dist::RpcGroup group, std::string name)
+    : group_(std::move(group)), name_(std::move(name)), queue_(std::make_shared<SimpleQueue<c10::IValue>>()) {
+  PUSH_CHECK(!name_.empty(), kHost, "the queue needs a name");
+  auto q = queue_;
+  std::vector<std::string> done;
+  try {
+    group_.register_service(name_ + "/put", [q](const dist::RpcArgs& a) {
+      q->put(a.at(0));
+      return c10::IValue();
+    });
+    done.push_back(name_ + "/put");
+    group_.register_service(name_ + "/get", [q](const dist::RpcArgs& a) {
+      auto v = q->get(std::chrono::milliseconds(a.at(0).toInt()));
+      // (found, value): a queued None is a value too.
+      return c10::IValue(c10::ivalue::Tuple::create({v.has_value(), v.value_or(c10::IValue())}));
+    });
+    done.push_back(name_ + "/get");
+    group_.register_service(name_ + "/size", [q](const dist::RpcArgs&) { return c10::IValue(static_cast<int64_t>(q->size())); });
+    done.push_back(name_ + "/size");
+    group_.register_service(name_ + "/close", [q](const dist::RpcArgs&) {
+      q->close();
+      return c10::IValue();
+    });
+  } catch (...) {
+    for (const auto& key : done) group_.deregister(key);
+    throw;
+  }
+}
+
+QueueHost::~QueueHost() {
+  queue_->close();  // getters waiting on the host fail instead of waiting on
+  for (const char* op : kOps) {
+    try {
+      group_.deregister(name_ + "/" + op);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+RemoteQueue::RemoteQueue(dist::RpcGroup group, std::string name) : group_(std::move(group)), name_(std::move(name)) {
+  PUSH_CHECK(!name_.empty(), kClient, "the queue needs a name");
+}
+
+c10::IValue RemoteQueue::call(const std::string& op, dist::RpcArgs args, std::optional<dist::Milliseconds> timeout) const {
+  try {
+    return group_.registered_sync(name_ + "/" + op, std::move(args), timeout);
+  } catch (const dist::RemoteError& e) {
+    throw Error(c10::str("[", kClient, "] ", op, " on queue '", name_, "': ", e.remote_message()));
+  } catch (const std::exception& e) {
+    throw Error(c10::str("[", kClient, "] ", op, " on queue '", name_, "': ", e.what()));
+  }
+}
+
+void RemoteQueue::put(c10::IValue value) const { call("put", {std::move(value)}); }
+
+std::optional<c10::IValue> RemoteQueue::get(std::chrono::milliseconds timeout) const {
+  // The host waits `timeout`; the call waits that long plus the group's own timeout.
+  std::optional<dist::Milliseconds> deadline;
+  if (timeout != std::chrono::milliseconds::max()) {
+    deadline = timeout + std::chrono::duration_cast<dist::Milliseconds>(std::chrono::seconds(60));
+  } else {
+    deadline = dist::Milliseconds::max();
+  }
+  auto reply = call("get", {static_cast<int64_t>(timeout.count())}, deadline);
+  const auto& t = reply.toTupleRef().elements();
+  if (!t.at(0).toBool()) return std::nullopt;
+  return t.at(1);
+}
+
+size_t RemoteQueue::size() const { return static_cast<size_t>(call("size", {}).toInt()); }
+
+void RemoteQueue::close() const { call("close", {}); }
+
+}  // namespace push::parallel

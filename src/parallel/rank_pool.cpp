@@ -1,0 +1,212 @@
+// The pool of ranks: a queue of calls, a slot count per worker, and one dispatcher thread
+// that sends a call whenever a slot frees (completions arrive on the RPC threads and only
+// post to the dispatcher).
+#include <push/parallel/rank_pool.h>
+
+#include <algorithm>
+#include <deque>
+#include <condition_variable>
+#include <mutex>
+
+namespace push::parallel {
+namespace {
+constexpr const char* kOrigin = "push::parallel::RankPool";
+}  // namespace
+
+struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
+  struct Call {
+    std::string function;
+    dist::RpcArgs args;
+    std::shared_ptr<push::detail::FutureState<c10::IValue>> result;
+  };
+
+  dist::RpcGroup group;
+  std::vector<std::string> workers;
+  int per_worker = 1;
+  std::optional<dist::Milliseconds> timeout;
+
+  std::mutex mutex;
+  std::condition_variable idle;
+  std::deque<Call> queue;
+  std::vector<int> busy;  // calls in flight per worker
+  int64_t in_flight = 0;
+  bool closed = false;
+  std::unique_ptr<detail::PoolCore> dispatcher;
+
+  void enqueue(Call call) {
+    {
+      std::lock_guard lock(mutex);
+      PUSH_CHECK(!closed, kOrigin, "the pool is closed");
+      queue.push_back(std::move(call));
+    }
+    poke();
+  }
+
+  // Sends queued calls while workers have free slots, on the dispatcher thread.
+  void poke() {
+    auto self = shared_from_this();
+    try {
+      dispatcher->submit([self](int) { self->dispatch(); }, [](std::exception_ptr) {});
+    } catch (const Error&) {
+      // The pool is going: nothing is queued any more.
+    }
+  }
+
+  void dispatch() {
+    for (;;) {
+      Call call;
+      size_t w = 0;
+      {
+        std::lock_guard lock(mutex);
+        if (queue.empty()) return;
+        w = static_cast<size_t>(std::min_element(busy.begin(), busy.end()) - busy.begin());
+        if (busy[w] >= per_worker) return;  // every slot taken: a completion pokes again
+        call = std::move(queue.front());
+        queue.pop_front();
+        ++busy[w];
+        ++in_flight;
+      }
+      auto self = shared_from_this();
+      auto done = [self, w, result = call.result](std::exception_ptr error, const c10::IValue* value) {
+        if (error) {
+          result->set_error(error);
+        } else {
+          result->set_value(*value);
+        }
+        {
+          std::lock_guard lock(self->mutex);
+          --self->busy[w];
+          if (--self->in_flight == 0) self->idle.notify_all();
+        }
+        self->poke();
+      };
+      try {
+        auto reply = group.rpc_async(workers[w], call.function, std::move(call.args), timeout);
+        reply.state()->add_callback([reply, done] {
+          if (auto error = reply.state()->error()) {
+            done(error, nullptr);
+          } else {
+            done(nullptr, &reply.state()->value());
+          }
+        });
+      } catch (...) {
+        done(std::current_exception(), nullptr);
+      }
+    }
+  }
+
+  size_t cancel_queued() {
+    std::deque<Call> cancelled;
+    {
+      std::lock_guard lock(mutex);
+      cancelled.swap(queue);
+    }
+    for (auto& c : cancelled) {
+      c.result->set_error(std::make_exception_ptr(
+          CancelledError(c10::str("[", kOrigin, "] the call of '", c.function, "' was cancelled before it was sent"))));
+    }
+    return cancelled.size();
+  }
+};
+
+RankPool::RankPool(dist::RpcGroup group, std::vector<std::string> workers, int per_worker,
+                   std::optional<dist::Milliseconds> timeout)
+    : impl_(std::make_shared<Impl>()) {
+  PUSH_CHECK(per_worker >= 1, kOrigin, "per_worker must be >= 1, got ", per_worker);
+  if (workers.empty()) {
+    for (const auto& m : group.members()) {
+      if (m != group.self()) workers.push_back(m);
+    }
+  }
+  PUSH_CHECK(!workers.empty(), kOrigin, "no worker: group '", group.name(), "' has no other member");
+  for (const auto& w : workers) {
+    PUSH_CHECK(group.is_member(w), kOrigin, "'", w, "' is not a member of group '", group.name(), "'");
+  }
+  impl_->group = std::move(group);
+  impl_->workers = std::move(workers);
+  impl_->per_worker = per_worker;
+  impl_->timeout = timeout;
+  impl_->busy.assign(impl_->workers.size(), 0);
+  impl_->dispatcher = std::make_unique<detail::PoolCore>(1, kOrigin);
+}
+
+RankPool::~RankPool() {
+  impl_->cancel_queued();
+  {
+    std::unique_lock lock(impl_->mutex);
+    impl_->closed = true;
+    impl_->idle.wait(lock, [&] { return impl_->in_flight == 0; });
+  }
+  // The last completion's poke may still be queued on the dispatcher: it holds the Impl.
+  impl_->dispatcher->terminate();
+}
+
+const std::vector<std::string>& RankPool::workers() const { return impl_->workers; }
+
+Future<c10::IValue> RankPool::apply_async(const std::string& function, dist::RpcArgs args) {
+  auto result = std::make_shared<push::detail::FutureState<c10::IValue>>();
+  impl_->enqueue({function, std::move(args), result});
+  return Future<c10::IValue>(result);
+}
+
+c10::IValue RankPool::apply(const std::string& function, dist::RpcArgs args) {
+  return apply_async(function, std::move(args)).wait();
+}
+
+std::vector<Future<c10::IValue>> RankPool::each(const std::string& function, std::vector<dist::RpcArgs> items,
+                                                const char* origin) {
+  // Failures name their item.
+  std::vector<Future<c10::IValue>> named;
+  named.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto next = std::make_shared<push::detail::FutureState<c10::IValue>>();
+    auto state = apply_async(function, std::move(items[i])).state();
+    state->add_callback([state, next, i, origin] {
+      if (auto error = state->error()) {
+        next->set_error(std::make_exception_ptr(TaskError(origin, i, error)));
+      } else {
+        next->set_value(state->value());
+      }
+    });
+    named.emplace_back(next);
+  }
+  return named;
+}
+
+namespace {
+
+std::vector<dist::RpcArgs> single(const std::vector<c10::IValue>& items) {
+  std::vector<dist::RpcArgs> out;
+  for (const auto& item : items) out.push_back({item});
+  return out;
+}
+
+}  // namespace
+
+std::vector<c10::IValue> RankPool::map(const std::string& function, const std::vector<c10::IValue>& items) {
+  return detail::all_values(each(function, single(items), "push::parallel::RankPool::map"));
+}
+
+std::vector<c10::IValue> RankPool::starmap(const std::string& function, const std::vector<dist::RpcArgs>& items) {
+  return detail::all_values(each(function, items, "push::parallel::RankPool::starmap"));
+}
+
+Results<c10::IValue> RankPool::imap(const std::string& function, const std::vector<c10::IValue>& items) {
+  return Results<c10::IValue>(detail::in_item_order(each(function, single(items), "push::parallel::RankPool::imap")),
+                              "push::parallel::RankPool::imap");
+}
+
+Results<c10::IValue> RankPool::imap_unordered(const std::string& function, const std::vector<c10::IValue>& items) {
+  return Results<c10::IValue>(
+      detail::in_completion_order(each(function, single(items), "push::parallel::RankPool::imap_unordered")),
+      "push::parallel::RankPool::imap_unordered");
+}
+
+size_t RankPool::cancel_queued() { return impl_->cancel_queued(); }
+
+size_t RankPool::queued() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->queue.size();
+}
+
+}  // namespace push::parallel

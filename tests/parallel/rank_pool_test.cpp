@@ -1,0 +1,157 @@
+// RankPool and RemoteQueue over 3 ranks: registered functions run on the worker ranks,
+// results in order, no worker above its slot count, failures named by item, queued calls
+// cancellable; a queue hosted by one rank fed and drained by the others.
+#include <push/parallel/queue.h>
+#include <push/parallel/rank_pool.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "dist_test_util.h"
+#include "test_util.h"
+
+using namespace std::chrono_literals;
+using push::dist::RpcArgs;
+using push::parallel::RankPool;
+using push::parallel::RemoteQueue;
+using push::parallel::QueueHost;
+using push::parallel::TaskError;
+
+namespace {
+
+std::atomic<int> g_inside{0}, g_peak{0};
+
+c10::IValue pool_square(const RpcArgs& a) {
+  const int now = ++g_inside;
+  int peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+  std::this_thread::sleep_for(2ms);  // long enough for calls to overlap
+  --g_inside;
+  const int64_t x = a.at(0).toInt();
+  if (x == 13) throw std::runtime_error("thirteen");
+  return x * x;
+}
+PUSH_RPC_FUNCTION(pool_square);
+
+c10::IValue pool_add(const RpcArgs& a) { return a.at(0).toInt() + a.at(1).toInt(); }
+PUSH_RPC_FUNCTION(pool_add);
+
+c10::IValue pool_peak(const RpcArgs&) { return static_cast<int64_t>(g_peak.load()); }
+PUSH_RPC_FUNCTION(pool_peak);
+
+c10::IValue pool_slow(const RpcArgs&) {
+  std::this_thread::sleep_for(100ms);
+  return c10::IValue();
+}
+PUSH_RPC_FUNCTION(pool_slow);
+
+PUSH_DIST_WORKER(rank_pool) {
+  auto world = push::testing::test_world(120s);
+  auto rpc = world.rpc_group("pool", world.names());
+  rpc.barrier();
+  if (world.rank() == 0) {
+    RankPool pool(rpc, {}, /*per_worker=*/2);
+    EXPECT_EQ(pool.workers(), (std::vector<std::string>{"worker1", "worker2"}));
+    std::vector<c10::IValue> items;
+    for (int64_t i = 0; i < 100; ++i) items.push_back(i == 13 ? 12 : i);
+    auto squares = pool.map("pool_square", items);
+    for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(squares[i].toInt(), items[i].toInt() * items[i].toInt());
+    // No worker ran more than 2 at once, and each ran some.
+    for (const char* w : {"worker1", "worker2"}) {
+      const auto peak = rpc.rpc_sync(w, "pool_peak").toInt();
+      EXPECT_GE(peak, 1) << w;
+      EXPECT_LE(peak, 2) << w;
+    }
+    EXPECT_EQ(pool.starmap("pool_add", {{1, 2}, {3, 4}})[1].toInt(), 7);
+    EXPECT_EQ(pool.apply("pool_add", {5, 6}).toInt(), 11);
+    try {
+      pool.map("pool_square", {1, 13, 2});
+      ADD_FAILURE() << "no throw";
+    } catch (const TaskError& e) {
+      EXPECT_EQ(e.index(), 1u);
+      EXPECT_NE(std::string(e.what()).find("thirteen"), std::string::npos) << e.what();
+    }
+    std::set<size_t> seen;
+    auto stream = pool.imap_unordered("pool_square", {1, 2, 3, 4});
+    while (auto r = stream.next()) {
+      EXPECT_EQ(r->value.toInt(), static_cast<int64_t>((r->index + 1) * (r->index + 1)));
+      seen.insert(r->index);
+    }
+    EXPECT_EQ(seen.size(), 4u);
+    auto ordered = pool.imap("pool_square", {3, 4});
+    EXPECT_EQ(ordered.next()->value.toInt(), 9);
+    EXPECT_EQ(ordered.next()->value.toInt(), 16);
+    // 4 slots busy for 100 ms; the 6 calls behind them can be cancelled.
+    std::vector<push::Future<c10::IValue>> calls;
+    for (int i = 0; i < 10; ++i) calls.push_back(pool.apply_async("pool_slow"));
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (pool.queued() > 6 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(pool.queued(), 6u);  // 4 sent, the rest wait for a slot
+    EXPECT_EQ(pool.cancel_queued(), 6u);
+    int cancelled = 0;
+    for (auto& c : calls) {
+      try {
+        c.wait();
+      } catch (const push::CancelledError&) {
+        ++cancelled;
+      }
+    }
+    EXPECT_EQ(cancelled, 6);
+    EXPECT_PUSH_ERROR(pool.apply("no_such_function"), "no_such_function");
+    EXPECT_PUSH_ERROR(RankPool(rpc, {"worker7"}), "'worker7' is not a member");
+    EXPECT_PUSH_ERROR(RankPool(rpc, {}, 0), "per_worker must be >= 1");
+  }
+  rpc.barrier();
+  // A queue hosted by rank 1; ranks 0 and 2 put 100 values each, rank 1 and 2 take them.
+  std::unique_ptr<QueueHost> host;
+  if (world.rank() == 1) host = std::make_unique<QueueHost>(rpc, "jobs");
+  rpc.barrier();
+  RemoteQueue jobs(rpc, "jobs");
+  std::vector<int64_t> got;
+  if (world.rank() == 0 || world.rank() == 2) {
+    for (int64_t i = 0; i < 100; ++i) jobs.put(world.rank() * 1000 + i);
+  }
+  if (world.rank() >= 1) {
+    for (int i = 0; i < 100; ++i) got.push_back(jobs.get(30s)->toInt());
+  }
+  std::vector<int64_t> mine_all = got;
+  rpc.barrier();
+  EXPECT_TRUE(jobs.empty());
+  EXPECT_FALSE(jobs.get(10ms).has_value());
+  // Every value once: gather what ranks 1 and 2 took on rank 0 through the queue itself.
+  rpc.barrier();
+  if (world.rank() >= 1) jobs.put(c10::List<int64_t>(got));
+  if (world.rank() == 0) {
+    std::multiset<int64_t> all;
+    for (int i = 0; i < 2; ++i) {
+      for (auto v : jobs.get(30s)->toIntVector()) all.insert(v);
+    }
+    EXPECT_EQ(all.size(), 200u);
+    for (int64_t r : {0, 2}) {
+      for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(all.count(r * 1000 + i), 1u);
+    }
+  }
+  rpc.barrier();
+  // Closing fails a waiting get at once.
+  if (world.rank() == 2) {
+    EXPECT_PUSH_ERROR(jobs.get(60s), "get on a closed, empty queue");
+  }
+  if (world.rank() == 0) {
+    std::this_thread::sleep_for(100ms);
+    jobs.close();
+    EXPECT_PUSH_ERROR(jobs.put(1), "put on a closed queue");
+  }
+  rpc.barrier();
+  host.reset();
+  rpc.shutdown();
+}
+
+TEST(RankPool, RunsRegisteredFunctionsOnWorkerRanksAndQueuesFeedAcrossRanks) {
+  push::testing::expect_all_ok(push::testing::run_workers(3, "rank_pool", 240s));
+}
+
+}  // namespace

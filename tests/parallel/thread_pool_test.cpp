@@ -1,0 +1,210 @@
+// ThreadPool, CtxThreadPool and SimpleQueue in one process: results in order, failures
+// named by item, completion order, tasks that wait on each other, bounded and joined
+// threads, cancellation, per-worker contexts, a queue whose get suspends a fiber.
+#include <push/parallel/queue.h>
+#include <push/parallel/thread_pool.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "test_util.h"
+#include "thread_count.h"
+
+using namespace std::chrono_literals;
+using push::parallel::CtxThreadPool;
+using push::parallel::SimpleQueue;
+using push::parallel::TaskError;
+using push::parallel::ThreadPool;
+
+namespace {
+
+TEST(ThreadPool, MapStarmapAndApplyKeepTheOrderOfTheirItems) {
+  ThreadPool pool(2);
+  EXPECT_EQ(pool.size(), 2);
+  std::vector<int> items(1000);
+  std::iota(items.begin(), items.end(), 0);
+  auto squares = pool.map([](int x) { return x * x; }, items);
+  ASSERT_EQ(squares.size(), items.size());
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(squares[i], i * i);
+  auto sums = pool.starmap([](int a, double b) { return a + b; },
+                           std::vector<std::tuple<int, double>>{{1, 0.5}, {2, 0.25}, {3, 0.125}});
+  EXPECT_EQ(sums, (std::vector<double>{1.5, 2.25, 3.125}));
+  EXPECT_EQ(pool.apply([](const std::string& s, int n) { return s + std::to_string(n); }, std::string("x"), 7), "x7");
+  std::atomic<int> ran{0};
+  pool.apply_async([&] { ++ran; }).wait();  // a void task's value is Nothing
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_TRUE(pool.map([](int x) { return x; }, std::vector<int>{}).empty());
+}
+
+TEST(ThreadPool, AFailedItemIsRethrownByIndexAfterEveryTaskEnded) {
+  ThreadPool pool(2);
+  std::atomic<int> ended{0};
+  std::vector<int> items(200);
+  std::iota(items.begin(), items.end(), 0);
+  try {
+    pool.map(
+        [&](int x) {
+          ++ended;
+          if (x == 37 || x == 150) throw std::runtime_error("bad item " + std::to_string(x));
+          return x;
+        },
+        items);
+    ADD_FAILURE() << "map did not throw";
+  } catch (const TaskError& e) {
+    EXPECT_EQ(e.index(), 37u);  // the first in item order
+    EXPECT_NE(std::string(e.what()).find("task 37 failed: bad item 37"), std::string::npos) << e.what();
+    EXPECT_EQ(ended.load(), 200);  // nothing left running that refers to the caller's data
+  }
+  // apply_async: the task's own exception.
+  auto f = pool.apply_async([]() -> int { throw std::invalid_argument("no"); });
+  EXPECT_THROW(f.wait(), std::invalid_argument);
+  // imap: at the failing item only; the others are there.
+  auto stream = pool.imap([](int x) { if (x == 1) throw std::runtime_error("one"); return x; }, std::vector<int>{0, 1, 2});
+  EXPECT_EQ(stream.next()->value, 0);
+  EXPECT_THROW(stream.next(), TaskError);
+  EXPECT_EQ(stream.next()->value, 2);
+  EXPECT_FALSE(stream.next().has_value());
+}
+
+// One thread: each task waits for its own gate (a fiber wait), so all four wait at once;
+// opening the gates in the order 2, 0, 3, 1 is the order imap_unordered returns them in.
+TEST(ThreadPool, ImapUnorderedGivesResultsAsTheyCompleteAndWaitingTasksShareAThread) {
+  ThreadPool pool(1);
+  std::vector<push::Promise<int>> gates(4);
+  std::vector<push::Future<int>> opened;
+  for (auto& g : gates) opened.push_back(g.future());
+  auto stream = pool.imap_unordered([&](int i) { return opened[i].wait() * 10 + i; }, std::vector<int>{0, 1, 2, 3});
+  auto ordered = pool.imap([&](int i) { return opened[i].wait(); }, std::vector<int>{0, 1, 2, 3});
+  for (int i : {2, 0, 3, 1}) {
+    gates[i].set_value(i);
+    auto r = stream.next();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->index, static_cast<size_t>(i));
+    EXPECT_EQ(r->value, i * 10 + i);
+  }
+  EXPECT_FALSE(stream.next().has_value());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(ordered.next()->index, static_cast<size_t>(i));
+}
+
+TEST(ThreadPool, TasksThatWaitOnTasksOfTheSamePoolDoNotDeadlock) {
+  ThreadPool pool(1);
+  // Each level waits for the next, on the pool's single thread: 50 deep.
+  std::function<int(int)> depth = [&](int n) { return n == 0 ? 0 : pool.apply(depth, n - 1) + 1; };
+  EXPECT_EQ(pool.apply(depth, 50), 50);
+}
+
+TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
+  const int before = push::testing::count_threads();
+  {
+    ThreadPool pool(3);
+    std::vector<int> items(300);
+    std::iota(items.begin(), items.end(), 0);
+    pool.map([](int x) { return x; }, items);
+    EXPECT_EQ(push::testing::count_threads(), before + 3);
+    // A task that holds its thread (a blocking sleep, not a fiber wait) on each worker;
+    // what is queued behind them can be cancelled.
+    std::atomic<bool> release{false};
+    std::vector<push::Future<int>> blockers;
+    for (int i = 0; i < 3; ++i) {
+      blockers.push_back(pool.apply_async([&] {
+        while (!release) std::this_thread::sleep_for(1ms);
+        return 1;
+      }));
+    }
+    std::vector<push::Future<int>> queued;
+    for (int i = 0; i < 10; ++i) queued.push_back(pool.apply_async([] { return 2; }));
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(pool.cancel_queued(), 10u);
+    for (auto& q : queued) EXPECT_THROW(q.wait(), push::CancelledError);
+    release = true;
+    for (auto& b : blockers) EXPECT_EQ(b.wait(), 1);
+    pool.close();
+    EXPECT_PUSH_ERROR(pool.apply_async([] { return 0; }), "the pool is closed");
+    pool.join();
+  }
+  EXPECT_EQ(push::testing::count_threads(), before);
+  {
+    // Destroyed with a task waiting forever: the task is unwound, the thread joined.
+    ThreadPool pool(1);
+    push::Promise<int> never;
+    auto waiting = pool.apply_async([f = never.future()] { return f.wait(); });
+    std::this_thread::sleep_for(20ms);
+    pool.terminate();
+    EXPECT_THROW(waiting.wait(), push::CancelledError);
+  }
+  EXPECT_EQ(push::testing::count_threads(), before);
+}
+
+TEST(CtxThreadPool, EachTaskGetsItsWorkersContext) {
+  struct Counter {
+    int worker = -1;
+    int64_t tasks = 0;
+    std::thread::id thread;
+  };
+  CtxThreadPool<Counter> pool(2, [](int w) { return Counter{w, 0, {}}; });
+  std::vector<int> items(500);
+  std::iota(items.begin(), items.end(), 0);
+  auto workers = pool.map(
+      [](Counter& c, int) {
+        // One thread per context: the same thread every time.
+        if (c.tasks == 0) c.thread = std::this_thread::get_id();
+        EXPECT_EQ(c.thread, std::this_thread::get_id());
+        ++c.tasks;
+        return c.worker;
+      },
+      items);
+  pool.close();
+  pool.join();
+  EXPECT_EQ(pool.context(0).tasks + pool.context(1).tasks, 500);
+  for (int w : workers) EXPECT_TRUE(w == 0 || w == 1);
+}
+
+TEST(SimpleQueue, PutGetTimeoutAndClose) {
+  SimpleQueue<int> q;
+  EXPECT_TRUE(q.empty());
+  for (int i = 0; i < 5; ++i) q.put(i);
+  EXPECT_EQ(q.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(q.get(), i);
+  EXPECT_FALSE(q.get(20ms).has_value());
+  EXPECT_FALSE(q.try_get().has_value());
+  q.put(9);
+  q.close();
+  EXPECT_PUSH_ERROR(q.put(1), "put on a closed queue");
+  EXPECT_EQ(q.get(), 9);  // what was in stays gettable
+  EXPECT_PUSH_ERROR(q.get(), "get on a closed, empty queue");
+}
+
+// Producers and consumers on threads and fibers at once: every value out exactly once, and
+// a get inside a pool task suspends the task (one thread serves consumers and producers).
+TEST(SimpleQueue, ManyProducersAndConsumersIncludingFibersOnOneThread) {
+  SimpleQueue<int> q;
+  ThreadPool pool(1);
+  const int n = static_cast<int>(push::testing::scaled(2000, 200));
+  auto take = [&] {
+    int64_t sum = 0;
+    for (int i = 0; i < n / 4; ++i) sum += *q.get();
+    return sum;
+  };
+  // Two fibers on the pool's one thread, both waiting in get(), and a plain thread.
+  auto fiber_a = pool.apply_async(take), fiber_b = pool.apply_async(take);
+  std::atomic<int64_t> thread_sum{0};
+  std::thread consumer([&] {
+    int64_t s = 0;
+    for (int i = 0; i < n / 2; ++i) s += *q.get();
+    thread_sum = s;
+  });
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 2; ++p) {
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < n / 2; ++i) q.put(p * (n / 2) + i);
+    });
+  }
+  for (auto& t : producers) t.join();
+  consumer.join();
+  EXPECT_EQ(fiber_a.wait() + fiber_b.wait() + thread_sum.load(), int64_t{n} * (n - 1) / 2);
+  EXPECT_TRUE(q.empty());
+}
+
+}  // namespace
