@@ -1,0 +1,87 @@
+#pragma once
+// Model placement (machin's ModelSizeEstimator and ModelAssigner): which device each of
+// several models should live on, given their sizes, how much data flows between them, and
+// each device's memory budget and compute.
+//
+//   std::vector<torch::nn::Module*> models = {&actor, &critic, &target};
+//   push::parallel::ModelAssigner assigner(models, {{{0, 1}, 10.0}, {{1, 2}, 1.0}},
+//       {push::parallel::DeviceSpec{torch::Device("cuda:0"), 4LL << 30, 1.0},
+//        push::parallel::DeviceSpec{torch::Device("cuda:1"), 4LL << 30, 1.0}});
+//   assigner.assignment();   // e.g. {cuda:0, cuda:0, cuda:1}; models moved there (move_models)
+//
+// As machin: a softmax over devices per model, trained with Adam for `iterations` steps on
+// a weighted cost: connection (data between models x distance of their devices), size
+// (memory over a device's budget), complexity (each device's share of the work against its
+// share of compute) and entropy (towards a definite choice); each model then takes its most
+// likely device. Unlike machin, the result is always feasible: a model on a device over its
+// budget is moved to the device with room where the cost rises least (machin's size term is
+// only a penalty, and its argmax may overfill a device), and a problem that cannot fit at
+// all is a push::Error that says by how many bytes. Then, also unlike machin, moves of one
+// model and swaps of two that lower the cost (within the budgets) are made while there are
+// any: the relaxation's entropy term tends to freeze each model on whichever device its
+// random start favoured, which on the tests' small problems was not the best placement. The
+// start is seeded (machin's is not), so one problem gives one placement.
+#include <push/core/errors.h>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace push::parallel {
+
+/// Bytes of a module's parameters and buffers, times `size_multiplier` (room for
+/// activations and inputs, as machin's ModelSizeEstimator; machin reports megabytes).
+int64_t estimate_model_bytes(const torch::nn::Module& module, double size_multiplier = 2.0);
+
+/// A device a model may go to: its memory budget in bytes and its compute (relative: a GPU
+/// is 1, machin's default CPU is 0, which sends no work there unless nothing else fits).
+struct DeviceSpec {
+  c10::Device device = c10::kCPU;
+  int64_t memory_bytes = 0;
+  double compute = 1.0;
+};
+
+struct ModelAssignerOptions {
+  TORCH_ARG(double, size_multiplier) = 2.0;
+  TORCH_ARG(double, connection_weight) = 2.0;
+  TORCH_ARG(double, size_match_weight) = 0.01;
+  TORCH_ARG(double, complexity_match_weight) = 1.0;
+  TORCH_ARG(double, entropy_weight) = 1.0;
+  TORCH_ARG(int64_t, iterations) = 500;
+  TORCH_ARG(double, update_rate) = 0.01;
+  /// Distance between two GPUs, and between the CPU and a GPU (same device: 0).
+  TORCH_ARG(double, gpu_gpu_distance) = 1.0;
+  TORCH_ARG(double, cpu_gpu_distance) = 10.0;
+  /// Move each model to its device at the end.
+  TORCH_ARG(bool, move_models) = true;
+  TORCH_ARG(uint64_t, seed) = 0;
+};
+
+/// Connection weights between models i < j (data between them; missing pairs are 0).
+using Connections = std::map<std::pair<int, int>, double>;
+
+/// The placement problem on sizes alone: model_bytes[i] is model i's size (already
+/// multiplied), devices their budgets. Returns each model's device index.
+std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Connections& connections,
+                               const std::vector<DeviceSpec>& devices, const ModelAssignerOptions& options = {});
+
+/// The CPU, with `max_mem_ratio` of the memory available now as its budget and `cpu_weight`
+/// as its compute (machin's defaults: 0.5 and 0). GPUs need their DeviceSpec given: this
+/// build reads no GPU memory sizes.
+DeviceSpec cpu_device(double max_mem_ratio = 0.5, double cpu_weight = 0.0);
+
+class ModelAssigner {
+ public:
+  ModelAssigner(const std::vector<torch::nn::Module*>& models, const Connections& connections,
+                std::vector<DeviceSpec> devices, ModelAssignerOptions options = {});
+  /// The device of each model, in the order given.
+  const std::vector<c10::Device>& assignment() const { return assignment_; }
+
+ private:
+  std::vector<c10::Device> assignment_;
+};
+
+}  // namespace push::parallel
