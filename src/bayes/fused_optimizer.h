@@ -1,7 +1,8 @@
 #pragma once
-// The optimizer of a FusedStack: one optimizer of the members' kind over the stacked
-// parameters, holding the members' state stacked; write_back() hands it back. LibTorch's
-// optimizers update each element from its own state alone, so the stacked step is the
+// The optimizer of a FusedStack: one optimizer of the members' kind over the one buffer
+// that holds every stacked parameter, its state laid out like the buffer (stack k's rows,
+// member by member, from offsets[k]); write_back() hands each member its part. LibTorch's
+// optimizers update each element from its own state alone, so the one step is the
 // members' steps.
 #include <push/runtime/types.h>
 
@@ -18,9 +19,11 @@ void check_fusable(const torch::optim::Optimizer& optimizer);
 
 class FusedOptimizer {
  public:
-  /// member_params[i][k]: member i's parameter k, whose stack is stacks[k].
+  /// member_params[i][k]: member i's parameter k, whose stack [N, ...] is stacks[k], a view
+  /// of `flat` from offsets[k]. The optimizer steps `flat` (its gradient must be set).
   FusedOptimizer(std::vector<torch::optim::Optimizer*> members, std::vector<std::vector<torch::Tensor>> member_params,
-                 std::vector<torch::Tensor> stacks, const OptimizerFactory& make_optimizer);
+                 std::vector<torch::Tensor> stacks, std::vector<int64_t> offsets, torch::Tensor flat,
+                 const OptimizerFactory& make_optimizer);
   torch::optim::Optimizer& fused() { return *fused_; }
   void write_back();
 
@@ -28,6 +31,8 @@ class FusedOptimizer {
   std::vector<torch::optim::Optimizer*> members_;
   std::vector<std::vector<torch::Tensor>> member_params_;
   std::vector<torch::Tensor> stacks_;
+  std::vector<int64_t> offsets_;
+  torch::Tensor flat_;
   std::unique_ptr<torch::optim::Optimizer> fused_;
 };
 

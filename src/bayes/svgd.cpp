@@ -65,7 +65,7 @@ void apply_direction(FusedStack& stack, const torch::Tensor& phi) {
         -phi.narrow(1, offset, numel).reshape(param.sizes()).to(param.device(), param.dtype());
     offset += numel;
   }
-  stack.optimizer().step();
+  stack.step();
 }
 
 /// A batch for every member of a group: [g, B, ...] without copying.

@@ -55,7 +55,7 @@ void expect_stack_matches_members(const ModuleFactory& factory, const std::vecto
     FusedStack stack(modules, opts, adam(1e-2));
     ASSERT_EQ(stack.size(), n);
     auto out = stack.forward(x);
-    stack.optimizer().zero_grad();
+    stack.zero_grad();
     out.pow(2).sum().backward();
     for (int i = 0; i < n; ++i) {
       alone_opts[i]->zero_grad();
@@ -64,7 +64,7 @@ void expect_stack_matches_members(const ModuleFactory& factory, const std::vecto
       mine.pow(2).sum().backward();
       alone_opts[i]->step();
     }
-    stack.optimizer().step();
+    stack.step();
     stack.write_back();
   }
   for (int i = 0; i < n; ++i) {
@@ -131,7 +131,7 @@ TEST(FusedStack, EveryOptimizerKindStepsAsItsMembersAndHandsItsStateBack) {
       FusedStack stack(modules, opts, kind);
       stack.zero_grad();
       stack.forward(x).pow(2).sum().backward();
-      stack.optimizer().step();
+      stack.step();
       stack.write_back();
       for (int i = 0; i < 3; ++i) {
         alone_opts[i]->zero_grad();
@@ -182,7 +182,7 @@ TEST(FusedStack, DropoutMasksAreEachMembersOwn) {
     // A mask drawn differently would zero other units: far beyond rounding.
     EXPECT_LT(max_rel(out[i].detach(), alone[i].forward(x[i]).detach()), 1e-6) << "member " << i;
   }
-  EXPECT_PUSH_ERROR(stack.optimizer(), "no optimizer");
+  EXPECT_PUSH_ERROR(stack.step(), "no optimizer");
 }
 
 TEST(FusedStack, SaysWhatItCannotFuse) {

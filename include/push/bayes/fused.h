@@ -4,15 +4,16 @@
 // With layers as small as an MLP's, a loop over N networks spends its time dispatching
 // N small operations per layer; stacked, the N networks are one operation per layer:
 // weights [N, out, in] and `baddbmm` for Linear (convolutions stay one per member: on CPU
-// they cost the same either way), and one optimizer step over stacked parameters (LibTorch's optimizers are element-wise, so
-// stacking changes no arithmetic).
+// they cost the same either way), and one optimizer step over all stacked parameters at
+// once (LibTorch's optimizers are element-wise, so stacking changes no arithmetic).
 //
 //   std::vector<torch::nn::Module*> nets = ...;           // one architecture
 //   std::vector<torch::optim::Optimizer*> opts = ...;     // made by `factory`
 //   push::bayes::FusedStack stack(nets, opts, factory);   // copies them in
+//   stack.zero_grad();
 //   auto out = stack.forward(x);                          // x [N, B, ...] -> [N, B, out]
 //   loss_of(out).sum().backward();                        // member i's gradient lands in
-//   stack.optimizer().step();                             //   parameters()[k].grad()[i]
+//   stack.step();                                         //   parameters()[k].grad()[i]
 //   stack.write_back();                                   // members hold the result
 //
 // The stack is a working copy: between construction and write_back() the members' own
@@ -28,6 +29,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace push::bayes {
@@ -55,11 +57,19 @@ class FusedStack {
   const std::vector<torch::Tensor>& parameters() const;
   /// Their names in the members' named_parameters().
   const std::vector<std::string>& parameter_names() const;
-  /// Drops the stacks' gradients: the next backward stores its own instead of adding to
-  /// zeros (the same values, without a zero fill and an addition per parameter).
+  /// Sets the stacks' gradients to zero. They are views of one buffer, which backward
+  /// adds into; a gradient assigned instead is copied into the buffer at the next step().
   void zero_grad();
-  /// One optimizer over the stacked parameters (throws without one).
-  torch::optim::Optimizer& optimizer();
+  /// One step of the members' optimizer over all of them (throws without one). The stacks
+  /// and their gradients are views of one buffer each, and the step is one step of that
+  /// optimizer kind over the buffer: the same arithmetic as the members' steps, element by
+  /// element. A stack without a gradient steps as if it were zero (a member alone would skip it).
+  void step();
+  /// All stacks in one buffer: stack k is flat_values().narrow(0, flat_range(k).first,
+  /// flat_range(k).second) (the same storage), and likewise its gradient.
+  const torch::Tensor& flat_values() const;
+  const torch::Tensor& flat_gradients();
+  std::pair<int64_t, int64_t> flat_range(size_t k) const;
   /// [N, D]: each member's parameters, detached, flattened and concatenated in order.
   torch::Tensor flat_parameters() const;
   /// Copies the stacks' parameters, gradients and optimizer state into the members.
