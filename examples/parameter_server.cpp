@@ -5,7 +5,7 @@
 // waits for another); at the end rank 0 prints the training MSE of the first and the last
 // model.
 //
-//   ./build/push launch --nproc 3 -- ./build/examples/push_example_parameter_server --steps 300
+//   ./build/push launch --nproc 3 -- ./build/examples/push_example_parameter_server --steps 400
 #include <push/data/dataset.h>
 #include <push/dist.h>
 #include <push/server/grad_server.h>
@@ -32,8 +32,8 @@ double mse(torch::nn::Sequential& net, const push::data::Dataset& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t steps = 300;
-  double lr = 1e-2;
+  int64_t steps = 400;
+  double lr = 3e-3;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) {
       steps = std::atoll(argv[i + 1]);
@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
     push::dist::World world(push::dist::WorldOptions::from_env());
     if (world.size() < 2) throw push::Error("run it with at least 2 ranks: push launch --nproc 3 -- ...");
     auto rpc = world.rpc_group("ps", world.names());
-    const auto data = push::data::synthetic_gap(512, /*seed=*/1);
+    const auto raw = push::data::synthetic_gap(512, /*seed=*/1);
+    const auto data = push::data::Standardizer::fit(raw).apply(raw);  // inputs and targets scaled
     torch::manual_seed(0);
     auto served = mlp();
     torch::optim::Adam adam(served->parameters(), torch::optim::AdamOptions(lr));

@@ -151,6 +151,29 @@ std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Co
     a[i] = static_cast<int>(best[i].item<int64_t>());
     used[a[i]] += model_bytes[i];
   }
+  // When single moves cannot repair it: largest model first, each to the device the
+  // relaxation liked best among those with room. False when a model finds no room.
+  const auto probs = torch::softmax(logits.detach(), -1);
+  auto pack_decreasing = [&](std::vector<int>& out, std::vector<int64_t>& load) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return model_bytes[x] > model_bytes[y]; });
+    std::vector<int> trial(n, -1);
+    std::vector<int64_t> filled(m, 0);
+    for (int64_t i : order) {
+      int where = -1;
+      for (int64_t d = 0; d < m; ++d) {
+        if (filled[d] + model_bytes[i] > devices[d].memory_bytes) continue;
+        if (where < 0 || probs[i][d].item<double>() > probs[i][where].item<double>()) where = static_cast<int>(d);
+      }
+      if (where < 0) return false;
+      trial[i] = where;
+      filled[where] += model_bytes[i];
+    }
+    out = trial;
+    load = filled;
+    return true;
+  };
   // Repair: while a device is over budget, make the move off it that raises the cost least.
   for (;;) {
     int over = -1;
@@ -174,6 +197,7 @@ std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Co
         }
       }
     }
+    if (move_model < 0 && pack_decreasing(a, used)) break;
     if (move_model < 0) {
       int64_t smallest = std::numeric_limits<int64_t>::max(), most_room = 0;
       for (int64_t i = 0; i < n; ++i) {
@@ -185,7 +209,8 @@ std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Co
       PUSH_CHECK(false, kOrigin, "device ", over, " (", devices[over].device, ") is ",
                  used[over] - devices[over].memory_bytes, " bytes over its budget and no other device has room for",
                  " any of its models (the smallest needs ", smallest, " bytes, the most room elsewhere is ", most_room,
-                 "): ", smallest - most_room, " bytes short");
+                 "): ", smallest - most_room, " bytes short (packing the models largest first found no fit",
+                 " either)");
     }
     used[a[move_model]] -= model_bytes[move_model];
     used[move_to] += model_bytes[move_model];

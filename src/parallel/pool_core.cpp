@@ -37,7 +37,6 @@ struct PoolCore::Impl {
   };
 
   const char* origin;
-  std::vector<std::shared_ptr<Loop>> loops;
 
   std::mutex mutex;
   std::condition_variable drained;
@@ -46,6 +45,18 @@ struct PoolCore::Impl {
   int64_t active = 0;        // tasks started and not finished (waiting ones included)
   bool closed = false;
   bool stopped = false;
+  // Last: the loops' hooks use the members above, so the loops stop before they go.
+  std::vector<std::shared_ptr<Loop>> loops;
+
+  ~Impl() {
+    for (auto& loop : loops) loop->stop();
+  }
+
+  bool on_own_loop() const {
+    auto* current = push::detail::EventLoop::current();
+    return current != nullptr &&
+           std::any_of(loops.begin(), loops.end(), [&](const auto& l) { return l.get() == current; });
+  }
 
   // Under the mutex: makes loop `w` run a runner.
   void start_runner_locked(int w) {
@@ -140,10 +151,7 @@ void PoolCore::join() {
   {
     std::unique_lock lock(s.mutex);
     PUSH_CHECK(s.closed, s.origin, "join() needs close() or terminate() first");
-    PUSH_CHECK(push::detail::EventLoop::current() == nullptr ||
-                   std::none_of(s.loops.begin(), s.loops.end(),
-                                [](const auto& l) { return l.get() == push::detail::EventLoop::current(); }),
-               s.origin, "join() from one of the pool's own tasks would wait for itself");
+    PUSH_CHECK(!s.on_own_loop(), s.origin, "join() from one of the pool's own tasks would wait for itself");
     s.drained.wait(lock, [&] { return s.queue.empty() && s.active == 0; });
     if (s.stopped) return;
     s.stopped = true;
@@ -152,6 +160,8 @@ void PoolCore::join() {
 }
 
 void PoolCore::terminate() {
+  PUSH_CHECK(!impl_->on_own_loop(), impl_->origin,
+             "terminate() (or destruction) from one of the pool's own tasks would wait for itself");
   close();
   cancel_queued();
   // Tasks waiting on something that may never come are unwound by stopping the loops

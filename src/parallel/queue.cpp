@@ -65,12 +65,9 @@ void RemoteQueue::put(c10::IValue value) const { call("put", {std::move(value)})
 
 std::optional<c10::IValue> RemoteQueue::get(std::chrono::milliseconds timeout) const {
   // The host waits `timeout`; the call waits that long plus the group's own timeout.
-  std::optional<dist::Milliseconds> deadline;
-  if (timeout != std::chrono::milliseconds::max()) {
-    deadline = timeout + std::chrono::duration_cast<dist::Milliseconds>(std::chrono::seconds(60));
-  } else {
-    deadline = dist::Milliseconds::max();
-  }
+  const dist::Milliseconds grace = std::chrono::seconds(60);
+  const dist::Milliseconds deadline =
+      timeout >= dist::Milliseconds::max() - grace ? dist::Milliseconds::max() : timeout + grace;
   auto reply = call("get", {static_cast<int64_t>(timeout.count())}, deadline);
   const auto& t = reply.toTupleRef().elements();
   if (!t.at(0).toBool()) return std::nullopt;

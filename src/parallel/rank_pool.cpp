@@ -7,6 +7,7 @@
 #include <deque>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 namespace push::parallel {
 namespace {
@@ -22,6 +23,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
 
   dist::RpcGroup group;
   std::vector<std::string> workers;
+  std::vector<int> ranks;  // the workers' global ranks
   int per_worker = 1;
   std::optional<dist::Milliseconds> timeout;
 
@@ -56,11 +58,29 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
     for (;;) {
       Call call;
       size_t w = 0;
+      const auto lost = group.lost_members();
       {
         std::lock_guard lock(mutex);
         if (queue.empty()) return;
-        w = static_cast<size_t>(std::min_element(busy.begin(), busy.end()) - busy.begin());
-        if (busy[w] >= per_worker) return;  // every slot taken: a completion pokes again
+        // The least busy worker that is still there (a lost one fails calls at once, which
+        // would free its slots and drain the whole queue into failures).
+        std::optional<size_t> pick;
+        bool alive = false;
+        for (size_t k = 0; k < workers.size(); ++k) {
+          if (std::find(lost.begin(), lost.end(), ranks[k]) != lost.end()) continue;
+          alive = true;
+          if (busy[k] < per_worker && (!pick || busy[k] < busy[*pick])) pick = k;
+        }
+        if (!alive) {
+          for (auto& c : queue) {
+            c.result->set_error(std::make_exception_ptr(
+                Error(c10::str("[", kOrigin, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
+          }
+          queue.clear();
+          return;
+        }
+        if (!pick) return;  // every slot taken: a completion pokes again
+        w = *pick;
         call = std::move(queue.front());
         queue.pop_front();
         ++busy[w];
@@ -124,6 +144,7 @@ RankPool::RankPool(dist::RpcGroup group, std::vector<std::string> workers, int p
   }
   impl_->group = std::move(group);
   impl_->workers = std::move(workers);
+  for (const auto& w : impl_->workers) impl_->ranks.push_back(impl_->group.rank_of(w));
   impl_->per_worker = per_worker;
   impl_->timeout = timeout;
   impl_->busy.assign(impl_->workers.size(), 0);
@@ -155,22 +176,10 @@ c10::IValue RankPool::apply(const std::string& function, dist::RpcArgs args) {
 
 std::vector<Future<c10::IValue>> RankPool::each(const std::string& function, std::vector<dist::RpcArgs> items,
                                                 const char* origin) {
-  // Failures name their item.
-  std::vector<Future<c10::IValue>> named;
-  named.reserve(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto next = std::make_shared<push::detail::FutureState<c10::IValue>>();
-    auto state = apply_async(function, std::move(items[i])).state();
-    state->add_callback([state, next, i, origin] {
-      if (auto error = state->error()) {
-        next->set_error(std::make_exception_ptr(TaskError(origin, i, error)));
-      } else {
-        next->set_value(state->value());
-      }
-    });
-    named.emplace_back(next);
-  }
-  return named;
+  std::vector<Future<c10::IValue>> calls;
+  calls.reserve(items.size());
+  for (auto& item : items) calls.push_back(apply_async(function, std::move(item)));
+  return detail::named_failures(calls, origin);
 }
 
 namespace {
@@ -192,14 +201,12 @@ std::vector<c10::IValue> RankPool::starmap(const std::string& function, const st
 }
 
 Results<c10::IValue> RankPool::imap(const std::string& function, const std::vector<c10::IValue>& items) {
-  return Results<c10::IValue>(detail::in_item_order(each(function, single(items), "push::parallel::RankPool::imap")),
-                              "push::parallel::RankPool::imap");
+  return Results<c10::IValue>(detail::in_item_order(each(function, single(items), "push::parallel::RankPool::imap")));
 }
 
 Results<c10::IValue> RankPool::imap_unordered(const std::string& function, const std::vector<c10::IValue>& items) {
   return Results<c10::IValue>(
-      detail::in_completion_order(each(function, single(items), "push::parallel::RankPool::imap_unordered")),
-      "push::parallel::RankPool::imap_unordered");
+      detail::in_completion_order(each(function, single(items), "push::parallel::RankPool::imap_unordered")));
 }
 
 size_t RankPool::cancel_queued() { return impl_->cancel_queued(); }

@@ -51,13 +51,14 @@ void add_into(Grads& sum, const Grads& add, const char* origin, const std::strin
     return;
   }
   PUSH_CHECK(add.size() == sum.size(), origin, what, " has ", add.size(), " gradients, earlier ones had ", sum.size());
+  // Every name and shape first: a refused gradient leaves the sum as it was.
   for (const auto& [name, t] : add) {
     auto it = sum.find(name);
     PUSH_CHECK(it != sum.end(), origin, what, " has a gradient '", name, "' that earlier ones had not");
     PUSH_CHECK(it->second.sizes() == t.sizes(), origin, what, ": gradient '", name, "' has shape ", t.sizes(),
                ", earlier ones ", it->second.sizes());
-    it->second.add_(t);
   }
+  for (const auto& [name, t] : add) sum.at(name).add_(t);
 }
 
 }  // namespace
@@ -68,7 +69,7 @@ struct GradServerHost::Primary {
   std::string name;
   GradServerOptions options;
   std::vector<std::string> secondaries;
-  OrderedServerHost* published = nullptr;
+  std::shared_ptr<OrderedServerHost> published;  // shared with the host: handlers may outlive it
 
   std::mutex mutex;
   torch::nn::Module* model = nullptr;
@@ -76,45 +77,53 @@ struct GradServerHost::Primary {
   std::function<void()> after_step;
   Grads sum;
   int64_t count = 0, partials = 0, steps = 0, version = 0;
+  bool closed = false;  // the host is gone: model and optimizer may be too
 
   // may_step false (a flush): the step waits for the flush's own call.
   void add(const Grads& partial, int64_t n, bool may_step) {
     std::lock_guard lock(mutex);
+    PUSH_CHECK(!closed, kHost, "server '", name, "' is shutting down");
     PUSH_CHECK(model != nullptr, kHost, "server '", name,
                "': no model is managed yet (call manage_model on the primary before clients push)");
     PUSH_CHECK(n > 0, kHost, "server '", name, "': a forwarded sum of ", n, " gradients");
-    auto trainable = model->named_parameters(/*recurse=*/true);
-    for (const auto& [key, t] : partial) {
-      const auto* p = trainable.find(key);
-      PUSH_CHECK(p != nullptr && p->requires_grad(), kHost, "server '", name, "': gradient '", key,
-                 "' is not a trainable parameter of the managed model");
-      PUSH_CHECK(p->sizes() == t.sizes(), kHost, "server '", name, "': gradient '", key, "' has shape ", t.sizes(),
-                 ", the parameter ", p->sizes());
+    // The sum must hold exactly the trainable parameters: checked before anything changes.
+    size_t trainable = 0;
+    for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+      if (!item.value().requires_grad()) continue;
+      ++trainable;
+      auto it = partial.find(item.key());
+      PUSH_CHECK(it != partial.end(), kHost, "server '", name, "': no gradient for parameter '", item.key(), "'");
+      PUSH_CHECK(it->second.sizes() == item.value().sizes(), kHost, "server '", name, "': gradient '", item.key(),
+                 "' has shape ", it->second.sizes(), ", the parameter ", item.value().sizes());
     }
+    PUSH_CHECK(partial.size() == trainable, kHost, "server '", name, "': ", partial.size() - trainable,
+               " gradients are not of trainable parameters of the managed model");
     add_into(sum, partial, kHost, "a forwarded sum");
     count += n;
     if (++partials >= options.reduce_batch_size() && may_step) step_locked();
   }
 
   // Sets the model's gradients to the sum (or mean over every gradient), steps, publishes.
+  // The sum is taken first: whatever throws below, it is never stepped on twice.
   void step_locked() {
-    if (count == 0) return;
+    if (count == 0 || closed) return;
+    Grads taken;
+    taken.swap(sum);
+    const auto n = static_cast<double>(count);
+    count = 0;
+    partials = 0;
     {
       torch::NoGradGuard no_grad;
       for (auto& item : model->named_parameters(/*recurse=*/true)) {
         if (!item.value().requires_grad()) continue;
-        auto it = sum.find(item.key());
-        PUSH_CHECK(it != sum.end(), kHost, "server '", name, "': no gradient for parameter '", item.key(), "'");
-        auto g = options.reduce_method() == ReduceMethod::mean ? it->second / static_cast<double>(count) : it->second;
+        const auto& total = taken.at(item.key());  // add() checked every name
+        auto g = options.reduce_method() == ReduceMethod::mean ? total / n : total;
         item.value().mutable_grad() = g.to(item.value().device(), item.value().scalar_type());
       }
     }
     optimizer->step();
-    if (after_step) after_step();
-    sum.clear();
-    count = 0;
-    partials = 0;
     ++steps;
+    if (after_step) after_step();
     publish_locked();
   }
 
@@ -194,7 +203,8 @@ struct GradServerHost::Secondary {
     const std::string why = std::move(lost);
     lost.clear();
     throw Error(c10::str("[", kHost, "] server '", name, "', secondary ", member,
-                         ": gradients forwarded earlier were not applied: ", why));
+                         ": gradients forwarded earlier were not applied, and this push was not taken either",
+                         " (push it again): ", why));
   }
 
   void push(const Grads& grads) {
@@ -223,17 +233,26 @@ struct GradServerHost::Secondary {
     }
   }
 
-  // Forwards a partial batch and waits until everything forwarded is answered.
+  // Waits until everything forwarded is answered, then forwards the partial batch (after
+  // them: the primary must not see it before a full batch that would make it step) and
+  // waits for that too.
   void flush() {
-    std::vector<Future<c10::IValue>> waits;
+    auto answered = [&] {
+      std::vector<Future<c10::IValue>> waits;
+      {
+        std::lock_guard lock(mutex);
+        for (const auto& f : flights) waits.push_back(f.done);
+      }
+      for (const auto& f : waits) f.wait_for(kForever);
+    };
+    answered();
     std::optional<Outgoing> out;
     {
       std::lock_guard lock(mutex);
       if (count > 0) out = take_locked(/*may_step=*/false);
-      for (const auto& f : flights) waits.push_back(f.done);
     }
     if (out) send(*out);
-    for (const auto& f : waits) f.wait_for(kForever);
+    answered();
     std::lock_guard lock(mutex);
     reap_locked();
     throw_lost_locked();
@@ -266,12 +285,11 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
   };
   try {
     if (self == primary) {
-      published_ = std::make_unique<OrderedServerHost>(group_, model_server(name_));
       primary_ = std::make_shared<Primary>();
       primary_->name = name_;
       primary_->options = options;
       primary_->secondaries = secondaries;
-      primary_->published = published_.get();
+      primary_->published = std::make_shared<OrderedServerHost>(group_, model_server(name_));
       auto p = primary_;
       registered(info_service(name_), [p](const dist::RpcArgs&) { return c10::IValue(p->secondaries); });
       registered(apply_service(name_), [p](const dist::RpcArgs& a) {
@@ -312,6 +330,15 @@ GradServerHost::~GradServerHost() {
       group_.deregister(key);
     } catch (const std::exception&) {
     }
+  }
+  // A handler already running finishes under the mutex; later ones find the server closed
+  // (the model and optimizer are the caller's and may go next).
+  if (primary_) {
+    std::lock_guard lock(primary_->mutex);
+    primary_->closed = true;
+    primary_->model = nullptr;
+    primary_->optimizer = nullptr;
+    primary_->after_step = nullptr;
   }
 }
 

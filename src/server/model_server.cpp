@@ -19,26 +19,24 @@ c10::Dict<std::string, at::Tensor> state_of(const torch::nn::Module& module) {
 
 void load_state(torch::nn::Module& module, const c10::Dict<std::string, at::Tensor>& state, const char* origin) {
   torch::NoGradGuard no_grad;
-  size_t local = 0;
-  auto copy = [&](const std::string& name, at::Tensor& to) {
-    ++local;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (to, from), all checked before any copy
+  auto check = [&](const std::string& name, const at::Tensor& to) {
     auto it = state.find(name);
     PUSH_CHECK(it != state.end(), origin, "'", name, "' of the module is not in the server's model");
     const auto& from = it->value();
     PUSH_CHECK(from.sizes() == to.sizes(), origin, "'", name, "' has shape ", from.sizes(), " on the server, ",
                to.sizes(), " in the module");
-    to.copy_(from);
+    copies.emplace_back(to, from);
   };
-  for (auto& item : module.named_parameters()) copy(item.key(), item.value());
-  for (auto& item : module.named_buffers()) copy(item.key(), item.value());
-  if (local != state.size()) {
-    auto names = module.named_parameters();
-    auto buffers = module.named_buffers();
-    for (const auto& entry : state) {
-      PUSH_CHECK(names.contains(entry.key()) || buffers.contains(entry.key()), origin, "'", entry.key(),
-                 "' of the server's model is not in the module");
-    }
+  auto params = module.named_parameters();
+  auto buffers = module.named_buffers();
+  for (const auto& item : params) check(item.key(), item.value());
+  for (const auto& item : buffers) check(item.key(), item.value());
+  for (const auto& entry : state) {
+    PUSH_CHECK(params.contains(entry.key()) || buffers.contains(entry.key()), origin, "'", entry.key(),
+               "' of the server's model is not in the module");
   }
+  for (auto& [to, from] : copies) to.copy_(from);
 }
 
 ModelServer::ModelServer(OrderedServer server, std::string model_name)

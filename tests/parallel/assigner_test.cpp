@@ -61,6 +61,15 @@ TEST(ModelAssigner, ThePlacementAlwaysFitsTheBudgets) {
   }
 }
 
+TEST(ModelAssigner, APlacementNoSingleMoveRepairsIsPackedAgain) {
+  // 6, 6, 4, 4 MiB in two devices of 10 MiB: only {6, 4} / {6, 4} fits. Without the size
+  // term, compute 10 : 1 puts everything on the first, and no single move off it fits.
+  const std::vector<int64_t> sizes = {6 * kMiB, 6 * kMiB, 4 * kMiB, 4 * kMiB};
+  auto a = assign_models(sizes, {}, {gpu(0, 10, 10.0), gpu(1, 10, 1.0)}, ModelAssignerOptions().size_match_weight(0));
+  EXPECT_NE(a[0], a[1]);
+  EXPECT_NE(a[2], a[3]);
+}
+
 TEST(ModelAssigner, ProblemsThatCannotFitSayByHowMuch) {
   EXPECT_PUSH_ERROR(assign_models({300 * kMiB}, {}, {gpu(0, 100), gpu(1, 200)}),
                     "model 0 needs 314572800 bytes, the largest device budget is 209715200: 104857600 bytes too many");

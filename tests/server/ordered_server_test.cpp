@@ -121,7 +121,12 @@ PUSH_DIST_WORKER(ordered_basics) {
   }
   rpc.barrier();
   if (world.rank() == 1) {
-    EXPECT_EQ(host->size(), 1u);
+    // The host's own process through the client: a copy too.
+    auto t = torch::zeros({2});
+    EXPECT_TRUE(server.push("own", t, 1, std::nullopt));
+    t.fill_(7);
+    EXPECT_TRUE(torch::equal(server.pull("own")->value.toTensor(), torch::zeros({2})));
+    EXPECT_EQ(host->size(), 2u);
     host.reset();
   }
   rpc.barrier();

@@ -1,6 +1,8 @@
 // examples/parameter_server.cpp under `push launch`: 1 server and 2 workers training
-// asynchronously through the gradient server. The training MSE must fall below 0.1, which
-// the untrained model does not reach (it prints both).
+// asynchronously through the gradient server. The training MSE (of standardised targets:
+// predicting the mean gives 1) must fall below 0.1, which the untrained model (0.94) does
+// not reach; the example prints both. On the 2-core machine with a second copy running
+// beside it, 6 runs ended between 0.027 and 0.045.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,14 +15,14 @@ TEST(ParameterServerExample, TwoWorkersTrainTheModelAsynchronously) {
     GTEST_SKIP() << "built without the push command or the examples";
   }
   auto [code, out] = push::testing::run_program(
-      {PUSH_CLI_PATH, "launch", "--nproc", "3", "--", PUSH_PS_EXAMPLE_PATH, "--steps", "300"}, {},
+      {PUSH_CLI_PATH, "launch", "--nproc", "3", "--", PUSH_PS_EXAMPLE_PATH, "--steps", "400"}, {},
       std::chrono::seconds(240));
   ASSERT_EQ(code, 0) << out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(steps (\d+) \(of (\d+) pushed\), training mse first ([0-9.]+) last ([0-9.]+))")))
       << out;
-  EXPECT_EQ(m[1].str(), "600");  // every gradient applied (flush applies the last ones)
-  EXPECT_EQ(m[2].str(), "600");
+  EXPECT_EQ(m[1].str(), "800");  // every gradient applied (flush applies the last ones)
+  EXPECT_EQ(m[2].str(), "800");
   EXPECT_GT(std::stod(m[3].str()), 0.1) << out;
   EXPECT_LT(std::stod(m[4].str()), 0.1) << out;
 }

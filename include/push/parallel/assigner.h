@@ -13,10 +13,13 @@
 // a weighted cost: connection (data between models x distance of their devices), size
 // (memory over a device's budget), complexity (each device's share of the work against its
 // share of compute) and entropy (towards a definite choice); each model then takes its most
-// likely device. Unlike machin, the result is always feasible: a model on a device over its
+// likely device. Unlike machin, the result fits every budget: a model on a device over its
 // budget is moved to the device with room where the cost rises least (machin's size term is
-// only a penalty, and its argmax may overfill a device), and a problem that cannot fit at
-// all is a push::Error that says by how many bytes. Then, also unlike machin, moves of one
+// only a penalty, and its argmax may overfill a device); when no single move can repair it,
+// the models are packed again, largest first, each on the device the relaxation liked best
+// among those with room. A problem that cannot fit is a push::Error that says by how many
+// bytes (packing is NP-hard: in a rare problem that does fit, the packing can still miss a
+// fit, and the error says so too). Then, also unlike machin, moves of one
 // model and swaps of two that lower the cost (within the budgets) are made while there are
 // any: the relaxation's entropy term tends to freeze each model on whichever device its
 // random start favoured, which on the tests' small problems was not the best placement. The

@@ -66,7 +66,22 @@ class SimpleQueue {
       waiters_.push_back(waiter);
     }
     Future<T> future(waiter);
-    if (!future.wait_for(timeout)) {
+    bool ready = false;
+    try {
+      ready = future.wait_for(timeout);
+    } catch (...) {
+      // The wait itself failed (its fiber's loop is stopping): give back what a put may
+      // have handed over meanwhile, so that no value is lost, then fail.
+      std::lock_guard lock(mutex_);
+      auto it = std::find(waiters_.begin(), waiters_.end(), waiter);
+      if (it != waiters_.end()) {
+        waiters_.erase(it);
+      } else if (waiter->ready() && !waiter->error()) {
+        items_.push_front(waiter->value());
+      }
+      throw;
+    }
+    if (!ready) {
       std::lock_guard lock(mutex_);
       auto it = std::find(waiters_.begin(), waiters_.end(), waiter);
       if (it != waiters_.end()) {  // still waiting: nobody will fill it now
@@ -132,7 +147,8 @@ class QueueHost {
 
 /// Any member's handle on the queue `name` of `group`. Values are copies (tensors arrive
 /// as CPU tensors). A get's timeout is its wait on the host; the call itself gives up a
-/// minute after that (a host that died fails it at once).
+/// minute after that (a host that died fails it at once). A value the host hands to a get
+/// whose caller died meanwhile is lost with it.
 class RemoteQueue {
  public:
   RemoteQueue(dist::RpcGroup group, std::string name);

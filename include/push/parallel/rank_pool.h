@@ -15,8 +15,9 @@
 // more than workers x per_worker calls in flight; cancel_queued() fails those not yet sent.
 // A failed call (the function threw, the worker died, the call timed out) fails its
 // future; map/starmap rethrow the first failure in item order as a TaskError naming the
-// item's index, after every call has ended. Destruction cancels queued calls and waits
-// for those in flight.
+// item's index, after every call has ended. Calls go only to workers still there: a
+// worker that died gets none after its loss is known, and once every worker is lost the
+// queued calls fail. Destruction cancels queued calls and waits for those in flight.
 #include <push/dist/rpc.h>
 #include <push/parallel/thread_pool.h>
 

@@ -110,29 +110,41 @@ struct Indexed {
 template <class T>
 class Results {
  public:
-  Results(std::vector<Future<Indexed<T>>> slots, const char* origin) : slots_(std::move(slots)), origin_(origin) {}
+  explicit Results(std::vector<Future<Indexed<T>>> slots) : slots_(std::move(slots)) {}
   /// The next result (waiting for it), or nothing once all were returned. A failed task
-  /// throws TaskError here; next() after it goes on with the following results.
+  /// throws its TaskError here; next() after it goes on with the following results.
   std::optional<Indexed<T>> next() {
     if (next_ == slots_.size()) return std::nullopt;
-    const auto& slot = slots_[next_++];
-    try {
-      return slot.wait();
-    } catch (const TaskError&) {
-      throw;
-    } catch (...) {
-      throw TaskError(origin_, next_ - 1, std::current_exception());
-    }
+    return slots_[next_++].wait();
   }
   size_t size() const { return slots_.size(); }
 
  private:
   std::vector<Future<Indexed<T>>> slots_;
   size_t next_ = 0;
-  const char* origin_;
 };
 
 namespace detail {
+
+/// futures[i], whose failure becomes a TaskError naming i.
+template <class T>
+std::vector<Future<T>> named_failures(const std::vector<Future<T>>& futures, const char* origin) {
+  std::vector<Future<T>> out;
+  out.reserve(futures.size());
+  for (size_t i = 0; i < futures.size(); ++i) {
+    auto next = std::make_shared<push::detail::FutureState<T>>();
+    auto state = futures[i].state();
+    state->add_callback([state, next, i, origin] {
+      if (auto error = state->error()) {
+        next->set_error(std::make_exception_ptr(TaskError(origin, i, error)));
+      } else {
+        next->set_value(state->value());
+      }
+    });
+    out.emplace_back(next);
+  }
+  return out;
+}
 
 /// futures[i] as (i, value), in item order.
 template <class T>
@@ -230,7 +242,7 @@ class PoolMethods {
     auto futures = each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
                         "push::parallel::ThreadPool::imap");
     using T = typename decltype(futures)::value_type::value_type;
-    return Results<T>(detail::in_item_order(futures), "push::parallel::ThreadPool::imap");
+    return Results<T>(detail::in_item_order(futures));
   }
   /// f(item) for every item; the results one at a time, as their tasks complete.
   template <class F, class Item>
@@ -238,7 +250,7 @@ class PoolMethods {
     auto futures = each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
                         "push::parallel::ThreadPool::imap_unordered");
     using T = typename decltype(futures)::value_type::value_type;
-    return Results<T>(detail::in_completion_order(futures), "push::parallel::ThreadPool::imap_unordered");
+    return Results<T>(detail::in_completion_order(futures));
   }
 
   int size() const { return static_cast<const Derived&>(*this).core().size(); }
@@ -271,7 +283,8 @@ class PoolMethods {
     return Future<T>(state);
   }
 
-  // One task per item, sharing f; a failure becomes a TaskError naming the item.
+  // One task per item, sharing f; a failure (cancellation included) becomes a TaskError
+  // naming the item.
   template <class F, class Item, class Call>
   auto each(F f, const std::vector<Item>& items, Call call, const char* origin) {
     using T = decltype(call(std::declval<Derived&>(), f, 0, items.front()));
@@ -279,15 +292,11 @@ class PoolMethods {
     std::vector<Future<T>> futures;
     futures.reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
-      futures.push_back(submit<T>([this, shared, call, item = items[i], i, origin](int worker) {
-        try {
-          return call(self(), *shared, worker, item);
-        } catch (...) {
-          throw TaskError(origin, i, std::current_exception());
-        }
+      futures.push_back(submit<T>([this, shared, call, item = items[i]](int worker) {
+        return call(self(), *shared, worker, item);
       }));
     }
-    return futures;
+    return detail::named_failures(futures, origin);
   }
 
 };
@@ -296,6 +305,9 @@ class PoolMethods {
 class ThreadPool : public PoolMethods<ThreadPool> {
  public:
   explicit ThreadPool(int threads = 0) : core_(threads, "push::parallel::ThreadPool") {}
+  // Tasks hold the pool's address.
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
 
   template <class F, class... A>
   auto invoke(F& f, int /*worker*/, A&&... a) {
@@ -319,6 +331,9 @@ class CtxThreadPool : public PoolMethods<CtxThreadPool<Ctx>> {
     for (int w = 0; w < n; ++w) contexts_.push_back(make(w));
     core_ = std::make_unique<detail::PoolCore>(n, "push::parallel::CtxThreadPool");
   }
+  // Tasks hold the pool's address.
+  CtxThreadPool(const CtxThreadPool&) = delete;
+  CtxThreadPool& operator=(const CtxThreadPool&) = delete;
   /// Worker `w`'s context (for reading after the tasks are done).
   Ctx& context(int w) { return contexts_.at(w); }
 

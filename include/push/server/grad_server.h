@@ -63,7 +63,9 @@ class GradServerHost {
 
   /// On the primary, once: the model the reductions train (not one a client trains: the
   /// server owns it), its optimizer, and what to call after each step (a learning-rate
-  /// scheduler's step, say). Publishes the model's parameters as version 1.
+  /// scheduler's step, say; it runs under the server's lock, so it must not wait on
+  /// anything: no RPC, no collective). Publishes the model's parameters as version 1. The
+  /// model and optimizer must outlive this host.
   void manage_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                     std::function<void()> after_step = {});
   /// Optimizer steps taken so far (on the primary; 0 elsewhere).
@@ -76,12 +78,13 @@ class GradServerHost {
   dist::RpcGroup group_;
   std::string name_;
   std::vector<std::string> services_;
-  std::unique_ptr<OrderedServerHost> published_;
   std::shared_ptr<Primary> primary_;
   std::shared_ptr<Secondary> secondary_;
 };
 
-/// Any member's handle on the gradient server `name` of `group`.
+/// Any member's handle on the gradient server `name` of `group`. A push is delivered at
+/// most once per call; a call that fails on its timeout may still have been taken (do not
+/// retry it blindly when counting matters).
 class GradServer {
  public:
   GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout = std::nullopt);
