@@ -91,6 +91,9 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
   PUSH_CHECK(lanes >= 1, "push::Push", "devices must be at least 1, got ", lanes);
   PUSH_CHECK(cuda == 0 || lanes <= cuda, "push::Push", "devices(", lanes,
              ") is more than the ", cuda, " CUDA devices of this machine");
+  PUSH_CHECK(!options_.world() || options_.placement() == Placement::round_robin, "push::Push",
+             "placement by_size needs every particle's size on every rank: it is for one process (no world)");
+  lane_bytes_.assign(lanes, 0);
   int ranks_here = 1;
   if (options_.world()) {
     peers_ = Peers::create(*options_.world(), lanes);
@@ -221,7 +224,8 @@ Pid Runtime::create(const ParticleOptions& options, std::optional<Pid> wanted) {
     const Where at = place(pid, options, origin);
     if (at.rank == rank_) {
       ParticleOptions here = options;
-      here.device(at.lane);
+      // By size, build_record picks the lane once it knows the particle's size.
+      if (options.device() || options_.placement() == Placement::round_robin) here.device(at.lane);
       register_record(build_record(here, pid, origin));
     } else {
       // Another rank builds it (p_create is collective): this one only learns where it is.
@@ -286,16 +290,26 @@ void Runtime::release_pid(Pid pid) {
 
 std::unique_ptr<ParticleRecord> Runtime::build_record(const ParticleOptions& options, Pid pid,
                                                       const char* origin) {
-  const int lane = options.device().value_or(static_cast<int>(pid % num_lanes()));
+  int lane = options.device().value_or(static_cast<int>(pid % num_lanes()));
   PUSH_CHECK(lane >= 0 && lane < num_lanes(), origin, "device ", lane,
              " is out of range: the distribution has ", num_lanes(), " device",
              num_lanes() == 1 ? "" : "s", " (0..", num_lanes() - 1, ")");
 
   auto record = std::make_unique<ParticleRecord>();
   record->pid = pid;
-  record->lane = lane;
   record->seed = options.seed().value_or(splitmix64(options_.seed() ^ splitmix64(static_cast<uint64_t>(pid))));
   record->module = build_module(factory_, record->seed, pid);
+  int64_t bytes = 0;
+  for (const auto& t : record->module.ptr()->parameters()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto& t : record->module.ptr()->buffers()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    if (!options.device() && options_.placement() == Placement::by_size) {
+      lane = static_cast<int>(std::min_element(lane_bytes_.begin(), lane_bytes_.end()) - lane_bytes_.begin());
+    }
+    lane_bytes_[lane] += bytes;
+  }
+  record->lane = lane;
   const torch::Device device = lanes_[lane]->device();
   if (device != torch::kCPU) record->module.ptr()->to(device);
   for (const auto& item : record->module.ptr()->named_parameters()) {

@@ -134,6 +134,7 @@ class Runtime {
 
   ModuleFactory factory_;
   PushOptions options_;
+  std::vector<int64_t> lane_bytes_;  // parameter and buffer bytes of the particles built on each lane
   std::vector<std::shared_ptr<Lane>> lanes_;
   mutable std::shared_mutex mutex_;
   std::map<Pid, std::unique_ptr<ParticleRecord>> records_;  // this rank's particles

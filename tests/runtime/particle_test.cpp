@@ -263,3 +263,33 @@ TEST(Particle, PromiseCompletedFromOutside) {
 
 }  // namespace
 }  // namespace push
+
+// PushOptions::placement(by_size): each particle goes to the lane whose particles hold the
+// fewest bytes so far. One network of 1,010 parameters, then ten of 101: the big one alone
+// on lane 0 until the small ones on lane 1 add up to as much, where round robin would put
+// six on lane 0 (1,010 + 5 x 101 bytes against 5 x 101).
+TEST(Particle, PlacementBySizeBalancesTheBytesOfTheLanes) {
+  std::atomic<int> made{0};
+  auto factory = [&made] {
+    const bool big = made++ == 0;
+    return torch::nn::AnyModule(torch::nn::Linear(100, big ? 10 : 1));
+  };
+  push::Push dist(factory, push::PushOptions().devices(2).placement(push::Placement::by_size));
+  std::vector<int64_t> lane_bytes(2, 0);
+  for (int i = 0; i < 12; ++i) {
+    const auto pid = dist.p_create(push::ParticleOptions());
+    int64_t bytes = 0;
+    for (const auto& t : dist.p_parameters(pid)) bytes += t.numel() * 4;
+    const int lane = dist.lane_of(pid);
+    // The lightest lane before it (the lowest on a tie).
+    const int lightest = lane_bytes[1] < lane_bytes[0] ? 1 : 0;
+    EXPECT_EQ(lane, lightest) << "particle " << pid << " (" << bytes << " bytes)";
+    lane_bytes[lane] += bytes;
+  }
+  EXPECT_EQ(dist.lane_of(0), 0);
+  for (push::Pid pid = 1; pid <= 10; ++pid) EXPECT_EQ(dist.lane_of(pid), 1) << pid;
+  EXPECT_EQ(dist.lane_of(11), 0);  // 4,040 bytes each: a tie
+  // An explicit device still wins, and counts.
+  const auto pinned = dist.p_create(push::ParticleOptions().device(1));
+  EXPECT_EQ(dist.lane_of(pinned), 1);
+}

@@ -294,3 +294,10 @@ PUSH_DIST_WORKER(ranks_failed_creation) {
 TEST(PushRanks, AParticleItsOwnerFailedToBuildFailsRequestsAtOnce) {
   expect_all_ok(run_workers(2, "ranks_failed_creation", 120s));
 }
+
+TEST(PushRanks, PlacementBySizeIsForOneProcess) {
+  push::dist::World world(push::dist::WorldOptions().rank(0).world_size(1).master_addr("127.0.0.1").master_port(
+      push::testing::free_port()));
+  EXPECT_PUSH_ERROR(push::Push(linear, PushOptions().placement(push::Placement::by_size).world(world)),
+                    "placement by_size needs every particle's size on every rank");
+}

@@ -12,6 +12,18 @@
 namespace push {
 
 /// Options of a distribution: `PushOptions().devices(2).cache_size(4)`.
+/// Where particles created without an explicit device go.
+enum class Placement {
+  /// Particle p on lane p % lanes (with a world: global lane p % all lanes), fixed by the
+  /// id alone.
+  round_robin,
+  /// On the lane whose particles hold the fewest parameter and buffer bytes so far (ties:
+  /// the lowest lane), for particles of different sizes. Decided as each particle is
+  /// created (they come one at a time, so no placement of all of them at once, as
+  /// push::parallel::ModelAssigner makes, is possible). One process only.
+  by_size,
+};
+
 struct PushOptions {
   /// Number of device lanes. With CUDA: the first n GPUs (default: all of them);
   /// without: n CPU lanes (default 1), each with its own event loop.
@@ -34,6 +46,8 @@ struct PushOptions {
   /// distribution, p_create, save, load, barrier and destroying it are then collective
   /// (every rank makes them, in the same order); docs/distributed.md lists the rules.
   TORCH_ARG(std::optional<dist::World>, world) = std::nullopt;
+  /// Lanes of particles created without ParticleOptions::device.
+  TORCH_ARG(Placement, placement) = Placement::round_robin;
 };
 
 /// Options of one particle: `ParticleOptions().optimizer(f).on("train", h)`.
