@@ -1,0 +1,155 @@
+// Blocking DataParallel against its baselines, one run (the binary starts its own rank 1;
+// every process at 1 intra-op thread and 1 OpenBLAS thread):
+//   DataParallel/cnn_throughput   push train's CNN (conv 16 - pool - conv 32 - pool -
+//                                 dense 64) on 28x28 images, batches of 64 per rank, SGD
+//                                 counters: dp_samples_per_s (2 ranks together),
+//                                 one_samples_per_s (rank 0 alone, the same loop without
+//                                 DataParallel), speedup = dp / one (target >= 1.8 on 2 cores)
+//   DataParallel/reduce_overhead  per step: the time DataParallel adds to the local step
+//                                 (dp_step - local_step, both measured on rank 0 with rank 1
+//                                 in step), against one raw all_reduce of the flat gradient
+//                                 counters: overhead_us, raw_all_reduce_us, ratio
+//   push_bench_data_parallel --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+#include <push/bayes/models.h>
+#include <push/dist.h>
+#include <push/parallel/data_parallel.h>
+
+#include <dlfcn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+
+#include "bench_ranks.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kBatch = 64;
+enum Command : int64_t { kStop, kDataParallel, kRawAllReduce };
+
+push::dist::World* g_world = nullptr;
+push::dist::CollectiveGroup* g_all = nullptr;
+
+void one_thread() {
+  using Set = void (*)(int);
+  if (auto set = reinterpret_cast<Set>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+  at::set_num_threads(1);
+}
+
+torch::nn::AnyModule cnn() { return push::bayes::make_model("cnn", {1, 28, 28}, 10)(); }
+
+struct Loop {
+  torch::nn::AnyModule net = cnn();
+  torch::optim::SGD sgd{net.ptr()->parameters(), torch::optim::SGDOptions(0.01)};
+  torch::Tensor x = torch::randn({kBatch, 1, 28, 28});
+  torch::Tensor y = torch::randint(10, {kBatch}, torch::kLong);
+  void step() {
+    sgd.zero_grad();
+    torch::nll_loss(torch::log_softmax(net.forward(x), 1), y).backward();
+    sgd.step();
+  }
+};
+
+double time_steps(Loop& loop, int64_t steps) {
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) loop.step();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t flat_gradient_numel(Loop& loop) {
+  int64_t n = 0;
+  for (const auto& p : loop.net.ptr()->parameters()) n += p.numel();
+  return n;
+}
+
+// What both ranks run for a command.
+double run(int64_t what, int64_t steps) {
+  if (what == kDataParallel) {
+    Loop loop;
+    push::parallel::DataParallel dp(*loop.net.ptr(), *g_all);
+    time_steps(loop, 2);
+    g_all->barrier();
+    return time_steps(loop, steps);
+  }
+  // kRawAllReduce: one all_reduce of a flat gradient-sized tensor per step.
+  Loop loop;
+  auto flat = torch::randn({flat_gradient_numel(loop)});
+  g_all->barrier();
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) g_all->all_reduce(flat, push::dist::ReduceOp::average);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double command(int64_t what, int64_t steps) {
+  auto c = torch::tensor({what, steps});
+  g_all->broadcast(c, 0);
+  const double seconds = run(what, steps);
+  g_all->barrier();
+  return seconds;
+}
+
+void BM_Throughput(benchmark::State& state) {
+  const int64_t steps = 20;
+  double dp = 0, one = 0;
+  for (auto _ : state) {
+    dp += command(kDataParallel, steps);
+    Loop alone;
+    time_steps(alone, 2);
+    one += time_steps(alone, steps);
+  }
+  const double n = static_cast<double>(steps * kBatch * state.iterations());
+  state.counters["dp_samples_per_s"] = 2 * n / dp;
+  state.counters["one_samples_per_s"] = n / one;
+  state.counters["speedup"] = (2 * n / dp) / (n / one);
+}
+
+void BM_Overhead(benchmark::State& state) {
+  const int64_t steps = 20;
+  double dp = 0, local = 0, raw = 0;
+  for (auto _ : state) {
+    dp += command(kDataParallel, steps);
+    raw += command(kRawAllReduce, steps);
+    Loop alone;
+    time_steps(alone, 2);
+    local += time_steps(alone, steps);
+  }
+  const double n = static_cast<double>(steps * state.iterations());
+  state.counters["overhead_us"] = (dp - local) / n * 1e6;
+  state.counters["raw_all_reduce_us"] = raw / n * 1e6;
+  state.counters["ratio"] = (dp - local) / raw;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool is_child = std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr;
+  const auto peers = push_bench::start_ranks(argv[0], 2);
+  one_thread();
+  auto world = push::dist::World::from_env();
+  auto all = world.collective();
+  g_world = &world;
+  g_all = &all;
+  if (is_child) {
+    for (;;) {
+      auto c = torch::zeros({2}, torch::kLong);
+      all.broadcast(c, 0);
+      if (c[0].item<int64_t>() == kStop) break;
+      run(c[0].item<int64_t>(), c[1].item<int64_t>());
+      all.barrier();
+    }
+    return 0;
+  }
+  benchmark::RegisterBenchmark("DataParallel/cnn_throughput", BM_Throughput)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("DataParallel/reduce_overhead", BM_Overhead)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  auto stop = torch::tensor({int64_t{kStop}, int64_t{0}});
+  all.broadcast(stop, 0);
+  for (pid_t peer : peers) {
+    int status = 0;
+    waitpid(peer, &status, 0);
+  }
+  benchmark::Shutdown();
+  return 0;
+}
