@@ -207,6 +207,100 @@ int64_t DataParallel::reductions() const {
   return state_->reductions;
 }
 
+// ---- non-blocking -------------------------------------------------------------------------
+
+struct NonBlockingDataParallel::State {
+  torch::nn::Sequential net;
+  dist::CollectiveGroup group;
+  struct Layer {
+    std::vector<torch::Tensor> params;
+    torch::Tensor buffer;  // the layer's parameters, flat, then their average
+    dist::Work work;
+    bool outstanding = false;
+  };
+  std::vector<Layer> layers;  // one per child of the Sequential (maybe without parameters)
+
+  void apply(Layer& layer) {
+    if (!layer.outstanding) return;
+    layer.work.wait();
+    layer.outstanding = false;
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (auto& p : layer.params) {
+      p.copy_(layer.buffer.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+  }
+};
+
+NonBlockingDataParallel::NonBlockingDataParallel(torch::nn::Sequential net, dist::CollectiveGroup group)
+    : state_(std::make_unique<State>()) {
+  auto& s = *state_;
+  s.net = std::move(net);
+  s.group = std::move(group);
+  const int root = s.group.ranks().front();
+  torch::NoGradGuard no_grad;
+  for (auto& t : s.net->parameters()) {
+    auto copy = t.detach().clone();
+    s.group.broadcast(copy, root);
+    t.copy_(copy);
+  }
+  for (auto& t : s.net->buffers()) {
+    auto copy = t.clone();
+    s.group.broadcast(copy, root);
+    t.copy_(copy);
+  }
+  for (size_t k = 0; k < s.net->size(); ++k) {
+    State::Layer layer;
+    for (auto& p : s.net->ptr(k)->parameters()) {
+      PUSH_CHECK(layer.params.empty() || (p.scalar_type() == layer.params[0].scalar_type() &&
+                                          p.device() == layer.params[0].device()),
+                 "push::parallel::NonBlockingDataParallel", "layer ", k, " mixes dtypes or devices");
+      layer.params.push_back(p);
+    }
+    s.layers.push_back(std::move(layer));
+  }
+}
+
+NonBlockingDataParallel::~NonBlockingDataParallel() {
+  // Outstanding collectives end before their buffers go.
+  for (auto& layer : state_->layers) {
+    if (!layer.outstanding) continue;
+    try {
+      layer.work.wait();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void NonBlockingDataParallel::start_averaging() {
+  auto& s = *state_;
+  torch::NoGradGuard no_grad;
+  for (auto& layer : s.layers) {
+    if (layer.params.empty()) continue;
+    s.apply(layer);  // a previous average not applied yet: applied first, in order
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : layer.params) flat.push_back(p.detach().reshape(-1));
+    layer.buffer = torch::cat(flat);
+    layer.work = s.group.all_reduce_async(layer.buffer, dist::ReduceOp::average);
+    layer.outstanding = true;
+  }
+}
+
+torch::Tensor NonBlockingDataParallel::forward(const torch::Tensor& x) {
+  auto& s = *state_;
+  torch::Tensor h = x;
+  for (size_t k = 0; k < s.layers.size(); ++k) {
+    s.apply(s.layers[k]);
+    h = (s.net->begin() + static_cast<std::ptrdiff_t>(k))->forward(h);
+  }
+  return h;
+}
+
+void NonBlockingDataParallel::synchronize() {
+  for (auto& layer : state_->layers) state_->apply(layer);
+}
+
 torch::Tensor shard(int64_t n, const dist::CollectiveGroup& group, int64_t epoch, uint64_t seed, bool shuffle) {
   PUSH_CHECK(n > 0, "push::parallel::shard", "no rows to shard (n = ", n, ")");
   const int64_t size = group.size();

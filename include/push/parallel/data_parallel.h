@@ -29,6 +29,7 @@
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
 
@@ -61,6 +62,35 @@ class DataParallel {
 
  private:
   std::shared_ptr<State> state_;
+};
+
+/// heat's non-blocking DataParallel, for a Sequential network. Gradients stay local: each
+/// rank steps on its own; then start_averaging() starts averaging each layer's parameters
+/// over the ranks, asynchronously, and forward() applies each layer's average just before
+/// that layer runs (LibTorch's C++ modules have no forward pre-hooks: this object's
+/// forward walks the Sequential itself). So the exchange of a layer overlaps the forward
+/// of the layers before it. synchronize() applies whatever is outstanding (before
+/// evaluating, saving, or reading the parameters). Collective: every rank calls
+/// start_averaging() and forward() equally often.
+class NonBlockingDataParallel {
+ public:
+  /// Broadcasts the network's parameters and buffers from the group's first rank.
+  NonBlockingDataParallel(torch::nn::Sequential net, dist::CollectiveGroup group);
+  ~NonBlockingDataParallel();
+  NonBlockingDataParallel(const NonBlockingDataParallel&) = delete;
+  NonBlockingDataParallel& operator=(const NonBlockingDataParallel&) = delete;
+
+  /// After the local optimizer step: every layer's parameters start their average.
+  void start_averaging();
+  /// The network's forward, each layer on the average of its parameters.
+  torch::Tensor forward(const torch::Tensor& x);
+  /// Applies every outstanding average.
+  void synchronize();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
 };
 
 /// This rank's rows of a data set of `n` rows for `epoch`: a permutation drawn from
