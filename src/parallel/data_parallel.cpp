@@ -43,6 +43,17 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
   size_t next_launch = 0;
   int64_t reductions = 0;
 
+  // Whether this backward's final callback ran: when a backward fails, the engine drops
+  // its callbacks unrun, and this token's destructor then resets the state.
+  struct Token {
+    std::weak_ptr<State> state;
+    bool finished = false;
+    ~Token() {
+      if (finished) return;
+      if (auto s = state.lock()) s->abandon();
+    }
+  };
+
   // Under the mutex: a new backward begins (the first hook of one).
   void begin_locked() {
     in_backward = true;
@@ -52,10 +63,35 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
       b.filled.assign(b.slots.size(), false);
       b.launched = false;
     }
-    std::weak_ptr<State> weak = weak_from_this();
-    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-      if (auto self = weak.lock()) self->finish();
+    auto token = std::make_shared<Token>();
+    token->state = weak_from_this();
+    torch::autograd::Engine::get_default_engine().queue_callback([token] {
+      if (auto self = token->state.lock()) {
+        token->finished = true;  // finish() resets the state itself, also when it throws
+        self->finish();
+      }
     });
+  }
+
+  // A backward that never finished: waits for what it launched (the collectives must end
+  // before their buffers are reused) and starts clean.
+  void abandon() {
+    std::vector<dist::Work> works;
+    {
+      std::lock_guard lock(mutex);
+      if (!in_backward) return;
+      for (auto& b : buckets) {
+        if (b.launched) works.push_back(b.work);
+      }
+    }
+    for (auto& w : works) {
+      try {
+        w.wait();
+      } catch (const std::exception&) {
+      }
+    }
+    std::lock_guard lock(mutex);
+    in_backward = false;
   }
 
   // Under the mutex: starts the buckets that are full, in order.
@@ -68,20 +104,22 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
   }
 
   torch::Tensor on_grad(size_t index, const torch::Tensor& grad) {
+    // create_graph: the averaged gradients would have no graph (and the buckets would grow one).
+    PUSH_CHECK(!torch::GradMode::is_enabled(), kOrigin,
+               "a backward with create_graph (double backward) is not averaged: not supported");
     std::lock_guard lock(mutex);
     if (!in_backward) begin_locked();
     const Slot& s = slots[index];
     auto& b = buckets[s.bucket];
     const auto pos = static_cast<size_t>(std::find(b.slots.begin(), b.slots.end(), index) - b.slots.begin());
-    auto view = b.buffer.narrow(0, s.offset, s.param.numel());
-    if (b.filled[pos]) {
-      view.add_(grad.reshape(-1));  // the parameter was used twice: its hook fires twice
-    } else {
-      view.copy_(grad.reshape(-1));
-      b.filled[pos] = true;
-      --b.pending;
-      launch_ready_locked();
-    }
+    // A leaf's hook runs once per backward, on its summed gradient; twice means two
+    // backward passes at once (from two threads), which one set of buckets cannot serve.
+    PUSH_CHECK(!b.filled[pos], kOrigin, "parameter '", s.name,
+               "' got a second gradient in one backward: run one backward at a time");
+    b.buffer.narrow(0, s.offset, s.param.numel()).copy_(grad.reshape(-1));
+    b.filled[pos] = true;
+    --b.pending;
+    launch_ready_locked();
     // What backward accumulates is zero: the average is added when all buckets are in.
     return torch::zeros_like(grad);
   }
@@ -104,7 +142,12 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
       launch_ready_locked();
       for (auto& b : buckets) works.push_back(b.work);
     }
-    for (auto& w : works) w.wait();
+    try {
+      for (auto& w : works) w.wait();
+    } catch (...) {
+      abandon();  // the others still end before the buffers are reused
+      throw;
+    }
     torch::NoGradGuard no_grad;
     std::lock_guard lock(mutex);
     for (auto& s : slots) {

@@ -5,24 +5,33 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include "core/event_loop.h"
+
 namespace push::parallel {
 namespace {
 
 constexpr const char* kOrigin = "push::parallel::SyncBatchNorm";
 
+// Keeps the sync alive in the autograd graph (an IValue capsule), for a backward that runs
+// after its module is gone.
+struct SyncHolder : torch::CustomClassHolder {
+  explicit SyncHolder(std::shared_ptr<BatchNormSync> s) : sync(std::move(s)) {}
+  std::shared_ptr<BatchNormSync> sync;
+};
+
 // sum(t) over replicas and ranks; backward: the same sum of the gradients.
 struct AllSum : torch::autograd::Function<AllSum> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& t, BatchNormSync* sync,
-                               int64_t replica) {
-    ctx->saved_data["sync"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(sync));
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& t,
+                               const std::shared_ptr<BatchNormSync>& sync, int64_t replica) {
+    ctx->saved_data["sync"] = c10::IValue::make_capsule(c10::make_intrusive<SyncHolder>(sync));
     ctx->saved_data["replica"] = replica;
     return sync->sum(static_cast<int>(replica), t);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* sync = reinterpret_cast<BatchNormSync*>(static_cast<intptr_t>(ctx->saved_data["sync"].toInt()));
+    auto holder = c10::static_intrusive_pointer_cast<SyncHolder>(ctx->saved_data["sync"].toCapsule());
     const auto replica = static_cast<int>(ctx->saved_data["replica"].toInt());
-    return {sync->sum(replica, grads.at(0).contiguous()), torch::Tensor(), torch::Tensor()};
+    return {holder->sync->sum(replica, grads.at(0).contiguous()), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -82,10 +91,13 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     auto x = input.to(torch::kFloat64);
     const double count = static_cast<double>(input.numel() / c);
     auto local = torch::cat({x.sum(dims), (x * x).sum(dims), torch::full({1}, count, x.options())});
-    auto total = AllSum::apply(local, sync_.get(), static_cast<int64_t>(replica_));
+    PUSH_CHECK(push::detail::EventLoop::current() == nullptr, kOrigin,
+               "replica ", replica_, " runs on an event loop (a particle or RPC handler): its backward would wait",
+               " inside the autograd engine, which fibers do not keep apart; use one thread per replica");
+    auto total = AllSum::apply(local, sync_, static_cast<int64_t>(replica_));
     auto n = total[2 * c].detach();
     mean = total.narrow(0, 0, c) / n;
-    var = total.narrow(0, c, c) / n - mean * mean;
+    var = (total.narrow(0, c, c) / n - mean * mean).clamp_min(0);  // rounding may go below 0
     const double all = n.item<double>();
     PUSH_CHECK(all > 1, kOrigin, "batch norm needs more than one value per channel over all replicas, got ", all);
     if (is_training() && options.track_running_stats()) {

@@ -15,6 +15,7 @@ namespace push::detail {
 struct ParticleRecord {
   Pid pid = -1;
   int lane = 0;
+  int64_t bytes = 0;  // parameters and buffers (PushOptions::placement)
   uint64_t seed = 0;
   torch::nn::AnyModule module;
   OptimizerFactory make_optimizer;  // kept so that load() can check against a scratch copy

@@ -299,15 +299,13 @@ std::unique_ptr<ParticleRecord> Runtime::build_record(const ParticleOptions& opt
   record->pid = pid;
   record->seed = options.seed().value_or(splitmix64(options_.seed() ^ splitmix64(static_cast<uint64_t>(pid))));
   record->module = build_module(factory_, record->seed, pid);
-  int64_t bytes = 0;
-  for (const auto& t : record->module.ptr()->parameters()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  for (const auto& t : record->module.ptr()->buffers()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  {
-    std::unique_lock<std::shared_mutex> lock(mutex_);
-    if (!options.device() && options_.placement() == Placement::by_size) {
-      lane = static_cast<int>(std::min_element(lane_bytes_.begin(), lane_bytes_.end()) - lane_bytes_.begin());
-    }
-    lane_bytes_[lane] += bytes;
+  for (const auto& t : record->module.ptr()->parameters()) record->bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto& t : record->module.ptr()->buffers()) record->bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  if (!options.device() && options_.placement() == Placement::by_size) {
+    // The lightest lane by the particles registered so far (counted in register_record,
+    // so scratch copies that load builds and failed builds count nothing).
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    lane = static_cast<int>(std::min_element(lane_bytes_.begin(), lane_bytes_.end()) - lane_bytes_.begin());
   }
   record->lane = lane;
   const torch::Device device = lanes_[lane]->device();
@@ -349,6 +347,7 @@ void Runtime::register_record(std::unique_ptr<ParticleRecord> record) {
     TORCH_INTERNAL_ASSERT(!records_.count(raw->pid), "particle ", raw->pid, " registered twice");
     next_pid_ = std::max(next_pid_, raw->pid + 1);
     placements_[raw->pid] = Where{rank_, raw->lane};
+    lane_bytes_[raw->lane] += raw->bytes;
     failed_creations_.erase(raw->pid);
     records_.emplace(raw->pid, std::move(record));
     reserved_.erase(raw->pid);

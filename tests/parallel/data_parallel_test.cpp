@@ -65,13 +65,31 @@ PUSH_DIST_WORKER(data_parallel) {
   // The unused parameter: a zero gradient, reduced everywhere all the same.
   ASSERT_TRUE(mine["unused"].grad().defined());
   EXPECT_EQ(mine["unused"].grad().abs().sum().item<double>(), 0.0);
-  // Gradients accumulate over two backward calls, each averaged.
+  // Gradients accumulate over two backward calls, each averaged: each rank's input differs,
+  // the gradients are the same on every rank, and twice the first after the second.
   sgd.zero_grad();
   auto x = torch::ones({2, 4}) * (rank + 1);
   net->forward(x).sum().backward();
   auto once = net->named_parameters()["0.bias"].grad().clone();
+  std::vector<torch::Tensor> everyone;
+  group.all_gather(everyone, once);
+  for (const auto& other : everyone) EXPECT_TRUE(torch::equal(other, once));
   net->forward(x).sum().backward();
   EXPECT_TRUE(torch::allclose(net->named_parameters()["0.bias"].grad(), 2 * once, 1e-6, 1e-6));
+  // A backward that fails half-way leaves nothing behind: the next one is averaged again.
+  // (Every rank fails at the same point, so no rank waits for another.)
+  sgd.zero_grad();
+  auto bad = net->forward(x).sum();
+  auto hook = net->named_parameters()["2.weight"].register_hook([](const torch::Tensor&) -> torch::Tensor {
+    throw std::runtime_error("a failing backward");
+  });
+  EXPECT_THROW(bad.backward(), std::exception);
+  net->named_parameters()["2.weight"].remove_hook(hook);
+  sgd.zero_grad();
+  net->forward(x).sum().backward();
+  auto again = net->named_parameters()["0.bias"].grad().clone();
+  EXPECT_TRUE(torch::allclose(again, once, 1e-6, 1e-6));
+  EXPECT_EQ(dp.reductions(), steps + 3);
   // shard: every row once per epoch (10 rows padded to a multiple of the ranks).
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
     auto rows = push::parallel::shard(10, group, epoch);

@@ -289,7 +289,10 @@ TEST(Particle, PlacementBySizeBalancesTheBytesOfTheLanes) {
   EXPECT_EQ(dist.lane_of(0), 0);
   for (push::Pid pid = 1; pid <= 10; ++pid) EXPECT_EQ(dist.lane_of(pid), 1) << pid;
   EXPECT_EQ(dist.lane_of(11), 0);  // 4,040 bytes each: a tie
-  // An explicit device still wins, and counts.
+  // An explicit device still wins, and counts: lane 0 holds 4,040 + 404 bytes now, lane 1
+  // 10 x 404; pinned to lane 1, the next small one makes both 4,444, so the one after goes
+  // to lane 0 (uncounted, lane 1 would still be the lighter).
   const auto pinned = dist.p_create(push::ParticleOptions().device(1));
   EXPECT_EQ(dist.lane_of(pinned), 1);
+  EXPECT_EQ(dist.lane_of(dist.p_create(push::ParticleOptions())), 0);
 }

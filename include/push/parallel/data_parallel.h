@@ -22,9 +22,14 @@
 // the averages to the gradients. Buckets start in one order on every rank (a bucket waits
 // for those before it), so the collectives pair up whatever order the hooks fire in. A
 // parameter that took no part in this backward counts as a zero gradient (every rank still
-// reduces every bucket). Gradients accumulate over several backward calls as in plain
+// reduces every bucket; such a parameter's gradient is then zero, not undefined as plain
+// LibTorch leaves it). Gradients accumulate over several backward calls as in plain
 // LibTorch, each call's contribution averaged. Every rank must run the same number of
-// backward calls; call backward from one thread at a time.
+// backward calls, each reaching at least one of the module's parameters (a rank whose loss
+// touches none of them starts no reduction, and the others wait for it until the group's
+// timeout); call backward from one thread at a time, outside particle handlers; no
+// create_graph. A backward that fails on one rank fails the step on the others once their
+// collectives time out; the next backward starts clean.
 #include <push/dist/collective.h>
 
 #include <torch/arg.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Synchronized batch norm (jactorch's SynchronizedBatchNorm1d/2d): batch statistics over
-// the replicas of a model in this process (threads or lanes, through a SyncMaster) and
+// the replicas of a model in this process (one thread each, through a SyncMaster) and
 // over the ranks of a CollectiveGroup (all_reduce), so that N replicas, each on its part
 // of a batch, normalise as one BatchNorm on the whole batch would; the backward pass
 // reduces its gradients the same way.
@@ -12,9 +12,12 @@
 // Each replica holds its own weight, bias and running statistics (all replicas compute the
 // same statistics, so running statistics stay equal); the sum of the replicas' weight and
 // bias gradients is the whole batch's. Every replica must run each forward and backward
-// (training mode) at the same time as the others: they wait for each other, at most
-// `timeout`, then fail naming who did not come. Inputs [B, C], [B, C, L] or [B, C, H, W].
-// Statistics are summed in double precision.
+// (in training mode, or in any mode without running statistics) at the same time as the
+// others: they wait for each other, at most `timeout`, then fail naming who did not come.
+// One thread per replica, each with its own device: not on an event loop (a particle or
+// RPC handler), where the replicas' backward passes would wait inside one autograd engine
+// thread. Inputs [B, C], [B, C, L] or [B, C, H, W]. Statistics are summed in double
+// precision.
 #include <push/dist/collective.h>
 #include <push/parallel/sync_master.h>
 

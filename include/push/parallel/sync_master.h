@@ -10,10 +10,11 @@
 //   });
 //   // on participant i's thread:  auto total = sum.exchange(i, my_part);
 //
-// Unlike jactorch: a participant that waits longer than `timeout` for the others fails
-// with a push::Error naming the participants that never arrived (the round is then broken
-// for everyone: each waiting participant fails too); a callback that throws fails every
-// participant of the round with its error. A wait inside a fiber suspends the fiber.
+// Unlike jactorch: a participant that waits longer than `timeout` for the others to arrive
+// fails with a push::Error naming the participants that never arrived (the round is then
+// broken for everyone: each waiting participant fails too; once all have arrived, the
+// callback may take as long as it takes); a callback that throws fails every participant
+// of the round with its error. A wait inside a fiber suspends the fiber.
 // Rounds repeat: each participant calls exchange once per round.
 #include <push/core/errors.h>
 #include <push/core/future.h>
@@ -55,15 +56,25 @@ class SyncMaster {
       if (last) reset_locked();  // the next round starts clean
     }
     if (last) {
+      std::exception_ptr error;
+      std::vector<Result> results;
       try {
         std::vector<Msg> all;
         for (auto& m : round->messages) all.push_back(std::move(*m));
-        auto results = callback_(std::move(all));
+        results = callback_(std::move(all));
         PUSH_CHECK(static_cast<int>(results.size()) == n_, "push::parallel::SyncMaster", "the callback returned ",
                    results.size(), " results for ", n_, " participants");
-        round->results.set_value(std::move(results));
       } catch (...) {
-        round->results.set_error(std::current_exception());
+        error = std::current_exception();
+      }
+      try {
+        if (error) {
+          round->results.set_error(error);
+        } else {
+          round->results.set_value(std::move(results));
+        }
+      } catch (const Error&) {
+        // A participant gave up on the round first: it already failed everyone.
       }
     }
     auto future = round->results.future();
@@ -74,8 +85,11 @@ class SyncMaster {
         for (int i = 0; i < n_; ++i) {
           if (!round->messages[i].has_value()) missing.push_back(i);
         }
-        if (round_ == round) reset_locked();  // abandon the broken round
+        if (round_ == round && !missing.empty()) reset_locked();  // abandon the broken round
       }
+      // Everyone came and the callback (a collective across ranks, say) is still running:
+      // the round is whole, so wait for it.
+      if (missing.empty()) return future.wait().at(index);
       std::string names;
       for (int i : missing) names += (names.empty() ? "" : ", ") + std::to_string(i);
       auto error = std::make_exception_ptr(Error(c10::str("[push::parallel::SyncMaster] participant",
