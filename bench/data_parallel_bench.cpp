@@ -4,11 +4,15 @@
 //                                 dense 64) on 28x28 images, batches of 64 per rank, SGD
 //                                 counters: dp_samples_per_s (2 ranks together),
 //                                 one_samples_per_s (rank 0 alone, the same loop without
-//                                 DataParallel), speedup = dp / one (target >= 1.8 on 2 cores)
+//                                 DataParallel), speedup = dp / one (target >= 1.8 on 2 cores),
+//                                 both_plain_speedup: the same for two plain loops running at
+//                                 once without communicating (the machine's own ceiling)
 //   DataParallel/reduce_overhead  per step: the time DataParallel adds to the local step
 //                                 (dp_step - local_step, both measured on rank 0 with rank 1
 //                                 in step), against one raw all_reduce of the flat gradient
 //                                 counters: overhead_us, raw_all_reduce_us, ratio
+// PUSH_BENCH_BUCKET_BYTES sets DataParallelOptions::bucket_bytes (default 4 MiB: the CNN's
+// 424 KB of gradients are one bucket).
 //   push_bench_data_parallel --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 #include <push/bayes/models.h>
@@ -26,9 +30,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kBatch = 64;
-enum Command : int64_t { kStop, kDataParallel, kRawAllReduce };
+enum Command : int64_t { kStop, kDataParallel, kRawAllReduce, kPlainBoth };
 
 push::dist::World* g_world = nullptr;
+int64_t g_bucket = int64_t{4} << 20;  // PUSH_BENCH_BUCKET_BYTES overrides
 push::dist::CollectiveGroup* g_all = nullptr;
 
 void one_thread() {
@@ -67,7 +72,13 @@ int64_t flat_gradient_numel(Loop& loop) {
 double run(int64_t what, int64_t steps) {
   if (what == kDataParallel) {
     Loop loop;
-    push::parallel::DataParallel dp(*loop.net.ptr(), *g_all);
+    push::parallel::DataParallel dp(*loop.net.ptr(), *g_all, push::parallel::DataParallelOptions().bucket_bytes(g_bucket));
+    time_steps(loop, 2);
+    g_all->barrier();
+    return time_steps(loop, steps);
+  }
+  if (what == kPlainBoth) {  // both ranks at once, no communication: what sharing the machine costs
+    Loop loop;
     time_steps(loop, 2);
     g_all->barrier();
     return time_steps(loop, steps);
@@ -91,9 +102,10 @@ double command(int64_t what, int64_t steps) {
 
 void BM_Throughput(benchmark::State& state) {
   const int64_t steps = 20;
-  double dp = 0, one = 0;
+  double dp = 0, one = 0, both = 0;
   for (auto _ : state) {
     dp += command(kDataParallel, steps);
+    both += command(kPlainBoth, steps);
     Loop alone;
     time_steps(alone, 2);
     one += time_steps(alone, steps);
@@ -102,6 +114,8 @@ void BM_Throughput(benchmark::State& state) {
   state.counters["dp_samples_per_s"] = 2 * n / dp;
   state.counters["one_samples_per_s"] = n / one;
   state.counters["speedup"] = (2 * n / dp) / (n / one);
+  // The ceiling on this machine: two independent loops at once, no communication.
+  state.counters["both_plain_speedup"] = (2 * n / both) / (n / one);
 }
 
 void BM_Overhead(benchmark::State& state) {
@@ -126,6 +140,7 @@ int main(int argc, char** argv) {
   const bool is_child = std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr;
   const auto peers = push_bench::start_ranks(argv[0], 2);
   one_thread();
+  if (const char* b = std::getenv("PUSH_BENCH_BUCKET_BYTES")) g_bucket = std::atoll(b);
   auto world = push::dist::World::from_env();
   auto all = world.collective();
   g_world = &world;
