@@ -5,6 +5,8 @@
 #include <push/detail/torch_compat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "blocking_waits.h"
 #include "core/fiber.h"
@@ -146,6 +148,16 @@ void finish(Work::State& s, Milliseconds timeout) {
   try {
     // c10d reads 0 ms as "no timeout": never hand it a 0.
     s.work->wait(std::max(timeout, Milliseconds(1)));
+#if defined(PUSH_TSAN)
+    // Gloo's worker drops its reference to the work (and the work's tensors) after waking
+    // us, in code ThreadSanitizer cannot see. Were that the last reference, the tensors
+    // would be freed there, unordered (for TSan) with our reads: wait until ours is the
+    // only one left (briefly; bounded).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (s.work.use_count() > 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+#endif
     if (s.source) s.source_rank = s.source(s.work->sourceRank());
     else s.source_rank = s.fixed_source;
     if (s.on_success) s.on_success();

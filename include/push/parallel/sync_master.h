@@ -68,10 +68,16 @@ class SyncMaster {
         error = std::current_exception();
       }
       try {
+        if (!error) {
+          // Each participant takes its own result out (below), so that no other thread
+          // holds it when its owner is done with it.
+          std::lock_guard lock(mutex_);
+          for (int i = 0; i < n_; ++i) round->taken[i] = std::move(results[i]);
+        }
         if (error) {
           round->results.set_error(error);
         } else {
-          round->results.set_value(std::move(results));
+          round->results.set_value(true);
         }
       } catch (const Error&) {
         // A participant gave up on the round first: it already failed everyone.
@@ -89,7 +95,7 @@ class SyncMaster {
       }
       // Everyone came and the callback (a collective across ranks, say) is still running:
       // the round is whole, so wait for it.
-      if (missing.empty()) return future.wait().at(index);
+      if (missing.empty()) return take(*round, future, index);
       std::string names;
       for (int i : missing) names += (names.empty() ? "" : ", ") + std::to_string(i);
       auto error = std::make_exception_ptr(Error(c10::str("[push::parallel::SyncMaster] participant",
@@ -101,18 +107,27 @@ class SyncMaster {
         // completed meanwhile
       }
     }
-    return future.wait().at(index);
+    return take(*round, future, index);
   }
 
  private:
   struct Round {
     std::vector<std::optional<Msg>> messages;
+    std::vector<std::optional<Result>> taken;
     int arrived = 0;
-    Promise<std::vector<Result>> results;
+    Promise<bool> results;  // set once `taken` is filled (or failed)
   };
   void reset_locked() {
     round_ = std::make_shared<Round>();
     round_->messages.resize(n_);
+    round_->taken.resize(n_);
+  }
+  Result take(Round& round, const Future<bool>& future, int index) {
+    future.wait();  // rethrows the round's failure
+    std::lock_guard lock(mutex_);
+    Result mine = std::move(*round.taken[index]);
+    round.taken[index].reset();
+    return mine;
   }
 
   const int n_;
