@@ -116,9 +116,9 @@ std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vecto
     auto yb = y.index_select(0, idx).view(shape_of(y, len)).to(device);
     stack.zero_grad();
     auto nll = mean_nll(stack.forward(xb), yb);  // [N]
-    auto noise = noise_prior(stack);
-    auto loss = noise.defined() ? (nll + noise / static_cast<double>(dataset_size_)).sum() : nll.sum();
-    loss.backward();
+    auto loss = nll;
+    if (auto noise = noise_prior(stack); noise.defined()) loss = loss + noise / static_cast<double>(dataset_size_);
+    loss.sum().backward();
     add_weight_prior_gradient(stack, static_cast<double>(dataset_size_));
     if (step) {
       step();

@@ -86,18 +86,23 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
   auto stacked = states[0][0]->clone();
   Fields out = fields_of(*stacked);
   const int64_t step = out.step != nullptr ? *out.step : 0;
+  std::vector<std::vector<Fields>> in(stacks_.size());  // [k][i]
+  for (size_t k = 0; k < stacks_.size(); ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      in[k].push_back(fields_of(*states[k][i]));
+      if (in[k][i].step != nullptr) {
+        PUSH_CHECK(*in[k][i].step == step, kOrigin, "member ", i, " has taken ", *in[k][i].step,
+                   " optimizer steps on parameter ", k, ", member 0 ", step, " on parameter 0");
+      }
+    }
+  }
   for (size_t j = 0; j < out.tensors.size(); ++j) {
     std::vector<torch::Tensor> parts;  // in the buffer's layout
     size_t set = 0;
     for (size_t k = 0; k < stacks_.size(); ++k) {
       std::vector<torch::Tensor> slices;
       for (size_t i = 0; i < n; ++i) {
-        Fields in = fields_of(*states[k][i]);
-        if (in.step != nullptr) {
-          PUSH_CHECK(*in.step == step, kOrigin, "member ", i, " has taken ", *in.step, " optimizer steps on parameter ",
-                     k, ", member 0 ", step, " on parameter 0");
-        }
-        const torch::Tensor& t = *in.tensors[j];
+        const torch::Tensor& t = *in[k][i].tensors[j];
         if (t.defined() && t.numel() > 0) slices.push_back(t.reshape(-1));
       }
       set += slices.size();

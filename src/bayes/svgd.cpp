@@ -137,9 +137,9 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     const int64_t g = stack->size();
     stack->zero_grad();
     auto nll = mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
-    auto noise = noise_prior(*stack);
-    auto u = (noise.defined() ? nll * static_cast<double>(dataset_size_) + noise
-                              : nll * static_cast<double>(dataset_size_)).sum();
+    auto u = nll * static_cast<double>(dataset_size_);
+    if (auto noise = noise_prior(*stack); noise.defined()) u = u + noise;
+    u = u.sum();
     auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);
     std::vector<double> each(losses.data_ptr<double>(), losses.data_ptr<double>() + g);
     for (int64_t i = 0; i < g; ++i) check_finite(*ps[i], epoch, each[i]);

@@ -81,6 +81,21 @@ bool RpcGroup::is_member(const std::string& name) const {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+void ServiceSet::add(const std::string& key, RpcFunction handler) {
+  group_.register_service(key, std::move(handler));
+  keys_.push_back(key);
+}
+
+ServiceSet::~ServiceSet() {
+  for (const auto& key : keys_) {
+    try {
+      group_.deregister(key);
+    } catch (const std::exception&) {
+      // The group is shut down: its services went with it.
+    }
+  }
+}
+
 std::string RpcGroup::self() const { return check("self").world.name(); }
 
 int RpcGroup::rank_of(const Target& member) const {
@@ -164,18 +179,27 @@ void RpcGroup::register_service(const std::string& key, RpcFunction handler) con
   try {
     claim(s, "service", key, origin);
   } catch (...) {
+    RpcFunction gone;  // destroyed after the lock, as in deregister
     std::lock_guard<std::mutex> lock(s.table_mutex);
-    s.services.erase(key);
+    auto it = s.services.find(key);
+    gone = std::move(it->second);
+    s.services.erase(it);
     throw;
   }
 }
 
 void RpcGroup::deregister(const std::string& key) const {
   auto& s = check("deregister");
+  // The handler is destroyed after the lock is released: what it captured may deregister
+  // services of its own as it goes (a server owning another server's host).
+  RpcFunction gone;
   {
     std::lock_guard<std::mutex> lock(s.table_mutex);
-    PUSH_CHECK(s.services.erase(key) == 1, "push::dist::RpcGroup::deregister", "'", key,
+    auto it = s.services.find(key);
+    PUSH_CHECK(it != s.services.end(), "push::dist::RpcGroup::deregister", "'", key,
                "' is not registered in group '", s.name, "' by this process (", s.world.name(), ")");
+    gone = std::move(it->second);
+    s.services.erase(it);
   }
   release_claim(s, "service", key);
 }

@@ -12,6 +12,17 @@
 namespace push::parallel {
 namespace {
 constexpr const char* kOrigin = "push::parallel::DataParallel";
+// Every tensor of `tensors` takes the value it has on the group's first rank.
+void broadcast_from_first(const std::vector<torch::Tensor>& tensors, const dist::CollectiveGroup& group) {
+  torch::NoGradGuard no_grad;
+  const int root = group.ranks().front();
+  for (const auto& t : tensors) {
+    auto copy = t.detach().clone();
+    group.broadcast(copy, root);
+    t.detach().copy_(copy);
+  }
+}
+
 }  // namespace
 
 struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
@@ -23,7 +34,9 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
     torch::Tensor param;
     std::string name;
     size_t bucket = 0;
+    size_t position = 0;  // in its bucket's slots
     int64_t offset = 0;
+    torch::Tensor zero;   // what its hook hands backward: one zero, expanded (no memory)
     unsigned hook = 0;
   };
   struct Bucket {
@@ -111,7 +124,7 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
     if (!in_backward) begin_locked();
     const Slot& s = slots[index];
     auto& b = buckets[s.bucket];
-    const auto pos = static_cast<size_t>(std::find(b.slots.begin(), b.slots.end(), index) - b.slots.begin());
+    const size_t pos = s.position;
     // A leaf's hook runs once per backward, on its summed gradient; twice means two
     // backward passes at once (from two threads), which one set of buckets cannot serve.
     PUSH_CHECK(!b.filled[pos], kOrigin, "parameter '", s.name,
@@ -121,7 +134,7 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
     --b.pending;
     launch_ready_locked();
     // What backward accumulates is zero: the average is added when all buckets are in.
-    return torch::zeros_like(grad);
+    return s.zero;
   }
 
   // The end of backward (the engine's final callback): every bucket reduced, averages added.
@@ -171,15 +184,7 @@ DataParallel::DataParallel(torch::nn::Module& module, dist::CollectiveGroup grou
   s.module = &module;
   s.group = std::move(group);
   s.options = options;
-  const int root = s.group.ranks().front();
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& t : module.parameters()) {
-      auto copy = t.detach().clone();
-      s.group.broadcast(copy, root);
-      t.copy_(copy);
-    }
-  }
+  broadcast_from_first(module.parameters(), s.group);
   broadcast_buffers();
   // Buckets in reverse parameter order, each of one dtype and device.
   auto named = module.named_parameters();
@@ -207,6 +212,8 @@ DataParallel::DataParallel(torch::nn::Module& module, dist::CollectiveGroup grou
     slot.name = named[i].key();
     slot.bucket = s.buckets.size() - 1;
     slot.offset = b.buffer.numel();
+    slot.position = b.slots.size();
+    slot.zero = torch::zeros({}, p.options().requires_grad(false)).expand(p.sizes());
     b.buffer = torch::cat({b.buffer, torch::zeros({p.numel()}, b.buffer.options())});
     b.slots.push_back(s.slots.size());
     s.bucket_names.back().push_back(slot.name);
@@ -233,14 +240,7 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::broadcast_buffers() {
-  auto& s = *state_;
-  const int root = s.group.ranks().front();
-  torch::NoGradGuard no_grad;
-  for (auto& t : s.module->buffers()) {
-    auto copy = t.clone();
-    s.group.broadcast(copy, root);
-    t.copy_(copy);
-  }
+  broadcast_from_first(state_->module->buffers(), state_->group);
 }
 
 const std::vector<std::vector<std::string>>& DataParallel::buckets() const { return state_->bucket_names; }
@@ -281,18 +281,8 @@ NonBlockingDataParallel::NonBlockingDataParallel(torch::nn::Sequential net, dist
   auto& s = *state_;
   s.net = std::move(net);
   s.group = std::move(group);
-  const int root = s.group.ranks().front();
-  torch::NoGradGuard no_grad;
-  for (auto& t : s.net->parameters()) {
-    auto copy = t.detach().clone();
-    s.group.broadcast(copy, root);
-    t.copy_(copy);
-  }
-  for (auto& t : s.net->buffers()) {
-    auto copy = t.clone();
-    s.group.broadcast(copy, root);
-    t.copy_(copy);
-  }
+  broadcast_from_first(s.net->parameters(), s.group);
+  broadcast_from_first(s.net->buffers(), s.group);
   for (size_t k = 0; k < s.net->size(); ++k) {
     State::Layer layer;
     for (auto& p : s.net->ptr(k)->parameters()) {
@@ -301,6 +291,9 @@ NonBlockingDataParallel::NonBlockingDataParallel(torch::nn::Sequential net, dist
                  "push::parallel::NonBlockingDataParallel", "layer ", k, " mixes dtypes or devices");
       layer.params.push_back(p);
     }
+    int64_t numel = 0;
+    for (const auto& p : layer.params) numel += p.numel();
+    if (numel > 0) layer.buffer = torch::empty({numel}, layer.params[0].options().requires_grad(false));
     s.layers.push_back(std::move(layer));
   }
 }
@@ -322,9 +315,11 @@ void NonBlockingDataParallel::start_averaging() {
   for (auto& layer : s.layers) {
     if (layer.params.empty()) continue;
     s.apply(layer);  // a previous average not applied yet: applied first, in order
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : layer.params) flat.push_back(p.detach().reshape(-1));
-    layer.buffer = torch::cat(flat);
+    int64_t offset = 0;
+    for (const auto& p : layer.params) {
+      layer.buffer.narrow(0, offset, p.numel()).copy_(p.detach().reshape(-1));
+      offset += p.numel();
+    }
     layer.work = s.group.all_reduce_async(layer.buffer, dist::ReduceOp::average);
     layer.outstanding = true;
   }

@@ -5,46 +5,26 @@ namespace push::parallel {
 namespace {
 constexpr const char* kHost = "push::parallel::QueueHost";
 constexpr const char* kClient = "push::parallel::RemoteQueue";
-const char* const kOps[] = {"put", "get", "size", "close"};
 }  // namespace
 
 QueueHost::QueueHost(dist::RpcGroup group, std::string name)
-    : group_(std::move(group)), name_(std::move(name)), queue_(std::make_shared<SimpleQueue<c10::IValue>>()) {
-  PUSH_CHECK(!name_.empty(), kHost, "the queue needs a name");
+    : queue_(std::make_shared<SimpleQueue<c10::IValue>>()), services_(std::move(group)) {
+  PUSH_CHECK(!name.empty(), kHost, "the queue needs a name");
   auto q = queue_;
-  std::vector<std::string> done;
-  try {
-    group_.register_service(name_ + "/put", [q](const dist::RpcArgs& a) {
-      q->put(a.at(0));
-      return c10::IValue();
-    });
-    done.push_back(name_ + "/put");
-    group_.register_service(name_ + "/get", [q](const dist::RpcArgs& a) {
-      auto v = q->get(std::chrono::milliseconds(a.at(0).toInt()));
-      // (found, value): a queued None is a value too.
-      return c10::IValue(c10::ivalue::Tuple::create({v.has_value(), v.value_or(c10::IValue())}));
-    });
-    done.push_back(name_ + "/get");
-    group_.register_service(name_ + "/size", [q](const dist::RpcArgs&) { return c10::IValue(static_cast<int64_t>(q->size())); });
-    done.push_back(name_ + "/size");
-    group_.register_service(name_ + "/close", [q](const dist::RpcArgs&) {
-      q->close();
-      return c10::IValue();
-    });
-  } catch (...) {
-    for (const auto& key : done) group_.deregister(key);
-    throw;
-  }
-}
-
-QueueHost::~QueueHost() {
-  queue_->close();  // getters waiting on the host fail instead of waiting on
-  for (const char* op : kOps) {
-    try {
-      group_.deregister(name_ + "/" + op);
-    } catch (const std::exception&) {
-    }
-  }
+  services_.add(name + "/put", [q](const dist::RpcArgs& a) {
+    q->put(a.at(0));
+    return c10::IValue();
+  });
+  services_.add(name + "/get", [q](const dist::RpcArgs& a) {
+    auto v = q->get(std::chrono::milliseconds(a.at(0).toInt()));
+    // (found, value): a queued None is a value too.
+    return c10::IValue(c10::ivalue::Tuple::create({v.has_value(), v.value_or(c10::IValue())}));
+  });
+  services_.add(name + "/size", [q](const dist::RpcArgs&) { return c10::IValue(static_cast<int64_t>(q->size())); });
+  services_.add(name + "/close", [q](const dist::RpcArgs&) {
+    q->close();
+    return c10::IValue();
+  });
 }
 
 RemoteQueue::RemoteQueue(dist::RpcGroup group, std::string name) : group_(std::move(group)), name_(std::move(name)) {

@@ -263,7 +263,7 @@ struct GradServerHost::Secondary {
 
 GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::string primary,
                                std::vector<std::string> secondaries, GradServerOptions options)
-    : group_(std::move(group)), name_(std::move(name)) {
+    : group_(std::move(group)), name_(std::move(name)), services_(group_) {
   PUSH_CHECK(!name_.empty(), kHost, "the server needs a name");
   PUSH_CHECK(options.reduce_batch_size() >= 1, kHost, "reduce_batch_size must be >= 1, got ",
              options.reduce_batch_size());
@@ -279,60 +279,46 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
   const bool is_secondary = std::find(secondaries.begin(), secondaries.end(), self) != secondaries.end();
   PUSH_CHECK(self == primary || is_secondary, kHost, "server '", name_, "': ", self,
              " is neither its primary reducer nor a secondary: only they build a GradServerHost");
-  auto registered = [&](const std::string& key, dist::RpcFunction fn) {
-    group_.register_service(key, std::move(fn));
-    services_.push_back(key);
-  };
-  try {
-    if (self == primary) {
-      primary_ = std::make_shared<Primary>();
-      primary_->name = name_;
-      primary_->options = options;
-      primary_->secondaries = secondaries;
-      primary_->published = std::make_shared<OrderedServerHost>(group_, model_server(name_));
-      auto p = primary_;
-      registered(info_service(name_), [p](const dist::RpcArgs&) { return c10::IValue(p->secondaries); });
-      registered(apply_service(name_), [p](const dist::RpcArgs& a) {
-        p->add(grads_of(a.at(0), kHost), a.at(1).toInt(), a.at(2).toBool());
-        return c10::IValue();
-      });
-      registered(step_service(name_), [p](const dist::RpcArgs&) {
-        std::lock_guard lock(p->mutex);
-        if (p->model != nullptr) p->step_locked();
-        return c10::IValue();
-      });
-    }
-    if (is_secondary) {
-      secondary_ = std::make_shared<Secondary>();
-      secondary_->group = group_;
-      secondary_->name = name_;
-      secondary_->member = self;
-      secondary_->options = options;
-      auto s = secondary_;
-      registered(reduce_service(name_, self), [s](const dist::RpcArgs& a) {
-        s->push(grads_of(a.at(0), kHost));
-        return c10::IValue();
-      });
-      registered(flush_service(name_, self), [s](const dist::RpcArgs&) {
-        s->flush();
-        return c10::IValue();
-      });
-    }
-  } catch (...) {
-    for (const auto& key : services_) group_.deregister(key);
-    throw;
+  // Services registered before a failure below go with services_.
+  if (self == primary) {
+    primary_ = std::make_shared<Primary>();
+    primary_->name = name_;
+    primary_->options = options;
+    primary_->secondaries = secondaries;
+    primary_->published = std::make_shared<OrderedServerHost>(group_, model_server(name_));
+    auto p = primary_;
+    services_.add(info_service(name_), [p](const dist::RpcArgs&) { return c10::IValue(p->secondaries); });
+    services_.add(apply_service(name_), [p](const dist::RpcArgs& a) {
+      p->add(grads_of(a.at(0), kHost), a.at(1).toInt(), a.at(2).toBool());
+      return c10::IValue();
+    });
+    services_.add(step_service(name_), [p](const dist::RpcArgs&) {
+      std::lock_guard lock(p->mutex);
+      if (p->model != nullptr) p->step_locked();
+      return c10::IValue();
+    });
+  }
+  if (is_secondary) {
+    secondary_ = std::make_shared<Secondary>();
+    secondary_->group = group_;
+    secondary_->name = name_;
+    secondary_->member = self;
+    secondary_->options = options;
+    auto s = secondary_;
+    services_.add(reduce_service(name_, self), [s](const dist::RpcArgs& a) {
+      s->push(grads_of(a.at(0), kHost));
+      return c10::IValue();
+    });
+    services_.add(flush_service(name_, self), [s](const dist::RpcArgs&) {
+      s->flush();
+      return c10::IValue();
+    });
   }
 }
 
 GradServerHost::~GradServerHost() {
-  for (const auto& key : services_) {
-    try {
-      group_.deregister(key);
-    } catch (const std::exception&) {
-    }
-  }
   // A handler already running finishes under the mutex; later ones find the server closed
-  // (the model and optimizer are the caller's and may go next).
+  // (the model and optimizer are the caller's and may go next); the services go after.
   if (primary_) {
     std::lock_guard lock(primary_->mutex);
     primary_->closed = true;
@@ -411,8 +397,7 @@ int64_t GradServer::pull(torch::nn::Module& module) {
     throw Error(c10::str("[", kClient, "] pull from server '", name_, "': ", e.what()));
   }
   PUSH_CHECK(pulled, kClient, "server '", name_, "' has published no model yet");
-  version_ = models.version();
-  return version_;
+  return models.version();
 }
 
 void GradServer::flush() {

@@ -6,7 +6,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <string_view>
 
 namespace push::server {
 namespace {
@@ -63,39 +62,24 @@ struct OrderedServerHost::Store {
 };
 
 OrderedServerHost::OrderedServerHost(dist::RpcGroup group, std::string name, OrderedServerOptions options)
-    : group_(std::move(group)), name_(std::move(name)), store_(std::make_shared<Store>()) {
+    : name_(std::move(name)), store_(std::make_shared<Store>()), services_(std::move(group)) {
   PUSH_CHECK(!name_.empty(), kHost, "the server needs a name");
   PUSH_CHECK(options.version_depth() >= 1, kHost, "version_depth must be >= 1, got ", options.version_depth());
   store_->name = name_;
   store_->depth = options.version_depth();
   // The handlers hold the store: a call already running when the host goes finishes on it.
-  group_.register_service(push_service(name_), [store = store_](const dist::RpcArgs& a) {
+  services_.add(push_service(name_), [store = store_](const dist::RpcArgs& a) {
     std::optional<int64_t> prev;
     if (!a.at(3).isNone()) prev = a.at(3).toInt();
     return c10::IValue(store->push(a.at(0).toStringRef(), a.at(1), a.at(2).toInt(), prev));
   });
-  try {
-    group_.register_service(pull_service(name_), [store = store_](const dist::RpcArgs& a) {
-      std::optional<int64_t> version;
-      if (!a.at(1).isNone()) version = a.at(1).toInt();
-      auto found = store->pull(a.at(0).toStringRef(), version);
-      if (!found) return c10::IValue();
-      return c10::IValue(c10::ivalue::Tuple::create({found->value, found->version}));
-    });
-  } catch (...) {
-    group_.deregister(push_service(name_));
-    throw;
-  }
-}
-
-OrderedServerHost::~OrderedServerHost() {
-  // The group may be shut down already: its services went with it.
-  for (const auto& service : {push_service(name_), pull_service(name_)}) {
-    try {
-      group_.deregister(service);
-    } catch (const std::exception&) {
-    }
-  }
+  services_.add(pull_service(name_), [store = store_](const dist::RpcArgs& a) {
+    std::optional<int64_t> version;
+    if (!a.at(1).isNone()) version = a.at(1).toInt();
+    auto found = store->pull(a.at(0).toStringRef(), version);
+    if (!found) return c10::IValue();
+    return c10::IValue(c10::ivalue::Tuple::create({found->value, found->version}));
+  });
 }
 
 size_t OrderedServerHost::size() const {
@@ -118,8 +102,7 @@ OrderedServer::OrderedServer(dist::RpcGroup group, std::string name, std::option
   PUSH_CHECK(!name_.empty(), kClient, "the server needs a name");
 }
 
-c10::IValue OrderedServer::call(const char* what, dist::RpcArgs args) const {
-  const std::string service = std::string_view(what) == "push" ? push_service(name_) : pull_service(name_);
+c10::IValue OrderedServer::call(const std::string& service, const char* what, dist::RpcArgs args) const {
   try {
     return group_.registered_sync(service, std::move(args), timeout_);
   } catch (const std::exception& e) {
@@ -130,12 +113,12 @@ c10::IValue OrderedServer::call(const char* what, dist::RpcArgs args) const {
 bool OrderedServer::push(const std::string& key, c10::IValue value, int64_t version,
                          std::optional<int64_t> prev_version) const {
   check_versions(kClient, name_, key, version, prev_version);
-  return call("push", {key, std::move(value), version, prev_version ? c10::IValue(*prev_version) : c10::IValue()})
+  return call(push_service(name_), "push", {key, std::move(value), version, prev_version ? c10::IValue(*prev_version) : c10::IValue()})
       .toBool();
 }
 
 std::optional<Versioned> OrderedServer::pull(const std::string& key, std::optional<int64_t> version) const {
-  auto reply = call("pull", {key, version ? c10::IValue(*version) : c10::IValue()});
+  auto reply = call(pull_service(name_), "pull", {key, version ? c10::IValue(*version) : c10::IValue()});
   if (reply.isNone()) return std::nullopt;
   const auto& t = reply.toTupleRef().elements();
   return Versioned{t.at(0), t.at(1).toInt()};

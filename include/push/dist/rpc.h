@@ -194,6 +194,25 @@ class RpcGroup {
   std::shared_ptr<detail::RpcState> state_;
 };
 
+/// Services that one owner registers in a group and takes down together: add() registers
+/// one (a push::Error when its key is taken, as register_service); destruction deregisters
+/// every one added, quietly (the group may be shut down by then). A constructor that fails
+/// half-way thus leaves none of its services behind. Move-only.
+class ServiceSet {
+ public:
+  explicit ServiceSet(RpcGroup group) : group_(std::move(group)) {}
+  ~ServiceSet();
+  ServiceSet(ServiceSet&& other) noexcept = default;
+  ServiceSet& operator=(ServiceSet&&) = delete;
+  ServiceSet(const ServiceSet&) = delete;
+  ServiceSet& operator=(const ServiceSet&) = delete;
+  void add(const std::string& key, RpcFunction handler);
+
+ private:
+  RpcGroup group_;
+  std::vector<std::string> keys_;
+};
+
 namespace detail {
 /// Tests of the wire protocol: where a member listens, and the token its connections
 /// must introduce themselves with (src/dist/wire.h has the frame format).

@@ -134,15 +134,14 @@ class SimpleQueue {
 class QueueHost {
  public:
   QueueHost(dist::RpcGroup group, std::string name);
-  ~QueueHost();
+  ~QueueHost() { queue_->close(); }  // gets waiting on the host fail instead of waiting on
   QueueHost(const QueueHost&) = delete;
   QueueHost& operator=(const QueueHost&) = delete;
   SimpleQueue<c10::IValue>& queue() { return *queue_; }
 
  private:
-  dist::RpcGroup group_;
-  std::string name_;
   std::shared_ptr<SimpleQueue<c10::IValue>> queue_;
+  dist::ServiceSet services_;
 };
 
 /// Any member's handle on the queue `name` of `group`. Values are copies (tensors arrive

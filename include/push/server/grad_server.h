@@ -77,7 +77,7 @@ class GradServerHost {
  private:
   dist::RpcGroup group_;
   std::string name_;
-  std::vector<std::string> services_;
+  dist::ServiceSet services_;
   std::shared_ptr<Primary> primary_;
   std::shared_ptr<Secondary> secondary_;
 };
@@ -106,7 +106,6 @@ class GradServer {
   std::optional<dist::Milliseconds> timeout_;
   std::vector<std::string> secondaries_;
   std::mt19937_64 random_;
-  int64_t version_ = 0;
 };
 
 }  // namespace push::server

@@ -48,7 +48,6 @@ struct Versioned {
 class OrderedServerHost {
  public:
   OrderedServerHost(dist::RpcGroup group, std::string name, OrderedServerOptions options = {});
-  ~OrderedServerHost();
   OrderedServerHost(const OrderedServerHost&) = delete;
   OrderedServerHost& operator=(const OrderedServerHost&) = delete;
 
@@ -63,9 +62,9 @@ class OrderedServerHost {
   struct Store;
 
  private:
-  dist::RpcGroup group_;
   std::string name_;
   std::shared_ptr<Store> store_;
+  dist::ServiceSet services_;
 };
 
 /// Any member's handle on the ordered server `name` of `group` (cheap to copy). Each call
@@ -84,7 +83,7 @@ class OrderedServer {
   std::optional<Versioned> pull(const std::string& key, std::optional<int64_t> version = std::nullopt) const;
 
  private:
-  c10::IValue call(const char* what, dist::RpcArgs args) const;
+  c10::IValue call(const std::string& service, const char* what, dist::RpcArgs args) const;
   dist::RpcGroup group_;
   std::string name_;
   std::optional<dist::Milliseconds> timeout_;
