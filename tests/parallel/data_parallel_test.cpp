@@ -90,6 +90,12 @@ PUSH_DIST_WORKER(data_parallel) {
   auto again = net->named_parameters()["0.bias"].grad().clone();
   EXPECT_TRUE(torch::allclose(again, once, 1e-6, 1e-6));
   EXPECT_EQ(dp.reductions(), steps + 3);
+  // create_graph (double backward) is refused, on every rank alike, and leaves nothing behind.
+  sgd.zero_grad();
+  EXPECT_PUSH_ERROR(net->forward(x).sum().backward({}, /*retain_graph=*/true, /*create_graph=*/true), "create_graph");
+  sgd.zero_grad();
+  net->forward(x).sum().backward();
+  EXPECT_TRUE(torch::allclose(net->named_parameters()["0.bias"].grad(), once, 1e-6, 1e-6));
   // shard: every row once per epoch (10 rows padded to a multiple of the ranks).
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
     auto rows = push::parallel::shard(10, group, epoch);

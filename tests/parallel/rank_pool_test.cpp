@@ -150,6 +150,31 @@ PUSH_DIST_WORKER(rank_pool) {
   rpc.shutdown();
 }
 
+c10::IValue pool_die(const RpcArgs&) {
+  std::_Exit(0);  // as kill -9 would, without a goodbye (0: the harness counts it as done)
+}
+PUSH_RPC_FUNCTION(pool_die);
+
+// A worker that dies: its call fails, naming it, and the calls after it go to the worker
+// still there.
+PUSH_DIST_WORKER(rank_pool_dead_worker) {
+  auto world = push::testing::test_world(60s);
+  auto rpc = world.rpc_group("pool-dead", world.names());
+  rpc.barrier();
+  if (world.rank() == 0) {
+    RankPool pool(rpc, {"worker1", "worker2"});
+    EXPECT_THROW(pool.apply("pool_die"), push::Error);  // the least busy, worker1, first
+    auto squares = pool.map("pool_square", {1, 2, 3, 4, 5, 6});
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(squares[i].toInt(), (i + 1) * (i + 1));
+    EXPECT_EQ(rpc.lost_members(), (std::vector<int>{1}));
+  }
+  rpc.shutdown();  // its closing barrier waits for the members still there only
+}
+
+TEST(RankPool, ADeadWorkerFailsItsCallAndTheOthersGoOn) {
+  push::testing::expect_all_ok(push::testing::run_workers(3, "rank_pool_dead_worker", 120s));
+}
+
 TEST(RankPool, RunsRegisteredFunctionsOnWorkerRanksAndQueuesFeedAcrossRanks) {
   push::testing::expect_all_ok(push::testing::run_workers(3, "rank_pool", 240s));
 }

@@ -3,6 +3,7 @@
 // gradients and the sum of the replicas' weight and bias gradients to 1e-5. A participant
 // that never arrives, or a callback that throws, fails every participant with the reason.
 #include <push/parallel/sync_batch_norm.h>
+#include <push/parallel/thread_pool.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -108,6 +109,19 @@ TEST(SyncBatchNorm, AReplicaThatNeverComesOrAFailingCallbackIsNamed) {
   EXPECT_THROW(failing.exchange(0, 1), std::runtime_error);
   t.join();
   EXPECT_EQ(other, "no sum");
+  // A wait inside a fiber suspends the fiber: two participants as tasks of a one-thread pool.
+  {
+    SyncMaster<int, int> both(2, [](std::vector<int> v) { return std::vector<int>(2, v[0] * v[1]); });
+    push::parallel::ThreadPool one(1);
+    auto a = one.apply_async([&] { return both.exchange(0, 6); });
+    auto b = one.apply_async([&] { return both.exchange(1, 7); });
+    EXPECT_EQ(a.wait(), 42);
+    EXPECT_EQ(b.wait(), 42);
+    // SyncBatchNorm itself refuses an event loop (a pool task here; a particle handler alike).
+    auto sync1 = std::make_shared<BatchNormSync>(1);
+    EXPECT_PUSH_ERROR(one.apply([&] { return SyncBatchNorm(SyncBatchNormOptions(3), sync1, 0)(torch::randn({4, 3})); }),
+                      "runs on an event loop");
+  }
   // Rounds repeat.
   SyncMaster<int, int> sum(2, [](std::vector<int> v) { return std::vector<int>(2, v[0] + v[1]); });
   for (int round = 0; round < 3; ++round) {
