@@ -9,20 +9,12 @@
 
 #include <mutex>
 
+#include "flat.h"
+
 namespace push::parallel {
+using detail::broadcast_from_first;
 namespace {
 constexpr const char* kOrigin = "push::parallel::DataParallel";
-// Every tensor of `tensors` takes the value it has on the group's first rank.
-void broadcast_from_first(const std::vector<torch::Tensor>& tensors, const dist::CollectiveGroup& group) {
-  torch::NoGradGuard no_grad;
-  const int root = group.ranks().front();
-  for (const auto& t : tensors) {
-    auto copy = t.detach().clone();
-    group.broadcast(copy, root);
-    t.detach().copy_(copy);
-  }
-}
-
 }  // namespace
 
 struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
@@ -267,12 +259,7 @@ struct NonBlockingDataParallel::State {
     if (!layer.outstanding) return;
     layer.work.wait();
     layer.outstanding = false;
-    torch::NoGradGuard no_grad;
-    int64_t offset = 0;
-    for (auto& p : layer.params) {
-      p.copy_(layer.buffer.narrow(0, offset, p.numel()).view(p.sizes()));
-      offset += p.numel();
-    }
+    detail::unpack(layer.buffer, layer.params);
   }
 };
 
@@ -291,8 +278,7 @@ NonBlockingDataParallel::NonBlockingDataParallel(torch::nn::Sequential net, dist
                  "push::parallel::NonBlockingDataParallel", "layer ", k, " mixes dtypes or devices");
       layer.params.push_back(p);
     }
-    int64_t numel = 0;
-    for (const auto& p : layer.params) numel += p.numel();
+    const int64_t numel = detail::total_numel(layer.params);
     if (numel > 0) layer.buffer = torch::empty({numel}, layer.params[0].options().requires_grad(false));
     s.layers.push_back(std::move(layer));
   }
@@ -315,11 +301,7 @@ void NonBlockingDataParallel::start_averaging() {
   for (auto& layer : s.layers) {
     if (layer.params.empty()) continue;
     s.apply(layer);  // a previous average not applied yet: applied first, in order
-    int64_t offset = 0;
-    for (const auto& p : layer.params) {
-      layer.buffer.narrow(0, offset, p.numel()).copy_(p.detach().reshape(-1));
-      offset += p.numel();
-    }
+    detail::pack(layer.params, layer.buffer);
     layer.work = s.group.all_reduce_async(layer.buffer, dist::ReduceOp::average);
     layer.outstanding = true;
   }

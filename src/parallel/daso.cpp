@@ -1,0 +1,233 @@
+// DASO's communication: node-local gradient averaging, and global parameter syncs over one
+// group per local index, sent in the downcast type, summed in float32, received at once or
+// some batches later and blended, then broadcast to the node.
+#include <push/parallel/daso.h>
+
+#include <push/core/errors.h>
+#include <push/parallel/data_parallel.h>
+
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "flat.h"
+
+namespace push::parallel {
+namespace {
+constexpr const char* kOrigin = "push::parallel::Daso";
+
+int resolve_ranks_per_node(int asked, int world_size) {
+  if (asked > 0) return asked;
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    PUSH_CHECK(end != env && *end == '\0' && v > 0, kOrigin, "LOCAL_WORLD_SIZE='", env, "' is not a positive integer");
+    return static_cast<int>(v);
+  }
+  return world_size;
+}
+}  // namespace
+
+struct Daso::State {
+  torch::nn::Module* module = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  DasoSchedule schedule;
+  int ranks_per_node = 1, nodes = 1, node = 0, local_rank = 0;
+  dist::CollectiveGroup everyone;  // this object's own: its collectives never interleave with others'
+  std::optional<dist::CollectiveGroup> node_group;  // unset with one rank per node
+  dist::CollectiveGroup global;                     // local rank i of every node
+  std::unique_ptr<DataParallel> local;              // node-local averaging through hooks
+  std::vector<torch::Tensor> params;                // the trainable ones, in module order
+  torch::Tensor flat;                               // float32 scratch of their values
+  torch::Tensor flat_grad;                          // average_in_step: their gradients
+
+  struct Sync {
+    int sender = 0;       // the local rank whose global group sent it
+    int64_t wait = 0;     // batches between sending and receiving
+    torch::Tensor payload;
+    std::vector<torch::Tensor> gathered;
+    dist::Work work;
+    bool mine = false;    // this rank took part
+  };
+  std::optional<Sync> outstanding;
+  int next_sender = 0;
+  int64_t sent = 0, received = 0;
+
+  explicit State(DasoOptions options) : schedule(std::move(options)) {}
+
+  const DasoOptions& options() const { return schedule.options(); }
+
+  void average_gradients_in_step() {
+    if (!node_group) return;
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (const auto& p : params) {
+      auto slice = flat_grad.narrow(0, offset, p.numel());
+      if (p.grad().defined()) {
+        slice.copy_(p.grad().reshape(-1));
+      } else {
+        slice.zero_();
+      }
+      offset += p.numel();
+    }
+    node_group->all_reduce(flat_grad, dist::ReduceOp::average);
+    offset = 0;
+    for (auto& p : params) {
+      auto avg = flat_grad.narrow(0, offset, p.numel()).view(p.sizes());
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(avg);
+      } else {
+        p.mutable_grad() = avg.clone();
+      }
+      offset += p.numel();
+    }
+  }
+
+  // Starts a global sync from the group of local rank `sender`: its members send their
+  // parameters in the downcast type; the rest of the node only counts it.
+  Sync start(int sender, int64_t wait) {
+    Sync s;
+    s.sender = sender;
+    s.wait = wait;
+    s.mine = local_rank == sender;
+    if (s.mine) {
+      detail::pack(params, flat);
+      auto payload = flat.to(options().downcast());
+      // Gloo (in LibTorch 1.13) moves no bfloat16: the 16-bit payloads travel as half, bit
+      // for bit, and are summed here, in float32, in one order on every rank.
+      s.payload = payload.scalar_type() == torch::kFloat ? payload : payload.view(torch::kHalf);
+      s.work = global.all_gather_async(s.gathered, s.payload);
+    }
+    ++sent;
+    return s;
+  }
+
+  // Receives a sync: its senders replace (blocking) or blend (late) their parameters, then
+  // broadcast them to their node.
+  void finish(Sync& s, bool blocking) {
+    if (s.mine) {
+      s.work.wait();
+      torch::NoGradGuard no_grad;
+      auto sum = torch::zeros_like(flat);
+      for (const auto& g : s.gathered) {
+        sum.add_(g.scalar_type() == torch::kFloat ? g : g.view(options().downcast()).to(torch::kFloat));
+      }
+      const double n = static_cast<double>(s.gathered.size());
+      if (blocking) {
+        flat.copy_(sum.div_(n));
+      } else {
+        detail::pack(params, flat);
+        const double k = s.wait > 0 ? 2.0 * static_cast<double>(s.wait) : 1.0;
+        flat.mul_(k).add_(sum).div_(k + n);
+      }
+      detail::unpack(flat, params);
+    }
+    if (node_group) {  // the senders' result, to the rest of their node
+      node_group->broadcast(flat, node * ranks_per_node + s.sender);
+      if (!s.mine) detail::unpack(flat, params);
+    }
+    ++received;
+  }
+};
+
+Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, const dist::World& world, DasoOptions options)
+    : state_(std::make_unique<State>(std::move(options))) {
+  auto& s = *state_;
+  s.module = &module;
+  s.optimizer = &optimizer;
+  const int size = world.size(), rank = world.rank();
+  s.ranks_per_node = resolve_ranks_per_node(s.options().ranks_per_node(), size);
+  PUSH_CHECK(size % s.ranks_per_node == 0, kOrigin, "a world of ", size, " ranks is not a whole number of nodes of ",
+             s.ranks_per_node, " ranks");
+  s.nodes = size / s.ranks_per_node;
+  PUSH_CHECK(s.nodes >= 2, kOrigin, "DASO needs at least 2 nodes; ", size, " ranks with ", s.ranks_per_node,
+             " ranks per node make one (set ranks_per_node to a divisor of ", size,
+             " to simulate nodes, or use DataParallel)");
+  s.node = rank / s.ranks_per_node;
+  s.local_rank = rank % s.ranks_per_node;
+  for (const auto& p : module.parameters()) {
+    if (!p.requires_grad()) continue;
+    PUSH_CHECK(p.is_floating_point(), kOrigin, "parameter of type ", c10::toString(p.scalar_type()),
+               " is not floating point");
+    PUSH_CHECK(s.params.empty() || p.device() == s.params[0].device(), kOrigin,
+               "the parameters are on several devices (", s.params[0].device(), " and ", p.device(), ")");
+    s.params.push_back(p);
+  }
+  PUSH_CHECK(!s.params.empty(), kOrigin, "the module has no trainable parameters");
+  const auto flat_options = s.params[0].options().dtype(torch::kFloat).requires_grad(false);
+  s.flat = torch::empty({detail::total_numel(s.params)}, flat_options);
+
+  // Groups, created in one order everywhere (only members create one).
+  std::vector<int> all(size), node_ranks, global_ranks;
+  for (int r = 0; r < size; ++r) all[r] = r;
+  for (int r = 0; r < s.ranks_per_node; ++r) node_ranks.push_back(s.node * s.ranks_per_node + r);
+  for (int n = 0; n < s.nodes; ++n) global_ranks.push_back(n * s.ranks_per_node + s.local_rank);
+  s.everyone = world.new_group(all);
+  if (s.ranks_per_node > 1) s.node_group = world.new_group(node_ranks);
+  s.global = world.new_group(global_ranks);
+
+  detail::broadcast_from_first(module.parameters(), s.everyone);
+  detail::broadcast_from_first(module.buffers(), s.everyone);
+  if (s.node_group) {
+    if (s.options().average_in_step()) {
+      s.flat_grad = torch::empty_like(s.flat);
+    } else {
+      s.local = std::make_unique<DataParallel>(module, *s.node_group,
+                                               DataParallelOptions().bucket_bytes(s.options().bucket_bytes()));
+    }
+  }
+}
+
+Daso::~Daso() {
+  // An outstanding sync ends before its buffers go.
+  auto& s = *state_;
+  if (s.outstanding && s.outstanding->mine) {
+    try {
+      s.outstanding->work.wait();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void Daso::set_batches_per_epoch(int64_t batches) { state_->schedule.set_batches_per_epoch(batches); }
+
+void Daso::step() {
+  auto& s = *state_;
+  if (s.options().average_in_step()) s.average_gradients_in_step();
+  s.optimizer->step();
+  const DasoStep step = s.schedule.next();
+  if (step.receive) {
+    PUSH_CHECK(s.outstanding.has_value(), kOrigin, "internal: a receive with no sync outstanding");
+    s.finish(*s.outstanding, /*blocking=*/false);
+    s.outstanding.reset();
+  }
+  if (step.send) {
+    const int sender = s.next_sender;
+    s.next_sender = (s.next_sender + 1) % s.ranks_per_node;
+    auto sync = s.start(sender, step.wait);
+    if (step.blocking) {
+      s.finish(sync, /*blocking=*/true);
+    } else {
+      s.outstanding = std::move(sync);
+    }
+  }
+  if (s.schedule.batch() == 0) s.next_sender = 0;  // every epoch starts with local rank 0's group
+}
+
+void Daso::end_epoch(double loss) {
+  auto& s = *state_;
+  auto t = torch::tensor({loss}, torch::kDouble);
+  s.everyone.all_reduce(t, dist::ReduceOp::average);
+  s.schedule.end_epoch(t.item<double>());
+}
+
+const DasoSchedule& Daso::schedule() const { return state_->schedule; }
+int Daso::nodes() const { return state_->nodes; }
+int Daso::node() const { return state_->node; }
+int Daso::local_rank() const { return state_->local_rank; }
+int64_t Daso::syncs_sent() const { return state_->sent; }
+int64_t Daso::syncs_received() const { return state_->received; }
+
+}  // namespace push::parallel

@@ -1,0 +1,113 @@
+// DASO's schedule (heat's DASO.step and epoch_loss_logic, without the node-local skips):
+// which batches start a global sync, which wait for it, and which receive a late one.
+#include <push/parallel/daso.h>
+
+#include <push/core/errors.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace push::parallel {
+namespace {
+constexpr const char* kOrigin = "push::parallel::DasoSchedule";
+}
+
+DasoSchedule::DasoSchedule(DasoOptions options)
+    : options_(std::move(options)), best_(std::numeric_limits<double>::infinity()) {
+  const auto& o = options_;
+  PUSH_CHECK(o.total_epochs() > 0, kOrigin, "total_epochs must be positive, got ", o.total_epochs());
+  PUSH_CHECK(o.warmup_epochs() >= 0 && o.cooldown_epochs() >= 0, kOrigin,
+             "warmup_epochs and cooldown_epochs must not be negative, got ", o.warmup_epochs(), " and ",
+             o.cooldown_epochs());
+  PUSH_CHECK(o.max_global_skips() >= 1, kOrigin, "max_global_skips must be at least 1, got ", o.max_global_skips());
+  PUSH_CHECK(o.skip_reduction_factor() >= 1 && o.local_skip_factor() >= 1, kOrigin,
+             "skip_reduction_factor and local_skip_factor must be at least 1, got ", o.skip_reduction_factor(),
+             " and ", o.local_skip_factor());
+  PUSH_CHECK(o.stability_level() >= 0 && o.stability_level() < 1, kOrigin, "stability_level must be in [0, 1), got ",
+             o.stability_level());
+  PUSH_CHECK(o.stability_patience() >= 0, kOrigin, "stability_patience must not be negative, got ",
+             o.stability_patience());
+  PUSH_CHECK(o.downcast() == torch::kBFloat16 || o.downcast() == torch::kHalf || o.downcast() == torch::kFloat,
+             kOrigin, "downcast must be bfloat16, half or float, got ", c10::toString(o.downcast()));
+}
+
+void DasoSchedule::set_batches_per_epoch(int64_t batches) {
+  PUSH_CHECK(batches >= 1, kOrigin, "an epoch needs at least one batch, got ", batches);
+  PUSH_CHECK(batch_ == 0, kOrigin, "the batches per epoch change between epochs, not at batch ", batch_);
+  batches_ = batches;
+}
+
+DasoStep DasoSchedule::next() {
+  PUSH_CHECK(batches_ > 0, kOrigin, "set_batches_per_epoch before the first step");
+  PUSH_CHECK(batch_ > 0 || epoch_ == 0 || epoch_ended_, kOrigin, "end_epoch was not called after epoch ", epoch_,
+             "'s last batch");
+  const int64_t last = batches_ - 1, b = batch_;
+  const int64_t gs = global_skip_, configured = batches_to_wait_;
+  const int64_t gmod = gs > 0 ? b % gs : 0;
+  // A sync must be received within the epoch.
+  const int64_t wait = std::min(configured, last - b);
+  DasoStep s;
+  if (b == last || gmod == 0) {
+    s.send = true;
+    s.receive = configured != 0 && outstanding_;
+    if (b == last || configured == 0) {
+      s.blocking = true;
+      outstanding_ = false;
+    } else {
+      s.wait = wait;
+      outstanding_ = true;
+    }
+  } else if (gmod == wait && outstanding_) {
+    s.receive = true;
+    outstanding_ = false;
+  }
+  if (++batch_ == batches_) {
+    batch_ = 0;
+    ++epoch_;
+    epoch_ended_ = false;
+  }
+  return s;
+}
+
+void DasoSchedule::end_epoch(double mean_loss) {
+  PUSH_CHECK(batch_ == 0 && epoch_ > 0 && !epoch_ended_, kOrigin,
+             "end_epoch belongs after an epoch's last step, once (at batch ", batch_, " of epoch ", epoch_, ")");
+  PUSH_CHECK(std::isfinite(mean_loss), kOrigin, "the epoch loss is ", mean_loss,
+             ": training diverged, and its stability cannot be judged");
+  epoch_ended_ = true;
+  const auto& o = options_;
+  if (epoch_ < o.warmup_epochs()) {
+    global_skip_ = batches_to_wait_ = 0;
+    return;
+  }
+  if (epoch_ == o.warmup_epochs()) {
+    global_skip_ = std::min<int64_t>(4, o.max_global_skips());
+    batches_to_wait_ = 1;
+  }
+  if (epoch_ >= o.total_epochs() - o.cooldown_epochs()) {
+    global_skip_ = batches_to_wait_ = 0;
+    return;
+  }
+  // The plateau test: the loss counts as stable after more than `patience` epochs without
+  // a relative improvement of stability_level over the best so far.
+  const double threshold = best_ >= 0 ? best_ * (1 - o.stability_level()) : best_ * (1 + o.stability_level());
+  if (mean_loss < threshold) {
+    best_ = mean_loss;
+    bad_epochs_ = 0;
+  } else {
+    ++bad_epochs_;
+  }
+  const bool stable = bad_epochs_ > o.stability_patience();
+  if (stable) bad_epochs_ = 0;
+  if (stable && global_skip_ > 1) {
+    global_skip_ /= o.skip_reduction_factor();
+    batches_to_wait_ = std::max<int64_t>(0, batches_to_wait_ - 1);
+    if (global_skip_ > 0 && batches_to_wait_ == 0) batches_to_wait_ = 1;
+  } else if (stable && global_skip_ == 1) {
+    global_skip_ = o.max_global_skips();
+    batches_to_wait_ = o.max_global_skips() / o.local_skip_factor();
+  }
+}
+
+}  // namespace push::parallel

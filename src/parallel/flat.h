@@ -1,0 +1,21 @@
+#pragma once
+// What the data-parallel classes share: rank 0's values everywhere, and parameters
+// packed into one flat tensor and back.
+#include <push/dist/collective.h>
+
+#include <torch/types.h>
+
+#include <vector>
+
+namespace push::parallel::detail {
+
+/// Every tensor of `tensors` takes the value it has on the group's first rank.
+void broadcast_from_first(const std::vector<torch::Tensor>& tensors, const dist::CollectiveGroup& group);
+/// Total elements of `tensors`.
+int64_t total_numel(const std::vector<torch::Tensor>& tensors);
+/// Copies `tensors` one after another into `flat` (cast to its dtype).
+void pack(const std::vector<torch::Tensor>& tensors, const torch::Tensor& flat);
+/// Copies `flat`'s consecutive slices back into `tensors` (cast to theirs).
+void unpack(const torch::Tensor& flat, const std::vector<torch::Tensor>& tensors);
+
+}  // namespace push::parallel::detail
