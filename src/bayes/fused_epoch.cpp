@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "learned_noise.h"
+#include "replica.h"
 
 namespace push::bayes {
 
@@ -49,11 +50,18 @@ c10::IValue Infer::epoch_of(Particle& p, const torch::Tensor& x, const torch::Te
 
 double Infer::epoch_body(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto rows = epoch_rows(p, x.size(0));
+  auto* r = replica(p.pid());
+  if (r) {  // this rank's share of the rows
+    rows = r->shard(rows.defined() ? rows : torch::arange(x.size(0), torch::kLong));
+    const int64_t batches = (rows.size(0) + options_.batch_size() - 1) / options_.batch_size();
+    r->begin_epoch(p, fit_last_epoch_ - epoch, batches, fit_last_epoch_);
+  }
   std::function<void()> after_step, step;
   epoch_hooks(p, epoch, after_step, step);
   const double loss = rows.defined() ? train_epoch(p, x.index_select(0, rows), y.index_select(0, rows), epoch,
                                                    after_step, step)
                                      : train_epoch(p, x, y, epoch, after_step, step);
+  if (r) r->end_epoch(p, loss);
   finish_epoch(p, epoch);
   return loss;
 }

@@ -7,6 +7,7 @@
 #include <push/bayes/models.h>
 
 #include "learned_noise.h"
+#include "replica.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -112,6 +113,15 @@ Push& Infer::dist() {
 void Infer::ensure_created() {
   if (dist_) return;
   auto po = PushOptions().devices(options_.devices()).cache_size(options_.cache_size()).seed(options_.seed());
+  const auto& dp = options_.data_parallel();
+  PUSH_CHECK(!dp || !options_.world(), "push::bayes::Infer",
+             "world() spreads the particles over the ranks and data_parallel() copies them to every rank: "
+             "choose one");
+  if (dp) {
+    const auto refusal = data_parallel_refusal(dp->mode());
+    PUSH_CHECK(refusal.empty(), "push::bayes::Infer", name(), " cannot train data-parallel (",
+               to_string(dp->mode()), "): ", refusal);
+  }
   po.world(options_.world());
   if (options_.intra_op_threads()) po.intra_op_threads(*options_.intra_op_threads());
   dist_ = std::make_unique<Push>(model_, po);
@@ -147,6 +157,32 @@ void Infer::ensure_created() {
     return fused_epoch_of(p, a[3].toIntVector(), a[0].toTensor(), a[1].toTensor(), a[2].toInt());
   });
   for (int i = 0; i < options_.particles(); ++i) dist_->p_create(opts);
+  if (dp) {
+    fused_ = false;  // a replica steps one particle at a time
+    // Each particle's own groups, so that particles on different lanes never interleave
+    // their collectives; made here, on one thread, in one order on every rank.
+    for (Pid pid : dist_->particle_ids()) replicas_[pid] = std::make_unique<detail::Replica>(*dp);
+    std::vector<int> all(dp->world().size());
+    for (int r = 0; r < dp->world().size(); ++r) all[r] = r;
+    replica_group_ = dp->world().new_group(all);
+  }
+}
+
+detail::Replica* Infer::replica(Pid pid) const {
+  if (replicas_.empty()) return nullptr;
+  auto it = replicas_.find(pid);
+  return it == replicas_.end() ? nullptr : it->second.get();
+}
+
+std::map<Pid, double> Infer::average_over_replicas(const std::map<Pid, double>& mine) {
+  std::vector<double> values;
+  for (const auto& [pid, loss] : mine) values.push_back(loss);
+  auto t = torch::tensor(values, torch::kDouble);
+  replica_group_->all_reduce(t, dist::ReduceOp::average);
+  std::map<Pid, double> out;
+  int64_t i = 0;
+  for (const auto& [pid, loss] : mine) out[pid] = t[i++].item<double>();
+  return out;
 }
 
 void Infer::fit(const data::Dataset& train, int64_t epochs) {
@@ -171,7 +207,9 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
     std::map<Pid, c10::IValue> per_particle;
     std::exception_ptr error;
     try {
-      for (const auto& [pid, l] : run_epoch(x, y, epochs_done_)) per_particle[pid] = l;
+      auto losses = run_epoch(x, y, epochs_done_);
+      if (replica_group_) losses = average_over_replicas(losses);
+      for (const auto& [pid, l] : losses) per_particle[pid] = l;
     } catch (...) {
       error = std::current_exception();
     }
@@ -347,14 +385,17 @@ torch::Tensor Infer::neg_log_prior(torch::nn::Module& module) const {
 double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t n,
                        const std::function<void()>& step) const {
   auto& opt = p.optimizer();
+  auto* r = replica(p.pid());
+  if (r) r->before_forward(p);
   opt.zero_grad();
   auto nll = mean_nll(p.any_module().forward(x), y);
   auto loss = nll + neg_log_prior(p.module()) / static_cast<double>(n);
   loss.backward();
-  if (step) {
-    step();
+  const std::function<void()> apply = step ? step : std::function<void()>([&opt] { opt.step(); });
+  if (r) {
+    r->step(p, apply);
   } else {
-    opt.step();
+    apply();
   }
   return nll.item<double>();
 }

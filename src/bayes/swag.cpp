@@ -259,4 +259,10 @@ torch::Tensor MultiSWAG::predict_particle(Particle& p, const torch::Tensor& x) {
   return torch::stack(outs);
 }
 
+std::string MultiSWAG::data_parallel_refusal(DataParallelMode mode) const {
+  if (mode == DataParallelMode::blocking) return {};
+  return "it collects the moments of every step's parameters, which differ between the ranks between their "
+         "syncs in this mode; use blocking";
+}
+
 }  // namespace push::bayes

@@ -209,6 +209,14 @@ int run_train(int argc, char** argv) {
                                      "models it cannot fuse train unfused)");
   app.add_flag_callback("--no-fuse", [&c] { c.fuse = false; }, "train particles one by one (the default for the CNN)")
       ->excludes(fuse);
+  app.add_option("--data-parallel", c.data_parallel,
+                 "blocking, nonblocking or daso: every rank trains every particle on its share of each epoch's rows "
+                 "(needs several ranks; default: the particles are spread over the ranks)")
+      ->check(CLI::IsMember({"blocking", "nonblocking", "daso"}));
+  app.add_option("--ranks-per-node", c.ranks_per_node,
+                 "daso: ranks per node, consecutive ranks (default: LOCAL_WORLD_SIZE); a divisor of the ranks that "
+                 "leaves at least 2 nodes, e.g. 2 of 4 to simulate 2 nodes on one machine")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--nproc", c.nproc,
                  "start N local ranks (as push launch does) that train one distribution; under push launch, "
                  "torchrun --no-python or mpirun the job's ranks are used instead")
@@ -232,8 +240,34 @@ int run_train(int argc, char** argv) {
                " differs from the job's ", world_size, " ranks (WORLD_SIZE)");
   }
   if (world_size != nullptr && std::atoi(world_size) > 1) world.emplace(dist::World::from_env());
-  // Rank 0 reports and writes; every rank trains its own particles.
+  // Rank 0 reports and writes; every rank trains its own particles (or, data-parallel,
+  // its share of every particle's rows).
   const bool lead = !world || world->rank() == 0;
+  const bool data_parallel = !c.data_parallel.empty();
+  PUSH_CHECK(!data_parallel || world, "push train", "--data-parallel ", c.data_parallel,
+             " needs several ranks: add --nproc N (N >= 2), or start push train under a launcher");
+  PUSH_CHECK(c.ranks_per_node == 0 || c.data_parallel == "daso", "push train",
+             "--ranks-per-node is for --data-parallel daso");
+  PUSH_CHECK(!data_parallel || c.algo != "svgd", "push train",
+             "--data-parallel does not train svgd (its update couples the particles); without --data-parallel the "
+             "ranks share the particles");
+  PUSH_CHECK(!data_parallel || c.algo != "mswag" || c.data_parallel == "blocking", "push train",
+             "--algo mswag trains data-parallel only with --data-parallel blocking (it collects every step's "
+             "parameters, which differ between the ranks in ", c.data_parallel, " mode)");
+  PUSH_CHECK(!data_parallel || !c.fuse.value_or(false), "push train",
+             "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
+  if (c.data_parallel == "daso") {
+    int per_node = c.ranks_per_node;
+    if (per_node == 0) {
+      const char* local = std::getenv("LOCAL_WORLD_SIZE");
+      per_node = local != nullptr ? std::atoi(local) : world->size();
+    }
+    PUSH_CHECK(per_node > 0 && world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
+               "--data-parallel daso needs at least 2 nodes of equal size: ", world->size(), " ranks with ",
+               per_node, " ranks per node", c.ranks_per_node == 0 ? " (LOCAL_WORLD_SIZE)" : "",
+               " do not make them; set --ranks-per-node (e.g. ", std::max(1, world->size() / 2),
+               ") to simulate nodes on one machine");
+  }
   if (!lead) c.quiet = true;
 
   if (c.devices == 0) {
@@ -319,8 +353,13 @@ int run_train(int argc, char** argv) {
       .batch_size(c.batch_size)
       .lr(c.lr)
       .seed(c.seed)
-      .fuse(c.fuse.value_or(spec.kind != "cnn"))
-      .world(world);
+      .fuse(!data_parallel && c.fuse.value_or(spec.kind != "cnn"));
+  if (data_parallel) {
+    options.data_parallel(bayes::DataParallelSpec(*world, bayes::parse_data_parallel_mode(c.data_parallel))
+                              .ranks_per_node(c.ranks_per_node));
+  } else {
+    options.world(world);
+  }
   std::unique_ptr<ProgressBar> bar;
   options.on_progress([&bar](const bayes::Progress& p) {
     if (bar) bar->update(p);
@@ -362,7 +401,9 @@ int run_train(int argc, char** argv) {
   // ---- checkpoint (collective: every rank writes its particles into rank 0's staging) ----
   // Rank 0 tells the others whether the run got this far and where the checkpoint goes.
   std::string staged = save ? save->path().string() : std::string();
-  if (world) {
+  // Data-parallel: every rank holds the same particles, so rank 0 alone saves them.
+  if (data_parallel && !lead) return 0;
+  if (world && !data_parallel) {
     const auto verdict = infer->dist().all_gather(failed ? c10::IValue() : c10::IValue(staged), "push train: report").at(0);
     if (!lead && !verdict.isString()) return 1;  // rank 0 reports why
     if (!lead) staged = verdict.toStringRef();
@@ -385,7 +426,7 @@ int run_train(int argc, char** argv) {
   if (classify) data_info["class_labels"] = train_raw.class_labels;
   json doc = {{"algorithm", c.algo},
               {"config", c.identity()},
-              {"run", {{"epochs", infer->epochs_done()}, {"ranks", world ? world->size() : 1}, {"devices", c.devices}, {"threads", c.threads}, {"fused", infer->fused()}, {"resumed_from", c.resume}}},
+              {"run", {{"epochs", infer->epochs_done()}, {"ranks", world ? world->size() : 1}, {"devices", c.devices}, {"threads", c.threads}, {"fused", infer->fused()}, {"data_parallel", c.data_parallel.empty() ? "no" : c.data_parallel}, {"resumed_from", c.resume}}},
               {"data", data_info},
               {"metrics", evaluation->metrics},
               {"loss_curve", infer->losses()},

@@ -20,6 +20,10 @@ struct TrainConfig {
   // --fuse / --no-fuse; unset: fuse MLPs, not the CNN (fused convolutions measured slower
   // on CPU). Not part of identity: fused and unfused runs resume each other.
   std::optional<bool> fuse;
+  // --data-parallel blocking|nonblocking|daso: every rank trains every particle on its share
+  // of the rows (empty: the particles are spread over the ranks). Not part of identity.
+  std::string data_parallel;
+  int ranks_per_node = 0;  // daso: 0 = LOCAL_WORLD_SIZE
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.

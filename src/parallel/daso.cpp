@@ -60,29 +60,7 @@ struct Daso::State {
   const DasoOptions& options() const { return schedule.options(); }
 
   void average_gradients_in_step() {
-    if (!node_group) return;
-    torch::NoGradGuard no_grad;
-    int64_t offset = 0;
-    for (const auto& p : params) {
-      auto slice = flat_grad.narrow(0, offset, p.numel());
-      if (p.grad().defined()) {
-        slice.copy_(p.grad().reshape(-1));
-      } else {
-        slice.zero_();
-      }
-      offset += p.numel();
-    }
-    node_group->all_reduce(flat_grad, dist::ReduceOp::average);
-    offset = 0;
-    for (auto& p : params) {
-      auto avg = flat_grad.narrow(0, offset, p.numel()).view(p.sizes());
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(avg);
-      } else {
-        p.mutable_grad() = avg.clone();
-      }
-      offset += p.numel();
-    }
+    if (node_group) detail::average_gradients(params, flat_grad, *node_group);
   }
 
   // Starts a global sync from the group of local rank `sender`: its members send their
@@ -132,21 +110,44 @@ struct Daso::State {
   }
 };
 
+DasoGroups DasoGroups::make(const dist::World& world, int ranks_per_node) {
+  DasoGroups g;
+  const int size = world.size(), rank = world.rank();
+  g.ranks_per_node = resolve_ranks_per_node(ranks_per_node, size);
+  PUSH_CHECK(size % g.ranks_per_node == 0, kOrigin, "a world of ", size, " ranks is not a whole number of nodes of ",
+             g.ranks_per_node, " ranks");
+  g.nodes = size / g.ranks_per_node;
+  PUSH_CHECK(g.nodes >= 2, kOrigin, "DASO needs at least 2 nodes; ", size, " ranks with ", g.ranks_per_node,
+             " ranks per node make one (set ranks_per_node to a divisor of ", size,
+             " to simulate nodes, or use DataParallel)");
+  g.node = rank / g.ranks_per_node;
+  g.local_rank = rank % g.ranks_per_node;
+  // Created in one order everywhere (only members create a group).
+  std::vector<int> all(size), node_ranks, global_ranks;
+  for (int r = 0; r < size; ++r) all[r] = r;
+  for (int r = 0; r < g.ranks_per_node; ++r) node_ranks.push_back(g.node * g.ranks_per_node + r);
+  for (int n = 0; n < g.nodes; ++n) global_ranks.push_back(n * g.ranks_per_node + g.local_rank);
+  g.everyone = world.new_group(all);
+  if (g.ranks_per_node > 1) g.node_group = world.new_group(node_ranks);
+  g.global = world.new_group(global_ranks);
+  return g;
+}
+
 Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, const dist::World& world, DasoOptions options)
+    : Daso(module, optimizer, DasoGroups::make(world, options.ranks_per_node()), options) {}
+
+Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGroups groups, DasoOptions options)
     : state_(std::make_unique<State>(std::move(options))) {
   auto& s = *state_;
   s.module = &module;
   s.optimizer = &optimizer;
-  const int size = world.size(), rank = world.rank();
-  s.ranks_per_node = resolve_ranks_per_node(s.options().ranks_per_node(), size);
-  PUSH_CHECK(size % s.ranks_per_node == 0, kOrigin, "a world of ", size, " ranks is not a whole number of nodes of ",
-             s.ranks_per_node, " ranks");
-  s.nodes = size / s.ranks_per_node;
-  PUSH_CHECK(s.nodes >= 2, kOrigin, "DASO needs at least 2 nodes; ", size, " ranks with ", s.ranks_per_node,
-             " ranks per node make one (set ranks_per_node to a divisor of ", size,
-             " to simulate nodes, or use DataParallel)");
-  s.node = rank / s.ranks_per_node;
-  s.local_rank = rank % s.ranks_per_node;
+  s.ranks_per_node = groups.ranks_per_node;
+  s.nodes = groups.nodes;
+  s.node = groups.node;
+  s.local_rank = groups.local_rank;
+  s.everyone = std::move(groups.everyone);
+  s.node_group = std::move(groups.node_group);
+  s.global = std::move(groups.global);
   for (const auto& p : module.parameters()) {
     if (!p.requires_grad()) continue;
     PUSH_CHECK(p.is_floating_point(), kOrigin, "parameter of type ", c10::toString(p.scalar_type()),
@@ -159,21 +160,10 @@ Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, const 
   const auto flat_options = s.params[0].options().dtype(torch::kFloat).requires_grad(false);
   s.flat = torch::empty({detail::total_numel(s.params)}, flat_options);
 
-  // Groups, created in one order everywhere (only members create one).
-  std::vector<int> all(size), node_ranks, global_ranks;
-  for (int r = 0; r < size; ++r) all[r] = r;
-  for (int r = 0; r < s.ranks_per_node; ++r) node_ranks.push_back(s.node * s.ranks_per_node + r);
-  for (int n = 0; n < s.nodes; ++n) global_ranks.push_back(n * s.ranks_per_node + s.local_rank);
-  s.everyone = world.new_group(all);
-  if (s.ranks_per_node > 1) s.node_group = world.new_group(node_ranks);
-  s.global = world.new_group(global_ranks);
-
   detail::broadcast_from_first(module.parameters(), s.everyone);
   detail::broadcast_from_first(module.buffers(), s.everyone);
   if (s.node_group) {
-    if (s.options().average_in_step()) {
-      s.flat_grad = torch::empty_like(s.flat);
-    } else {
+    if (!s.options().average_in_step()) {
       s.local = std::make_unique<DataParallel>(module, *s.node_group,
                                                DataParallelOptions().bucket_bytes(s.options().bucket_bytes()));
     }
@@ -194,9 +184,13 @@ Daso::~Daso() {
 void Daso::set_batches_per_epoch(int64_t batches) { state_->schedule.set_batches_per_epoch(batches); }
 
 void Daso::step() {
+  step([this] { state_->optimizer->step(); });
+}
+
+void Daso::step(const std::function<void()>& apply) {
   auto& s = *state_;
   if (s.options().average_in_step()) s.average_gradients_in_step();
-  s.optimizer->step();
+  apply();
   const DasoStep step = s.schedule.next();
   if (step.receive) {
     PUSH_CHECK(s.outstanding.has_value(), kOrigin, "internal: a receive with no sync outstanding");

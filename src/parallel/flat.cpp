@@ -38,4 +38,36 @@ void unpack(const torch::Tensor& flat, const std::vector<torch::Tensor>& tensors
   }
 }
 
+void average_gradients(const std::vector<torch::Tensor>& params, torch::Tensor& scratch,
+                       const dist::CollectiveGroup& group) {
+  if (params.empty()) return;
+  torch::NoGradGuard no_grad;
+  const int64_t n = total_numel(params);
+  if (!scratch.defined() || scratch.numel() != n) {
+    scratch = torch::empty({n}, params.front().options().requires_grad(false));
+  }
+  int64_t offset = 0;
+  for (const auto& p : params) {
+    auto slice = scratch.narrow(0, offset, p.numel());
+    if (p.grad().defined()) {
+      slice.copy_(p.grad().reshape(-1));
+    } else {
+      slice.zero_();
+    }
+    offset += p.numel();
+  }
+  group.all_reduce(scratch, dist::ReduceOp::average);
+  offset = 0;
+  for (const auto& p : params) {
+    auto avg = scratch.narrow(0, offset, p.numel()).view(p.sizes());
+    auto& grad = const_cast<torch::Tensor&>(p).mutable_grad();
+    if (grad.defined()) {
+      grad.copy_(avg);
+    } else {
+      grad = avg.clone();
+    }
+    offset += p.numel();
+  }
+}
+
 }  // namespace push::parallel::detail

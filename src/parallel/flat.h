@@ -18,4 +18,10 @@ void pack(const std::vector<torch::Tensor>& tensors, const torch::Tensor& flat);
 /// Copies `flat`'s consecutive slices back into `tensors` (cast to theirs).
 void unpack(const torch::Tensor& flat, const std::vector<torch::Tensor>& tensors);
 
+/// Replaces the gradients of `params` with their average over `group` (an undefined
+/// gradient counts as zero and is then defined), through one flat all_reduce in
+/// `scratch` (resized as needed). In a fiber, the wait suspends it.
+void average_gradients(const std::vector<torch::Tensor>& params, torch::Tensor& scratch,
+                       const dist::CollectiveGroup& group);
+
 }  // namespace push::parallel::detail

@@ -4,9 +4,11 @@
 #include <push/bayes.h>
 
 #include <gtest/gtest.h>
+#include <atomic>
 #include <torch/torch.h>
 
 #include "dist_test_util.h"
+#include "test_util.h"
 
 using namespace std::chrono_literals;
 
@@ -32,6 +34,81 @@ PUSH_DIST_WORKER(svgd_out_of_step) {
 
 TEST(BayesRanks, SvgdSurvivesRanksOutOfStepBetweenEpochs) {
   push::testing::expect_all_ok(push::testing::run_workers(2, "svgd_out_of_step", 240s));
+}
+
+// Counts the optimizer steps of every particle.
+class CountingEnsemble : public Ensemble {
+ public:
+  using Ensemble::Ensemble;
+  std::atomic<int64_t> steps{0};
+
+ protected:
+  void epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step,
+                   std::function<void()>& step) override {
+    after_step = [this] { ++steps; };
+  }
+};
+
+// InferOptions::data_parallel: every rank trains every particle on half of the rows. With
+// full batches and plain SGD, blocking and non-blocking both take the steps of one process
+// on all the rows (the mean of the halves' gradients is the whole's; the mean of the ranks'
+// SGD steps is the step on that mean). DASO (2 ranks as 2 nodes of 1) trains and ends
+// every epoch with one set of parameters. Algorithms that cannot are refused by name.
+PUSH_DIST_WORKER(data_parallel_infer) {
+  auto world = push::testing::test_world(60s);
+  auto train = data::synthetic_gap(64, 3), test = data::synthetic_gap(32, 4);
+  auto model = make_model("mlp:16", {1}, 2);
+  auto base = InferOptions().particles(3).devices(2).batch_size(128).seed(3).likelihood(Likelihood::heteroscedastic)
+                  .optimizer([](std::vector<torch::Tensor> ps) {
+                    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.05));
+                  });
+  auto group = world.collective();
+  auto same_everywhere = [&](const torch::Tensor& t) {
+    std::vector<torch::Tensor> all;
+    group.all_gather(all, t.contiguous());
+    for (const auto& other : all) EXPECT_TRUE(torch::equal(other, t));
+  };
+  Ensemble single(model, base);  // on each rank alone, without communication
+  single.fit(train, 5);
+  const auto expected = single.predict(test.x);
+  for (auto mode : {DataParallelMode::blocking, DataParallelMode::nonblocking}) {
+    Ensemble dp(model, InferOptions(base).data_parallel(DataParallelSpec(world, mode)));
+    dp.fit(train, 5);
+    ASSERT_EQ(dp.losses().size(), 5u);
+    for (size_t e = 0; e < 5; ++e) EXPECT_NEAR(dp.losses()[e], single.losses()[e], 1e-5) << to_string(mode);
+    const auto got = dp.predict(test.x);
+    EXPECT_TRUE(torch::allclose(got.mean, expected.mean, 1e-5, 1e-5)) << to_string(mode);
+    EXPECT_TRUE(torch::allclose(got.variance, expected.variance, 1e-5, 1e-5)) << to_string(mode);
+    same_everywhere(got.members);
+    EXPECT_FALSE(dp.fused());
+  }
+  {  // each rank takes half the steps: 32 of the 64 rows, in batches of 16, for each of 3 particles
+    CountingEnsemble counted(model, InferOptions(base).batch_size(16).data_parallel(
+                                        DataParallelSpec(world, DataParallelMode::blocking)));
+    counted.fit(train, 1);
+    EXPECT_EQ(counted.steps.load(), 3 * 2);
+  }
+  {
+    Ensemble daso(model, InferOptions(base).batch_size(8).lr(1e-2).optimizer(nullptr)
+                             .data_parallel(DataParallelSpec(world, DataParallelMode::daso).ranks_per_node(1)));
+    daso.fit(train, 12);
+    EXPECT_LT(daso.losses().back(), daso.losses().front());
+    same_everywhere(daso.predict(test.x).members);
+  }
+  EXPECT_PUSH_ERROR(SVGD(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::blocking)))
+                        .fit(train, 1),
+                    "svgd cannot train data-parallel");
+  EXPECT_PUSH_ERROR(MultiSWAG(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::daso)))
+                        .fit(train, 1),
+                    "use blocking");
+  EXPECT_PUSH_ERROR(Ensemble(model, InferOptions(base).world(world).data_parallel(
+                                        DataParallelSpec(world, DataParallelMode::blocking)))
+                        .fit(train, 1),
+                    "choose one");
+}
+
+TEST(BayesRanks, DataParallelParticlesTakeTheStepsOfOneProcessOnAllTheRows) {
+  push::testing::expect_all_ok(push::testing::run_workers(2, "data_parallel_infer", 240s));
 }
 
 }  // namespace

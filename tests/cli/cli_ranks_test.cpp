@@ -43,6 +43,39 @@ TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
   }
 }
 
+// --data-parallel: every rank trains every particle on its share of the rows; rank 0
+// writes the usual outputs, with the mode in metrics.json. Bad combinations are named (a
+// rank's error reaches push launch's standard output, prefixed with the rank).
+TEST_F(Cli, DataParallelModesTrainAndWriteTheUsualOutputs) {
+  const std::string common = "--particles 2 --epochs 20 --quiet --out ";
+  for (const std::string mode : {"blocking", "nonblocking", "daso"}) {
+    const std::string ranks = mode == "daso" ? " --nproc 4 --ranks-per-node 2" : " --nproc 2";
+    auto r = run(common + "dp-" + mode + " --data-parallel " + mode + ranks);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const auto m = metrics("dp-" + mode);
+    EXPECT_EQ(m["run"]["data_parallel"], mode);
+    EXPECT_EQ(m["run"]["fused"], false);
+    const double rmse = m["metrics"]["rmse"].get<double>();
+    EXPECT_LT(rmse, 0.5) << mode;  // the untrained networks' is about 1
+    EXPECT_TRUE(fs::exists(dir_ / ("dp-" + mode) / "predictions.csv"));
+  }
+  auto alone = run("--data-parallel blocking --epochs 1 --quiet --out x");
+  EXPECT_EQ(alone.code, 1);
+  EXPECT_NE(alone.err.find("needs several ranks"), std::string::npos) << alone.err;
+  auto one_node = run("--data-parallel daso --nproc 2 --epochs 1 --quiet --out x");
+  EXPECT_NE(one_node.code, 0);
+  EXPECT_NE((one_node.out + one_node.err).find("needs at least 2 nodes"), std::string::npos) << one_node.out << one_node.err;
+  auto svgd = run("--algo svgd --data-parallel blocking --nproc 2 --epochs 1 --quiet --out x");
+  EXPECT_NE(svgd.code, 0);
+  EXPECT_NE((svgd.out + svgd.err).find("does not train svgd"), std::string::npos) << svgd.out << svgd.err;
+  auto unknown = run("--data-parallel sometimes --nproc 2 --epochs 1 --quiet --out x");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("--data-parallel"), std::string::npos) << unknown.err;
+  auto per_node = run("--ranks-per-node 1 --data-parallel blocking --nproc 2 --epochs 1 --quiet --out x");
+  EXPECT_NE(per_node.code, 0);
+  EXPECT_NE((per_node.out + per_node.err).find("--ranks-per-node is for --data-parallel daso"), std::string::npos) << per_node.out << per_node.err;
+}
+
 TEST_F(Cli, NprocMustMatchTheJobItRunsIn) {
   // Under a launcher (WORLD_SIZE set) --nproc must agree with it.
   auto r = run("--nproc 3 --epochs 1 --quiet --out x", -1, "", {"WORLD_SIZE=2", "RANK=0"});

@@ -17,6 +17,7 @@
 // reproducible whatever the number of lanes and the scheduling.
 // Thread-safety: an Infer object is used from one thread at a time.
 #include <push/data/dataset.h>
+#include <push/dist/collective.h>
 #include <push/runtime/push.h>
 
 #include <ATen/core/Generator.h>
@@ -54,6 +55,24 @@ struct Progress {
   double loss = 0;          // running mean training loss (mean nll per point) this epoch
 };
 
+/// How the ranks of InferOptions::data_parallel share each particle's training.
+enum class DataParallelMode {
+  blocking,     // gradients averaged over the ranks before every step
+  nonblocking,  // local steps; the averaged parameters are applied before the next forward
+  daso,         // DASO (push/parallel/daso.h): node-local gradients, global syncs on a schedule
+};
+const char* to_string(DataParallelMode mode);
+/// Throws push::Error naming the choices for anything but blocking, nonblocking or daso.
+DataParallelMode parse_data_parallel_mode(const std::string& text);
+
+struct DataParallelSpec {
+  DataParallelSpec(dist::World world, DataParallelMode mode) : world_(std::move(world)), mode_(mode) {}
+  TORCH_ARG(dist::World, world);
+  TORCH_ARG(DataParallelMode, mode);
+  /// daso: ranks per node (0: LOCAL_WORLD_SIZE; see parallel::DasoOptions).
+  TORCH_ARG(int, ranks_per_node) = 0;
+};
+
 struct InferOptions {
   TORCH_ARG(int, particles) = 4;
   /// Device lanes of the distribution (see PushOptions::devices).
@@ -85,6 +104,15 @@ struct InferOptions {
   /// minibatch for the whole group. Results equal unfused training up to float rounding.
   /// Models FusedStack cannot fuse (fusion_blocker) train unfused.
   TORCH_ARG(bool, fuse) = false;
+  /// Data parallelism over the ranks of a World, instead of spreading the particles over
+  /// them (not with world()): every rank holds every particle and trains it on its share
+  /// of each epoch's rows (a rank's batches are batch_size rows: the effective batch is
+  /// batch_size x ranks), kept equal as the mode says. Every epoch ends with one set of
+  /// parameters on every rank, so predict() needs no communication; fit() is collective
+  /// and the reported losses are the ranks' mean. Particles train unfused. save() and
+  /// load() are each rank's own (the replicas are equal: one rank saves). SVGD refuses it,
+  /// and MultiSWAG takes only the blocking mode. See docs/data-parallel.md.
+  TORCH_ARG(std::optional<DataParallelSpec>, data_parallel) = std::nullopt;
 };
 
 /// A predictive distribution on M points.
@@ -100,6 +128,9 @@ struct Predictive {
 };
 
 class FusedStack;
+namespace detail {
+class Replica;
+}
 
 class Infer {
  public:
@@ -174,6 +205,8 @@ class Infer {
                                  std::function<void()>& finish) {}
   /// Runs on each particle after its epoch (written back when fused).
   virtual void finish_epoch(Particle& p, int64_t epoch) {}
+  /// Why this algorithm cannot train data-parallel in `mode`; empty when it can.
+  virtual std::string data_parallel_refusal(DataParallelMode mode) const { return {}; }
 
   /// The particles in fused groups: by rank and lane, at most cache_size each, in id
   /// order; this rank's only unless `every_rank`.
@@ -234,8 +267,14 @@ class Infer {
   c10::IValue fused_epoch_of(Particle& p, const std::vector<Pid>& members, const torch::Tensor& x,
                              const torch::Tensor& y, int64_t epoch);
 
+  /// data_parallel: the replica state of particle `pid` (nullptr without data parallelism).
+  detail::Replica* replica(Pid pid) const;
+  /// data_parallel: every particle's epoch loss averaged over the ranks.
+  std::map<Pid, double> average_over_replicas(const std::map<Pid, double>& mine);
   ModuleFactory model_;
-  OptimizerFactory optimizer_;  // the particles' (set when the distribution is built)
+  OptimizerFactory optimizer_;
+  std::map<Pid, std::unique_ptr<detail::Replica>> replicas_;  // data_parallel only
+  std::optional<dist::CollectiveGroup> replica_group_;  // the particles' (set when the distribution is built)
   bool fused_ = false;
   InferOptions options_;
   int64_t epochs_done_ = 0;

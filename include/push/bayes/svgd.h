@@ -55,6 +55,10 @@ class SVGD : public Infer {
  protected:
   ParticleOptions particle_options() override;
   std::map<Pid, double> run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) override;
+  std::string data_parallel_refusal(DataParallelMode) const override {
+    return "its update moves every particle by the kernel-weighted gradients of all of them; spread the "
+           "particles over the ranks instead (InferOptions::world)";
+  }
 
  private:
   /// One step of a group (fused, or one unfused particle: p): applies φ [g, D] (unless

@@ -63,6 +63,7 @@ class MultiSWAG : public Infer {
                          std::function<void()>& after_step, std::function<void()>& step,
                          std::function<void()>& finish) override;
   void finish_epoch(Particle& p, int64_t epoch) override;
+  std::string data_parallel_refusal(DataParallelMode mode) const override;
 
  private:
   bool collecting(int64_t epoch) const { return epoch >= swag_.pretrain_epochs(); }

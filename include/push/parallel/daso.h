@@ -32,13 +32,16 @@
 // sum S of n nodes' stale parameters is blended: p <- (k p + S) / (k + n), k = 2 x the
 // batches waited (heat's weights). The receiving ranks then broadcast the result to their
 // node. Every call is collective: every rank calls step() and end_epoch() equally often.
+#include <push/dist/collective.h>
 #include <push/dist/world.h>
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace push::parallel {
@@ -117,12 +120,25 @@ class DasoSchedule {
   int64_t bad_epochs_ = 0;
 };
 
+/// The groups one Daso communicates over. make() is collective over every rank of the
+/// world; several Daso objects that may run at once (one per particle) each need their own.
+struct DasoGroups {
+  /// `ranks_per_node` as DasoOptions::ranks_per_node (0: LOCAL_WORLD_SIZE, else the world).
+  static DasoGroups make(const dist::World& world, int ranks_per_node);
+  int ranks_per_node = 1, nodes = 1, node = 0, local_rank = 0;
+  dist::CollectiveGroup everyone;
+  std::optional<dist::CollectiveGroup> node_group;  // unset with one rank per node
+  dist::CollectiveGroup global;                     // local rank `local_rank` of every node
+};
+
 class Daso {
  public:
   /// Collective over every rank of `world`. Broadcasts rank 0's parameters and buffers,
   /// then hooks `module` for node-local gradient averaging. `optimizer` steps `module`'s
   /// parameters; both must outlive this object.
   Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, const dist::World& world, DasoOptions options);
+  /// The same over groups made beforehand (options.ranks_per_node() is then theirs).
+  Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGroups groups, DasoOptions options);
   ~Daso();
   Daso(const Daso&) = delete;
   Daso& operator=(const Daso&) = delete;
@@ -131,6 +147,8 @@ class Daso {
   void set_batches_per_epoch(int64_t batches);
   /// After backward: the optimizer's step, then this batch's global sync.
   void step();
+  /// The same with `apply` in place of optimizer.step() (a custom update of the parameters).
+  void step(const std::function<void()>& apply);
   /// After the epoch's last step, with this rank's epoch loss.
   void end_epoch(double loss);
 

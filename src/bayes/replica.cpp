@@ -1,0 +1,123 @@
+// InferOptions::data_parallel: each particle's replicas on every rank, kept equal by the
+// chosen mode; the waits suspend the particle's fiber, so its lane trains other particles
+// while one particle's collective is in flight.
+#include "replica.h"
+
+#include <push/core/errors.h>
+
+#include <torch/torch.h>
+
+#include "../parallel/flat.h"
+
+namespace push::bayes {
+
+const char* to_string(DataParallelMode mode) {
+  switch (mode) {
+    case DataParallelMode::blocking: return "blocking";
+    case DataParallelMode::nonblocking: return "nonblocking";
+    case DataParallelMode::daso: return "daso";
+  }
+  return "?";
+}
+
+DataParallelMode parse_data_parallel_mode(const std::string& text) {
+  if (text == "blocking") return DataParallelMode::blocking;
+  if (text == "nonblocking") return DataParallelMode::nonblocking;
+  if (text == "daso") return DataParallelMode::daso;
+  throw Error(c10::str("[push::bayes] unknown data-parallel mode '", text, "' (blocking, nonblocking or daso)"));
+}
+
+namespace detail {
+namespace {
+constexpr const char* kOrigin = "push::bayes::Infer (data parallel)";
+
+std::vector<torch::Tensor> trainable(Particle& p) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : p.module().parameters()) {
+    if (t.requires_grad()) out.push_back(t);
+  }
+  return out;
+}
+}  // namespace
+
+Replica::Replica(const DataParallelSpec& spec)
+    : mode_(spec.mode()), rank_(spec.world().rank()), size_(spec.world().size()) {
+  if (mode_ == DataParallelMode::daso) {
+    ranks_per_node_ = spec.ranks_per_node();
+    daso_groups_ = parallel::DasoGroups::make(spec.world(), spec.ranks_per_node());
+  } else {
+    std::vector<int> all(size_);
+    for (int r = 0; r < size_; ++r) all[r] = r;
+    group_ = spec.world().new_group(all);
+  }
+}
+
+Replica::~Replica() {
+  if (!outstanding_) return;
+  try {
+    work_.wait();
+  } catch (const std::exception&) {
+  }
+}
+
+torch::Tensor Replica::shard(const torch::Tensor& rows) const {
+  const int64_t m = rows.size(0), per = (m + size_ - 1) / size_;
+  auto padded = rows.index_select(0, torch::arange(per * size_, torch::kLong).remainder(m));
+  return padded.index_select(0, torch::arange(rank_, per * size_, size_, torch::kLong));
+}
+
+void Replica::begin_epoch(Particle& p, int64_t epochs_left, int64_t batches, int64_t fit_call) {
+  if (mode_ == DataParallelMode::daso) {
+    if (fit_call != fit_call_) {
+      daso_.reset();
+      daso_ = std::make_unique<parallel::Daso>(
+          p.module(), p.optimizer(), *daso_groups_,
+          parallel::DasoOptions(std::max<int64_t>(1, epochs_left)).ranks_per_node(ranks_per_node_).average_in_step(true));
+    }
+    daso_->set_batches_per_epoch(batches);
+  } else if (fit_call != fit_call_) {
+    parallel::detail::broadcast_from_first(p.module().parameters(), group_);
+  }
+  fit_call_ = fit_call;
+}
+
+void Replica::before_forward(Particle& p) {
+  if (!outstanding_) return;
+  work_.wait();
+  outstanding_ = false;
+  parallel::detail::unpack(flat_, trainable(p));
+}
+
+void Replica::step(Particle& p, const std::function<void()>& apply) {
+  switch (mode_) {
+    case DataParallelMode::daso:
+      daso_->step(apply);
+      return;
+    case DataParallelMode::blocking:
+      parallel::detail::average_gradients(trainable(p), flat_, group_);
+      apply();
+      return;
+    case DataParallelMode::nonblocking: {
+      PUSH_CHECK(!outstanding_, kOrigin, "particle ", p.pid(), ": a step with an average still in flight");
+      apply();
+      auto params = trainable(p);
+      const int64_t n = parallel::detail::total_numel(params);
+      if (!flat_.defined() || flat_.numel() != n) flat_ = torch::empty({n}, params.front().options().requires_grad(false));
+      parallel::detail::pack(params, flat_);
+      work_ = group_.all_reduce_async(flat_, dist::ReduceOp::average);
+      outstanding_ = true;
+      return;
+    }
+  }
+}
+
+void Replica::end_epoch(Particle& p, double loss) {
+  if (mode_ == DataParallelMode::daso) {
+    daso_->end_epoch(loss);
+  } else {
+    before_forward(p);  // nonblocking: the last step's average
+  }
+}
+
+}  // namespace detail
+}  // namespace push::bayes

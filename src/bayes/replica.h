@@ -1,0 +1,50 @@
+#pragma once
+// One particle's data-parallel state (InferOptions::data_parallel): its own collective
+// groups, made on the calling thread in particle order, and what each mode does around
+// the particle's steps, which run in its handler (a fiber: every wait suspends it).
+#include <push/bayes/infer.h>
+#include <push/parallel/daso.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace push::bayes::detail {
+
+class Replica {
+ public:
+  /// Collective: every rank makes the replicas of the same particles in the same order.
+  explicit Replica(const DataParallelSpec& spec);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  /// This rank's share of `rows`: every size-th row from its rank's position, the rows
+  /// repeated from the start to a multiple of the ranks (every rank gets as many).
+  torch::Tensor shard(const torch::Tensor& rows) const;
+  /// Before an epoch of `batches` steps; the first of a fit() call that ends after
+  /// `epochs_left` epochs makes every rank start from rank 0's parameters (daso: starts
+  /// the schedule over those epochs).
+  void begin_epoch(Particle& p, int64_t epochs_left, int64_t batches, int64_t fit_call);
+  /// Before a batch's forward: nonblocking applies the average in flight.
+  void before_forward(Particle& p);
+  /// After backward: `apply` (the optimizer's step) with the mode's communication.
+  void step(Particle& p, const std::function<void()>& apply);
+  /// After the epoch's last step, with this rank's epoch loss: every rank then holds the
+  /// same parameters.
+  void end_epoch(Particle& p, double loss);
+
+ private:
+  DataParallelMode mode_;
+  int rank_ = 0, size_ = 1;
+  dist::CollectiveGroup group_;                   // blocking, nonblocking
+  std::optional<parallel::DasoGroups> daso_groups_;
+  int ranks_per_node_ = 0;
+  std::unique_ptr<parallel::Daso> daso_;
+  int64_t fit_call_ = -1;
+  torch::Tensor flat_;       // gradients (blocking) or parameters (nonblocking) in flight
+  dist::Work work_;
+  bool outstanding_ = false;
+};
+
+}  // namespace push::bayes::detail
