@@ -11,6 +11,10 @@
 #include "replica.h"
 
 namespace push::bayes {
+namespace {
+// Purpose tag of the generator of each epoch's split of the rows among data-parallel ranks.
+constexpr uint64_t kShardTag = 0x5348415244ULL;
+}  // namespace
 
 bool Infer::fused() {
   ensure_created();
@@ -51,17 +55,27 @@ c10::IValue Infer::epoch_of(Particle& p, const torch::Tensor& x, const torch::Te
 double Infer::epoch_body(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   auto rows = epoch_rows(p, x.size(0));
   auto* r = replica(p.pid());
-  if (r) {  // this rank's share of the rows
-    rows = r->shard(rows.defined() ? rows : torch::arange(x.size(0), torch::kLong));
+  if (r) {  // this rank's share of the rows, drawn anew each epoch (the same draw on every rank)
+    auto all = rows.defined() ? rows : torch::arange(x.size(0), torch::kLong);
+    all = all.index_select(0, torch::randperm(all.size(0), generator(static_cast<uint64_t>(p.pid()),
+                                                                     static_cast<uint64_t>(epoch), kShardTag),
+                                              torch::kLong));
+    rows = r->shard(all);
     const int64_t batches = (rows.size(0) + options_.batch_size() - 1) / options_.batch_size();
-    r->begin_epoch(p, fit_last_epoch_ - epoch, batches, fit_last_epoch_);
+    r->begin_epoch(p, fit_last_epoch_ - epoch, batches, fit_calls_);
   }
   std::function<void()> after_step, step;
   epoch_hooks(p, epoch, after_step, step);
   const double loss = rows.defined() ? train_epoch(p, x.index_select(0, rows), y.index_select(0, rows), epoch,
                                                    after_step, step)
                                      : train_epoch(p, x, y, epoch, after_step, step);
-  if (r) r->end_epoch(p, loss);
+  if (r) {
+    const int diverged = r->end_epoch(p, loss);
+    PUSH_CHECK(diverged == 0, "push::bayes::Infer::fit", name(), ": the training loss of particle ", p.pid(),
+               " is non-finite in epoch ", epoch + 1, " on ", diverged, " of ", r->ranks(),
+               " ranks: training diverged; lower the learning rate or check the data for huge values");
+    check_parameters_finite(p, epoch);
+  }
   finish_epoch(p, epoch);
   return loss;
 }

@@ -160,11 +160,19 @@ void Infer::ensure_created() {
   if (dp) {
     fused_ = false;  // a replica steps one particle at a time
     // Each particle's own groups, so that particles on different lanes never interleave
-    // their collectives; made here, on one thread, in one order on every rank.
-    for (Pid pid : dist_->particle_ids()) replicas_[pid] = std::make_unique<detail::Replica>(*dp);
-    std::vector<int> all(dp->world().size());
-    for (int r = 0; r < dp->world().size(); ++r) all[r] = r;
-    replica_group_ = dp->world().new_group(all);
+    // their collectives; made here, on one thread, in one order on every rank. When that
+    // fails (a bad node layout), nothing is left half made for a later call to run on.
+    try {
+      for (Pid pid : dist_->particle_ids()) replicas_[pid] = std::make_unique<detail::Replica>(*dp);
+      std::vector<int> all(dp->world().size());
+      for (int r = 0; r < dp->world().size(); ++r) all[r] = r;
+      replica_group_ = dp->world().new_group(all);
+    } catch (...) {
+      dist_.reset();
+      replicas_.clear();
+      replica_group_.reset();
+      throw;
+    }
   }
 }
 
@@ -201,6 +209,7 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
   auto y = classify ? train.y.to(torch::kLong).contiguous() : train.y.to(torch::kFloat32).contiguous();
   if (!classify && y.dim() == 1) y = y.unsqueeze(1);
   fit_last_epoch_ = epochs_done_ + epochs;
+  ++fit_calls_;
   for (int64_t e = 0; e < epochs; ++e) {
     // Every rank runs its own particles; the losses of all of them, in id order, make the
     // epoch's mean, the same on every rank and the same sum as in one process.
@@ -411,11 +420,16 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
     // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
     const double loss = sgd_step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()),
                                  dataset_size_, step);
-    check_finite(p, epoch, loss);
+    if (auto* r = replica(p.pid())) {
+      r->note_loss(loss);  // every rank learns of it at the epoch's end (a rank alone would leave the others waiting)
+    } else {
+      check_finite(p, epoch, loss);
+    }
     total += loss;
     if (after_step) after_step();
   }
-  check_parameters_finite(p, epoch);
+  // Data-parallel: checked after the epoch's end has made every rank's parameters equal.
+  if (replica(p.pid()) == nullptr) check_parameters_finite(p, epoch);
   return total / static_cast<double>(batches);
 }
 

@@ -10,7 +10,7 @@
 namespace push::bayes {
 namespace {
 
-constexpr uint64_t kDropoutTag = 0x44524f50ULL, kPredictTag = 0x50524544ULL;
+constexpr uint64_t kDropoutTag = 0x44524f50ULL, kPredictTag = 0x50524544ULL, kRankTag = 0x52414e4bULL;
 
 }  // namespace
 
@@ -50,7 +50,13 @@ MCDropout::MCDropout(ModuleFactory model, InferOptions options, McDropoutOptions
 ParticleOptions MCDropout::particle_options() { return ParticleOptions(); }
 
 void MCDropout::prepare_epoch(Particle& p, int64_t epoch) {
-  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), epoch, kDropoutTag));
+  // Data-parallel ranks train on different rows: each draws its own masks (rank 0 the
+  // masks of one process). Predictions use one set of masks on every rank.
+  uint64_t seed = options().seed();
+  if (const auto& dp = options().data_parallel(); dp && dp->world().rank() > 0) {
+    seed = mix_seed(seed, static_cast<uint64_t>(dp->world().rank()), kRankTag);
+  }
+  reseed_dropouts(p.module(), mix_seed(seed, p.pid(), epoch, kDropoutTag));
 }
 
 torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {

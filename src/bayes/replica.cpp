@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "../parallel/flat.h"
 
 namespace push::bayes {
@@ -41,9 +43,10 @@ std::vector<torch::Tensor> trainable(Particle& p) {
 }  // namespace
 
 Replica::Replica(const DataParallelSpec& spec)
-    : mode_(spec.mode()), rank_(spec.world().rank()), size_(spec.world().size()) {
+    : spec_(spec), mode_(spec.mode()), rank_(spec.world().rank()), size_(spec.world().size()) {
   if (mode_ == DataParallelMode::daso) {
-    ranks_per_node_ = spec.ranks_per_node();
+    PUSH_CHECK(spec.ranks_per_node() >= 0, kOrigin, "ranks_per_node must not be negative, got ",
+               spec.ranks_per_node());
     daso_groups_ = parallel::DasoGroups::make(spec.world(), spec.ranks_per_node());
   } else {
     std::vector<int> all(size_);
@@ -52,12 +55,19 @@ Replica::Replica(const DataParallelSpec& spec)
   }
 }
 
-Replica::~Replica() {
+Replica::~Replica() { drop_outstanding(); }
+
+void Replica::drop_outstanding() {
   if (!outstanding_) return;
+  outstanding_ = false;
   try {
     work_.wait();
   } catch (const std::exception&) {
   }
+}
+
+const dist::CollectiveGroup& Replica::everyone() const {
+  return daso_groups_ ? daso_groups_->everyone : group_;
 }
 
 torch::Tensor Replica::shard(const torch::Tensor& rows) const {
@@ -67,18 +77,28 @@ torch::Tensor Replica::shard(const torch::Tensor& rows) const {
 }
 
 void Replica::begin_epoch(Particle& p, int64_t epochs_left, int64_t batches, int64_t fit_call) {
-  if (mode_ == DataParallelMode::daso) {
-    if (fit_call != fit_call_) {
-      daso_.reset();
+  if (fit_call != fit_call_) {
+    drop_outstanding();
+    diverged_ = false;
+    daso_.reset();
+    if (mode_ == DataParallelMode::daso) {  // it starts from rank 0's parameters itself
       daso_ = std::make_unique<parallel::Daso>(
           p.module(), p.optimizer(), *daso_groups_,
-          parallel::DasoOptions(std::max<int64_t>(1, epochs_left)).ranks_per_node(ranks_per_node_).average_in_step(true));
+          parallel::DasoOptions(std::max<int64_t>(1, epochs_left))
+              .warmup_epochs(spec_.daso_warmup_epochs())
+              .cooldown_epochs(spec_.daso_cooldown_epochs())
+              .max_global_skips(spec_.daso_max_global_skips())
+              .average_in_step(true));
+    } else {
+      parallel::detail::broadcast_from_first(p.module().parameters(), group_);
     }
-    daso_->set_batches_per_epoch(batches);
-  } else if (fit_call != fit_call_) {
-    parallel::detail::broadcast_from_first(p.module().parameters(), group_);
+    fit_call_ = fit_call;
   }
-  fit_call_ = fit_call;
+  if (daso_) daso_->set_batches_per_epoch(batches);
+}
+
+void Replica::note_loss(double loss) {
+  if (!std::isfinite(loss)) diverged_ = true;
 }
 
 void Replica::before_forward(Particle& p) {
@@ -111,12 +131,14 @@ void Replica::step(Particle& p, const std::function<void()>& apply) {
   }
 }
 
-void Replica::end_epoch(Particle& p, double loss) {
-  if (mode_ == DataParallelMode::daso) {
-    daso_->end_epoch(loss);
-  } else {
-    before_forward(p);  // nonblocking: the last step's average
-  }
+int Replica::end_epoch(Particle& p, double loss) {
+  if (mode_ == DataParallelMode::nonblocking) before_forward(p);  // the last step's average
+  auto flag = torch::tensor({diverged_ ? 1.0 : 0.0}, torch::kDouble);
+  everyone().all_reduce(flag, dist::ReduceOp::sum);
+  diverged_ = false;
+  const int diverged = static_cast<int>(flag.item<double>());
+  if (diverged == 0 && daso_) daso_->end_epoch(loss);
+  return diverged;
 }
 
 }  // namespace detail

@@ -22,24 +22,35 @@ class Replica {
   /// This rank's share of `rows`: every size-th row from its rank's position, the rows
   /// repeated from the start to a multiple of the ranks (every rank gets as many).
   torch::Tensor shard(const torch::Tensor& rows) const;
-  /// Before an epoch of `batches` steps; the first of a fit() call that ends after
-  /// `epochs_left` epochs makes every rank start from rank 0's parameters (daso: starts
-  /// the schedule over those epochs).
+  /// Before an epoch of `batches` steps. The first of each fit() call (`fit_call` counts
+  /// them), whose last epoch is `epochs_left` away, drops what a failed call left in
+  /// flight and makes every rank start from rank 0's parameters (daso: a new schedule
+  /// over those epochs).
   void begin_epoch(Particle& p, int64_t epochs_left, int64_t batches, int64_t fit_call);
+  /// A step's loss on this rank: a non-finite one is remembered for end_epoch, so that
+  /// every rank stops at the same point instead of one rank leaving the others waiting.
+  void note_loss(double loss);
   /// Before a batch's forward: nonblocking applies the average in flight.
   void before_forward(Particle& p);
   /// After backward: `apply` (the optimizer's step) with the mode's communication.
   void step(Particle& p, const std::function<void()>& apply);
   /// After the epoch's last step, with this rank's epoch loss: every rank then holds the
-  /// same parameters.
-  void end_epoch(Particle& p, double loss);
+  /// same parameters. Returns how many ranks had a non-finite loss this epoch (the same
+  /// on every rank; the schedule and the averages are skipped when it is not 0).
+  int end_epoch(Particle& p, double loss);
+  int ranks() const { return size_; }
 
  private:
+  const dist::CollectiveGroup& everyone() const;
+  /// Waits for (and forgets) an average in flight, whatever became of it.
+  void drop_outstanding();
+
+  DataParallelSpec spec_;
   DataParallelMode mode_;
   int rank_ = 0, size_ = 1;
   dist::CollectiveGroup group_;                   // blocking, nonblocking
   std::optional<parallel::DasoGroups> daso_groups_;
-  int ranks_per_node_ = 0;
+  bool diverged_ = false;                         // a non-finite loss this epoch
   std::unique_ptr<parallel::Daso> daso_;
   int64_t fit_call_ = -1;
   torch::Tensor flat_;       // gradients (blocking) or parameters (nonblocking) in flight

@@ -258,15 +258,16 @@ int run_train(int argc, char** argv) {
              "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
   if (c.data_parallel == "daso") {
     int per_node = c.ranks_per_node;
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const char* source = "";
     if (per_node == 0) {
-      const char* local = std::getenv("LOCAL_WORLD_SIZE");
       per_node = local != nullptr ? std::atoi(local) : world->size();
+      source = local != nullptr ? " (LOCAL_WORLD_SIZE)" : " (all of them: LOCAL_WORLD_SIZE is unset)";
     }
     PUSH_CHECK(per_node > 0 && world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
                "--data-parallel daso needs at least 2 nodes of equal size: ", world->size(), " ranks with ",
-               per_node, " ranks per node", c.ranks_per_node == 0 ? " (LOCAL_WORLD_SIZE)" : "",
-               " do not make them; set --ranks-per-node (e.g. ", std::max(1, world->size() / 2),
-               ") to simulate nodes on one machine");
+               per_node, " ranks per node", source, " do not make them; set --ranks-per-node (e.g. ",
+               std::max(1, world->size() / 2), ") to simulate nodes on one machine");
   }
   if (!lead) c.quiet = true;
 

@@ -45,7 +45,6 @@ struct Daso::State {
 
   struct Sync {
     int sender = 0;       // the local rank whose global group sent it
-    int64_t wait = 0;     // batches between sending and receiving
     torch::Tensor payload;
     std::vector<torch::Tensor> gathered;
     dist::Work work;
@@ -65,10 +64,9 @@ struct Daso::State {
 
   // Starts a global sync from the group of local rank `sender`: its members send their
   // parameters in the downcast type; the rest of the node only counts it.
-  Sync start(int sender, int64_t wait) {
+  Sync start(int sender) {
     Sync s;
     s.sender = sender;
-    s.wait = wait;
     s.mine = local_rank == sender;
     if (s.mine) {
       detail::pack(params, flat);
@@ -84,7 +82,7 @@ struct Daso::State {
 
   // Receives a sync: its senders replace (blocking) or blend (late) their parameters, then
   // broadcast them to their node.
-  void finish(Sync& s, bool blocking) {
+  void finish(Sync& s, bool blocking, int64_t waited = 0) {
     if (s.mine) {
       s.work.wait();
       torch::NoGradGuard no_grad;
@@ -97,7 +95,7 @@ struct Daso::State {
         flat.copy_(sum.div_(n));
       } else {
         detail::pack(params, flat);
-        const double k = s.wait > 0 ? 2.0 * static_cast<double>(s.wait) : 1.0;
+        const double k = waited > 0 ? 2.0 * static_cast<double>(waited) : 1.0;
         flat.mul_(k).add_(sum).div_(k + n);
       }
       detail::unpack(flat, params);
@@ -194,13 +192,13 @@ void Daso::step(const std::function<void()>& apply) {
   const DasoStep step = s.schedule.next();
   if (step.receive) {
     PUSH_CHECK(s.outstanding.has_value(), kOrigin, "internal: a receive with no sync outstanding");
-    s.finish(*s.outstanding, /*blocking=*/false);
+    s.finish(*s.outstanding, /*blocking=*/false, step.waited);
     s.outstanding.reset();
   }
   if (step.send) {
     const int sender = s.next_sender;
     s.next_sender = (s.next_sender + 1) % s.ranks_per_node;
-    auto sync = s.start(sender, step.wait);
+    auto sync = s.start(sender);
     if (step.blocking) {
       s.finish(sync, /*blocking=*/true);
     } else {

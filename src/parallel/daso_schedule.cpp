@@ -28,8 +28,16 @@ DasoSchedule::DasoSchedule(DasoOptions options)
              o.stability_level());
   PUSH_CHECK(o.stability_patience() >= 0, kOrigin, "stability_patience must not be negative, got ",
              o.stability_patience());
+  PUSH_CHECK(o.ranks_per_node() >= 0, kOrigin, "ranks_per_node must not be negative, got ", o.ranks_per_node());
   PUSH_CHECK(o.downcast() == torch::kBFloat16 || o.downcast() == torch::kHalf || o.downcast() == torch::kFloat,
              kOrigin, "downcast must be bfloat16, half or float, got ", c10::toString(o.downcast()));
+  if (o.warmup_epochs() == 0) start_cycling();
+}
+
+void DasoSchedule::start_cycling() {
+  cycling_ = true;
+  global_skip_ = std::min<int64_t>(4, options_.max_global_skips());
+  batches_to_wait_ = 1;
 }
 
 void DasoSchedule::set_batches_per_epoch(int64_t batches) {
@@ -43,24 +51,27 @@ DasoStep DasoSchedule::next() {
   PUSH_CHECK(batch_ > 0 || epoch_ == 0 || epoch_ended_, kOrigin, "end_epoch was not called after epoch ", epoch_,
              "'s last batch");
   const int64_t last = batches_ - 1, b = batch_;
-  const int64_t gs = global_skip_, configured = batches_to_wait_;
-  const int64_t gmod = gs > 0 ? b % gs : 0;
-  // A sync must be received within the epoch.
-  const int64_t wait = std::min(configured, last - b);
+  const int64_t gs = global_skip_;
+  const bool sending = b == last || gs == 0 || b % gs == 0;
   DasoStep s;
-  if (b == last || gmod == 0) {
+  // A late sync is received when due, and at the latest before the next one is sent.
+  if (outstanding_ && (b == receive_at_ || sending)) {
+    s.receive = true;
+    s.waited = b - sent_at_;
+    outstanding_ = false;
+  }
+  if (sending) {
     s.send = true;
-    s.receive = configured != 0 && outstanding_;
-    if (b == last || configured == 0) {
+    // It must be received within the epoch.
+    const int64_t wait = std::min(batches_to_wait_, last - b);
+    if (wait <= 0) {
       s.blocking = true;
-      outstanding_ = false;
     } else {
       s.wait = wait;
       outstanding_ = true;
+      sent_at_ = b;
+      receive_at_ = b + wait;
     }
-  } else if (gmod == wait && outstanding_) {
-    s.receive = true;
-    outstanding_ = false;
   }
   if (++batch_ == batches_) {
     batch_ = 0;
@@ -81,10 +92,7 @@ void DasoSchedule::end_epoch(double mean_loss) {
     global_skip_ = batches_to_wait_ = 0;
     return;
   }
-  if (epoch_ == o.warmup_epochs()) {
-    global_skip_ = std::min<int64_t>(4, o.max_global_skips());
-    batches_to_wait_ = 1;
-  }
+  if (!cycling_) start_cycling();
   if (epoch_ >= o.total_epochs() - o.cooldown_epochs()) {
     global_skip_ = batches_to_wait_ = 0;
     return;
@@ -100,13 +108,13 @@ void DasoSchedule::end_epoch(double mean_loss) {
   }
   const bool stable = bad_epochs_ > o.stability_patience();
   if (stable) bad_epochs_ = 0;
+  // Neither ever reaches 0 here (heat's can, with some options, and then stays blocking).
   if (stable && global_skip_ > 1) {
-    global_skip_ /= o.skip_reduction_factor();
-    batches_to_wait_ = std::max<int64_t>(0, batches_to_wait_ - 1);
-    if (global_skip_ > 0 && batches_to_wait_ == 0) batches_to_wait_ = 1;
+    global_skip_ = std::max<int64_t>(1, global_skip_ / o.skip_reduction_factor());
+    batches_to_wait_ = std::max<int64_t>(1, batches_to_wait_ - 1);
   } else if (stable && global_skip_ == 1) {
     global_skip_ = o.max_global_skips();
-    batches_to_wait_ = o.max_global_skips() / o.local_skip_factor();
+    batches_to_wait_ = std::max<int64_t>(1, o.max_global_skips() / o.local_skip_factor());
   }
 }
 

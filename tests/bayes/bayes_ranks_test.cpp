@@ -70,12 +70,14 @@ PUSH_DIST_WORKER(data_parallel_infer) {
   };
   Ensemble single(model, base);  // on each rank alone, without communication
   single.fit(train, 5);
+  single.fit(train, 2);  // a second call goes on where the first stopped
   const auto expected = single.predict(test.x);
   for (auto mode : {DataParallelMode::blocking, DataParallelMode::nonblocking}) {
     Ensemble dp(model, InferOptions(base).data_parallel(DataParallelSpec(world, mode)));
     dp.fit(train, 5);
-    ASSERT_EQ(dp.losses().size(), 5u);
-    for (size_t e = 0; e < 5; ++e) EXPECT_NEAR(dp.losses()[e], single.losses()[e], 1e-5) << to_string(mode);
+    dp.fit(train, 2);
+    ASSERT_EQ(dp.losses().size(), 7u);
+    for (size_t e = 0; e < 7; ++e) EXPECT_NEAR(dp.losses()[e], single.losses()[e], 1e-5) << to_string(mode);
     const auto got = dp.predict(test.x);
     EXPECT_TRUE(torch::allclose(got.mean, expected.mean, 1e-5, 1e-5)) << to_string(mode);
     EXPECT_TRUE(torch::allclose(got.variance, expected.variance, 1e-5, 1e-5)) << to_string(mode);
@@ -94,6 +96,14 @@ PUSH_DIST_WORKER(data_parallel_infer) {
     daso.fit(train, 12);
     EXPECT_LT(daso.losses().back(), daso.losses().front());
     same_everywhere(daso.predict(test.x).members);
+  }
+  {  // one huge target: the loss overflows on the rank whose half holds it, and every rank
+     // fails at the same point, naming it (not after a collective's timeout)
+    auto bad = train;
+    bad.y = bad.y.clone();
+    bad.y[5][0] = 1e30;
+    Ensemble diverging(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::blocking)));
+    EXPECT_PUSH_ERROR(diverging.fit(bad, 2), "non-finite in epoch 1 on 1 of 2 ranks");
   }
   EXPECT_PUSH_ERROR(SVGD(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::blocking)))
                         .fit(train, 1),

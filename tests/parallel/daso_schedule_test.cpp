@@ -64,10 +64,77 @@ TEST(DasoSchedule, MatchesTheScheduleComputedByHand) {
   }
 }
 
+// Runs one epoch of `batches` and returns its letters (as above).
+std::string epoch_of(DasoSchedule& schedule, int64_t batches) {
+  schedule.set_batches_per_epoch(batches);
+  std::string got;
+  for (int64_t b = 0; b < batches; ++b) {
+    const auto s = schedule.next();
+    got += code(s);
+    if (s.receive && s.send && !s.blocking) got += static_cast<char>('0' + s.wait);
+  }
+  return got;
+}
+
+// Where this schedule leaves heat's on purpose: a late sync is received exactly when due
+// (heat's, at skip 8 and wait 2 in a 12-batch epoch, skips the receive due at batch 10 and
+// takes it at 11, blended as if it had waited 2); warm-up 0 cycles from the start (heat's
+// stays blocking for good); skips and waits never shrink to 0 while cycling.
+TEST(DasoSchedule, ReceivesWhenDueAndNeverStallsAtZero) {
+  // patience 0: every epoch that does not improve is stable. Equal losses: the first one
+  // improves (on infinity), each later one is stable.
+  DasoSchedule schedule(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(8)
+                            .stability_patience(0));
+  EXPECT_EQ(schedule.global_skip(), 4);  // cycling before any end_epoch
+  EXPECT_EQ(epoch_of(schedule, 6), "S1R..S1X");
+  schedule.end_epoch(1.0);  // improves: 4
+  EXPECT_EQ(epoch_of(schedule, 6), "S1R..S1X");
+  schedule.end_epoch(1.0);  // stable: 2
+  EXPECT_EQ(schedule.global_skip(), 2);
+  EXPECT_EQ(epoch_of(schedule, 6), "S1RS1RS1X");
+  schedule.end_epoch(1.0);  // stable: 1
+  EXPECT_EQ(epoch_of(schedule, 4), "S1Y1Y1X");
+  schedule.end_epoch(1.0);  // stable at 1: restart at 8, wait 8 / 4 = 2
+  EXPECT_EQ(schedule.global_skip(), 8);
+  EXPECT_EQ(schedule.batches_to_wait(), 2);
+  EXPECT_EQ(epoch_of(schedule, 12), "S2.R.....S2.RB");
+  // A reduction factor larger than the skip: down to 1, not 0 (0 would block for good).
+  DasoSchedule steep(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).stability_patience(0)
+                         .skip_reduction_factor(16).local_skip_factor(16));
+  epoch_of(steep, 3);
+  steep.end_epoch(1.0);
+  epoch_of(steep, 3);
+  steep.end_epoch(1.0);
+  EXPECT_EQ(steep.global_skip(), 1);
+  EXPECT_EQ(steep.batches_to_wait(), 1);
+  epoch_of(steep, 3);
+  steep.end_epoch(1.0);  // restart: 8, and a wait of 8 / 16 rounded up to 1
+  EXPECT_EQ(steep.global_skip(), 8);
+  EXPECT_EQ(steep.batches_to_wait(), 1);
+  // A wait as long as the skip: each sync is received when the next one is sent, and the
+  // receive says how long it waited.
+  DasoSchedule even(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(2)
+                        .stability_patience(0).local_skip_factor(1));
+  for (int e = 0; e < 3; ++e) {  // 2 (improving), then 2 -> 1, then the restart at 2 with wait 2
+    epoch_of(even, 3);
+    even.end_epoch(1.0);
+  }
+  ASSERT_EQ(even.global_skip(), 2);
+  ASSERT_EQ(even.batches_to_wait(), 2);
+  even.set_batches_per_epoch(7);
+  std::vector<int64_t> waited;
+  for (int b = 0; b < 7; ++b) {
+    const auto s = even.next();
+    if (s.receive) waited.push_back(s.waited);
+  }
+  EXPECT_EQ(waited, (std::vector<int64_t>{2, 2, 2}));  // at batches 2, 4 and 6 (the last)
+}
+
 TEST(DasoSchedule, RefusesMisuse) {
   EXPECT_PUSH_ERROR(DasoSchedule(DasoOptions(0)), "total_epochs");
   EXPECT_PUSH_ERROR(DasoSchedule(DasoOptions(5).max_global_skips(0)), "max_global_skips");
   EXPECT_PUSH_ERROR(DasoSchedule(DasoOptions(5).downcast(torch::kInt)), "downcast");
+  EXPECT_PUSH_ERROR(DasoSchedule(DasoOptions(5).ranks_per_node(-1)), "ranks_per_node");
   DasoSchedule schedule(DasoOptions(5));
   EXPECT_PUSH_ERROR(schedule.next(), "set_batches_per_epoch");
   schedule.set_batches_per_epoch(2);

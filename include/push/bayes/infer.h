@@ -71,6 +71,11 @@ struct DataParallelSpec {
   TORCH_ARG(DataParallelMode, mode);
   /// daso: ranks per node (0: LOCAL_WORLD_SIZE; see parallel::DasoOptions).
   TORCH_ARG(int, ranks_per_node) = 0;
+  /// daso: the schedule's warm-up and cool-down epochs (each fit() call is one schedule:
+  /// a call of at most their sum epochs syncs after every batch) and its largest skip.
+  TORCH_ARG(int64_t, daso_warmup_epochs) = 4;
+  TORCH_ARG(int64_t, daso_cooldown_epochs) = 4;
+  TORCH_ARG(int64_t, daso_max_global_skips) = 8;
 };
 
 struct InferOptions {
@@ -109,7 +114,8 @@ struct InferOptions {
   /// of each epoch's rows (a rank's batches are batch_size rows: the effective batch is
   /// batch_size x ranks), kept equal as the mode says. Every epoch ends with one set of
   /// parameters on every rank, so predict() needs no communication; fit() is collective
-  /// and the reported losses are the ranks' mean. Particles train unfused. save() and
+  /// and losses() are the ranks' mean (on_progress reports this rank's own). A loss that
+  /// is not finite on any rank fails every rank at the end of that epoch. Particles train unfused. save() and
   /// load() are each rank's own (the replicas are equal: one rank saves). SVGD refuses it,
   /// and MultiSWAG takes only the blocking mode. See docs/data-parallel.md.
   TORCH_ARG(std::optional<DataParallelSpec>, data_parallel) = std::nullopt;
@@ -272,9 +278,10 @@ class Infer {
   /// data_parallel: every particle's epoch loss averaged over the ranks.
   std::map<Pid, double> average_over_replicas(const std::map<Pid, double>& mine);
   ModuleFactory model_;
-  OptimizerFactory optimizer_;
+  OptimizerFactory optimizer_;  // the particles' (set when the distribution is built)
   std::map<Pid, std::unique_ptr<detail::Replica>> replicas_;  // data_parallel only
-  std::optional<dist::CollectiveGroup> replica_group_;  // the particles' (set when the distribution is built)
+  std::optional<dist::CollectiveGroup> replica_group_;
+  int64_t fit_calls_ = 0;
   bool fused_ = false;
   InferOptions options_;
   int64_t epochs_done_ = 0;

@@ -25,12 +25,16 @@
 // stability_level, for more than stability_patience epochs), global_skip and
 // batches_to_wait shrink, and from 1 they start again at max_global_skips; cool-down epochs
 // sync after every batch again. The last batch of every epoch syncs and waits, so every
-// epoch ends with one set of parameters on every rank.
+// epoch ends with one set of parameters on every rank. Unlike heat's: a late sync is
+// received exactly batches_to_wait batches after it was sent (or when the next one is
+// sent, if that comes first; heat re-derives the batch from a wait clipped at the epoch's
+// end and can miss it), warmup_epochs(0) starts cycling at once (heat's stays blocking),
+// and neither global_skip nor batches_to_wait shrinks to 0 while cycling.
 // A global sync sends the parameters cast to `downcast` (bfloat16 by default), gathers them
 // from every node and sums them in float32 (heat sums in the downcast type, and casts only
 // blocking syncs). Received at once, the average replaces the parameters; received late, the
 // sum S of n nodes' stale parameters is blended: p <- (k p + S) / (k + n), k = 2 x the
-// batches waited (heat's weights). The receiving ranks then broadcast the result to their
+// batches it waited (heat's weights). The receiving ranks then broadcast the result to their
 // node. Every call is collective: every rank calls step() and end_epoch() equally often.
 #include <push/dist/collective.h>
 #include <push/dist/world.h>
@@ -83,11 +87,10 @@ struct DasoStep {
   bool send = false;
   /// ...and wait for it now: the average replaces the parameters.
   bool blocking = false;
-  /// Batches until a non-blocking send is received.
+  /// Batches until a non-blocking send is due to be received.
   int64_t wait = 0;
-  bool operator==(const DasoStep& o) const {
-    return receive == o.receive && send == o.send && blocking == o.blocking && wait == o.wait;
-  }
+  /// With receive: batches since the received sync was sent (its blending weight).
+  int64_t waited = 0;
 };
 
 /// heat's DASO schedule, without communication: which batches sync globally, and how.
@@ -113,8 +116,11 @@ class DasoSchedule {
   DasoOptions options_;
   int64_t batches_ = 0, batch_ = 0, epoch_ = 0;
   int64_t global_skip_ = 0, batches_to_wait_ = 0;
+  void start_cycling();
   bool epoch_ended_ = true;  // end_epoch is due once per epoch, after its last batch
+  bool cycling_ = false;     // past the warm-up
   bool outstanding_ = false;
+  int64_t sent_at_ = 0, receive_at_ = 0;
   // the plateau test
   double best_;
   int64_t bad_epochs_ = 0;
