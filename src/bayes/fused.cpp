@@ -49,13 +49,13 @@ nn::Module* network_of(nn::Module& module, nn::Module** wrapper) {
 
 // The plan of one member without parameter indices; throws naming the first layer that
 // cannot be fused.
-std::vector<Op> describe(nn::Module& member) {
+std::vector<Op> describe(nn::Module& member, const torch::OrderedDict<std::string, torch::Tensor>& named) {
   const char* origin = "push::bayes::FusedStack";
   nn::Module* wrapper = nullptr;
   nn::Module* net = network_of(member, &wrapper);
   auto* seq = dynamic_cast<nn::SequentialImpl*>(net);
   PUSH_CHECK(seq != nullptr, origin, "only a torch::nn::Sequential is fused, not ", net->name());
-  for (const auto& item : member.named_parameters()) {
+  for (const auto& item : named) {
     PUSH_CHECK(item.value().requires_grad(), origin, "parameter '", item.key(),
                "' is frozen (requires_grad false): a stack trains all of them");
   }
@@ -64,14 +64,16 @@ std::vector<Op> describe(nn::Module& member) {
   for (const auto& child : seq->children()) {
     Op op;
     nn::Module* m = child.get();
-    const std::string where = c10::str("layer ", i++, " (", m->name(), ")");
+    // Named only in errors: a module's name() demangles its type, which a build that runs
+    // every epoch should not pay for.
+    const auto where = [m, l = i++] { return c10::str("layer ", l, " (", m->name(), ")"); };
     if (auto* lin = dynamic_cast<nn::LinearImpl*>(m)) {
       op.kind = Kind::linear;
       op.signature = c10::str("linear ", lin->weight.sizes(), lin->bias.defined());
     } else if (auto* conv = dynamic_cast<nn::Conv2dImpl*>(m)) {
       const auto& o = conv->options;
-      PUSH_CHECK(o.groups() == 1, origin, where, ": grouped convolutions are not fused");
-      PUSH_CHECK(torch::enumtype::get_enum_name(o.padding_mode()) == "kZeros", origin, where,
+      PUSH_CHECK(o.groups() == 1, origin, where(), ": grouped convolutions are not fused");
+      PUSH_CHECK(torch::enumtype::get_enum_name(o.padding_mode()) == "kZeros", origin, where(),
                  ": only zero padding is fused");
       op.kind = Kind::conv2d;
       op.conv = std::dynamic_pointer_cast<nn::Conv2dImpl>(child);
@@ -80,7 +82,7 @@ std::vector<Op> describe(nn::Module& member) {
       if (const auto* pad = compat::explicit_padding<torch::ExpandingArray<2>>(o.padding())) {
         op.signature += c10::str(" ", *pad);
       } else {
-        PUSH_CHECK(false, origin, where, ": only explicit padding is fused");
+        PUSH_CHECK(false, origin, where(), ": only explicit padding is fused");
       }
     } else if (auto* pool = dynamic_cast<nn::MaxPool2dImpl*>(m)) {
       const auto& o = pool->options;
@@ -88,7 +90,7 @@ std::vector<Op> describe(nn::Module& member) {
       op.pool = std::dynamic_pointer_cast<nn::MaxPool2dImpl>(child);
       op.signature = c10::str("maxpool2d ", o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
     } else if (auto* flat = dynamic_cast<nn::FlattenImpl*>(m)) {
-      PUSH_CHECK(flat->options.start_dim() == 1 && flat->options.end_dim() == -1, origin, where,
+      PUSH_CHECK(flat->options.start_dim() == 1 && flat->options.end_dim() == -1, origin, where(),
                  ": only Flatten from dimension 1 to the last is fused");
       op.kind = Kind::flatten;
       op.signature = "flatten";
@@ -114,13 +116,13 @@ std::vector<Op> describe(nn::Module& member) {
       op.dropouts.push_back(drop);
       op.signature = c10::str("dropout ", op.p);
     } else if (dynamic_cast<nn::DropoutImpl*>(m) != nullptr) {
-      PUSH_CHECK(false, origin, where,
+      PUSH_CHECK(false, origin, where(),
                  ": torch::nn::Dropout draws from the global generator (masks would depend on scheduling); "
                  "use push::bayes::Dropout");
     } else {
-      PUSH_CHECK(false, origin, where, " is not a layer FusedStack knows");
+      PUSH_CHECK(false, origin, where(), " is not a layer FusedStack knows");
     }
-    PUSH_CHECK(m->buffers().empty() || op.kind == Kind::dropout, origin, where, ": layers with buffers are not fused");
+    PUSH_CHECK(m->buffers().empty() || op.kind == Kind::dropout, origin, where(), ": layers with buffers are not fused");
     ops.push_back(std::move(op));
   }
   if (wrapper != nullptr) PUSH_CHECK(wrapper->buffers().empty(), origin, "the learned-noise wrapper has buffers");
@@ -131,7 +133,7 @@ std::vector<Op> describe(nn::Module& member) {
 
 std::string fusion_blocker(nn::Module& module, torch::optim::Optimizer* optimizer) {
   try {
-    describe(module);
+    describe(module, module.named_parameters());
     if (optimizer != nullptr) check_fusable(*optimizer);
     return "";
   } catch (const std::exception& e) {
@@ -182,7 +184,9 @@ struct FusedStack::Impl {
     }
   };
 
-  torch::Tensor grad_view(size_t k) const;
+  /// The view of flat_grad that is stack k's gradient (made once: a step reassigns them).
+  const torch::Tensor& grad_view(size_t k) const { return grad_views[k]; }
+  std::vector<torch::Tensor> grad_views;
   void sync_grads();
 
   void linear(const Op& op, Flow& f) const {
@@ -259,11 +263,12 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
              optimizers.size(), " optimizers");
   Impl& s = *impl_;
   s.n = static_cast<int64_t>(members.size());
-  s.ops = describe(*members[0]);
-  // Every member: the same plan, the same parameter names and shapes.
   const auto named0 = members[0]->named_parameters();
+  s.ops = describe(*members[0], named0);
+  // Every member: the same plan, the same parameter names and shapes.
   for (size_t i = 1; i < members.size(); ++i) {
-    auto ops = describe(*members[i]);
+    auto named = members[i]->named_parameters();
+    auto ops = describe(*members[i], named);
     PUSH_CHECK(ops.size() == s.ops.size(), origin, "member ", i, " has ", ops.size(), " layers, member 0 has ",
                s.ops.size());
     for (size_t l = 0; l < ops.size(); ++l) {
@@ -271,7 +276,6 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
                  ops[l].signature, ") differs from member 0's (", s.ops[l].signature, ")");
       if (ops[l].kind == Kind::dropout) s.ops[l].dropouts.push_back(ops[l].dropouts[0]);
     }
-    auto named = members[i]->named_parameters();
     PUSH_CHECK(named.size() == named0.size(), origin, "member ", i, " has ", named.size(),
                " parameters, member 0 has ", named0.size());
     for (size_t k = 0; k < named.size(); ++k) {
@@ -298,17 +302,21 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
     s.flat.mutable_grad() = s.flat_grad;  // what the optimizer steps on
     for (size_t k = 0; k < named0.size(); ++k) {
       std::vector<torch::Tensor> slices;
-      for (size_t i = 0; i < members.size(); ++i) slices.push_back(s.member_params[i][k]);
-      auto stacked = torch::stack(slices);
-      auto view = s.flat.narrow(0, s.offsets[k], stacked.numel()).view(stacked.sizes());
-      view.copy_(stacked);
+      for (size_t i = 0; i < members.size(); ++i) slices.push_back(s.member_params[i][k]);  // read, under no_grad
+      std::vector<int64_t> shape{s.n};
+      for (int64_t d : named0[k]->sizes()) shape.push_back(d);
+      auto view = s.flat.narrow(0, s.offsets[k], s.n * named0[k]->numel()).view(shape);
+      detail::stack_into(slices, view);
       s.stacks.push_back(view);
       s.names.push_back(named0[k].key());
       index[named0[k]->unsafeGetTensorImpl()] = static_cast<int64_t>(k);
       if (named0[k].key() == detail::kLogNoisePrecision) s.log_precision = static_cast<int64_t>(k);
     }
   }
-  for (auto& t : s.stacks) t.requires_grad_(true);
+  for (size_t k = 0; k < s.stacks.size(); ++k) {
+    s.grad_views.push_back(s.flat_grad.narrow(0, s.offsets[k], s.stacks[k].numel()).view(s.stacks[k].sizes()));
+    s.stacks[k].requires_grad_(true);
+  }
   zero_grad();
   nn::Module* wrapper = nullptr;
   auto* seq = dynamic_cast<nn::SequentialImpl*>(network_of(*members[0], &wrapper));
@@ -339,10 +347,6 @@ FusedStack::~FusedStack() = default;
 int64_t FusedStack::size() const { return impl_->n; }
 const std::vector<torch::Tensor>& FusedStack::parameters() const { return impl_->stacks; }
 const std::vector<std::string>& FusedStack::parameter_names() const { return impl_->names; }
-
-torch::Tensor FusedStack::Impl::grad_view(size_t k) const {
-  return flat_grad.narrow(0, offsets[k], stacks[k].numel()).view(stacks[k].sizes());
-}
 
 void FusedStack::Impl::sync_grads() {
   torch::NoGradGuard no_grad;
@@ -421,18 +425,18 @@ torch::Tensor FusedStack::flat_parameters() const {
 void FusedStack::write_back() {
   Impl& s = *impl_;
   torch::NoGradGuard no_grad;
-  for (int64_t i = 0; i < s.n; ++i) {
-    for (size_t k = 0; k < s.stacks.size(); ++k) {
+  for (size_t k = 0; k < s.stacks.size(); ++k) {
+    std::vector<torch::Tensor> params, grads;
+    for (int64_t i = 0; i < s.n; ++i) params.push_back(s.member_params[i][k]);
+    detail::unstack_into(s.stacks[k].detach(), params);
+    const auto& grad = s.stacks[k].grad();
+    if (!grad.defined()) continue;
+    for (int64_t i = 0; i < s.n; ++i) {
       auto& param = s.member_params[i][k];
-      param.copy_(s.stacks[k][i]);
-      const auto& grad = s.stacks[k].grad();
-      if (!grad.defined()) continue;
-      if (param.grad().defined() && param.grad().sizes() == param.sizes()) {
-        param.mutable_grad().copy_(grad[i]);
-      } else {
-        param.mutable_grad() = grad[i].clone();
-      }
+      if (!param.grad().defined() || param.grad().sizes() != param.sizes()) param.mutable_grad() = torch::empty_like(param);
+      grads.push_back(param.grad());
     }
+    detail::unstack_into(grad, grads);
   }
   if (s.optimizer) s.optimizer->write_back();
 }

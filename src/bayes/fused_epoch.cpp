@@ -162,6 +162,8 @@ std::vector<double> Infer::train_epoch_fused(FusedStack& stack, const std::vecto
 
 void Infer::check_parameters_finite(const FusedStack& stack, const std::vector<Particle*>& members,
                                     int64_t epoch) const {
+  // One reduction over the whole buffer; the per-parameter search only when it fails.
+  if (torch::isfinite(stack.flat_values()).all().item<bool>()) return;
   const auto& params = stack.parameters();
   for (size_t k = 0; k < params.size(); ++k) {
     auto finite = torch::isfinite(params[k].detach().reshape({stack.size(), -1})).all(1).to(torch::kCPU);

@@ -4,6 +4,8 @@
 #include <push/core/errors.h>
 #include <push/detail/torch_compat.h>
 
+#include <cstring>
+
 namespace push::bayes {
 namespace {
 
@@ -97,24 +99,66 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
     }
   }
   for (size_t j = 0; j < out.tensors.size(); ++j) {
-    std::vector<torch::Tensor> parts;  // in the buffer's layout
     size_t set = 0;
     for (size_t k = 0; k < stacks_.size(); ++k) {
-      std::vector<torch::Tensor> slices;
       for (size_t i = 0; i < n; ++i) {
         const torch::Tensor& t = *in[k][i].tensors[j];
-        if (t.defined() && t.numel() > 0) slices.push_back(t.reshape(-1));
+        set += t.defined() && t.numel() > 0;
       }
-      set += slices.size();
-      if (!slices.empty()) parts.push_back(torch::stack(slices).reshape(-1));
     }
     if (set == 0) continue;
     PUSH_CHECK(set == n * stacks_.size(), kOrigin, "optimizer state ", j, " is set for ", set, " of the ",
                n * stacks_.size(), " parameters of the members");
-    *out.tensors[j] = torch::cat(parts);
+    // In the buffer's layout: parameter k's stack from offsets[k].
+    auto all = torch::empty({flat_.numel()}, in[0][0].tensors[j]->options());
+    for (size_t k = 0; k < stacks_.size(); ++k) {
+      std::vector<torch::Tensor> parts;
+      for (size_t i = 0; i < n; ++i) parts.push_back(*in[k][i].tensors[j]);
+      detail::stack_into(parts, all.narrow(0, offsets_[k], stacks_[k].numel()).view(stacks_[k].sizes()));
+    }
+    *out.tensors[j] = all;
   }
   fused_->state()[compat::optimizer_state_key(flat_)] = std::move(stacked);
 }
+
+namespace detail {
+namespace {
+// Whether row i of `stack` and parts[i] can be copied as raw bytes, for every i.
+bool raw_rows(const torch::Tensor& stack, const std::vector<torch::Tensor>& parts) {
+  const int64_t n = static_cast<int64_t>(parts.size());
+  if (!stack.device().is_cpu() || !stack.is_contiguous() || stack.dim() == 0 || stack.size(0) != n) return false;
+  const int64_t row = n > 0 ? stack.numel() / n : 0;
+  for (const auto& t : parts) {
+    if (!t.device().is_cpu() || !t.is_contiguous() || t.scalar_type() != stack.scalar_type() || t.numel() != row) {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+void unstack_into(const torch::Tensor& stack, const std::vector<torch::Tensor>& parts) {
+  const int64_t n = static_cast<int64_t>(parts.size());
+  if (!raw_rows(stack, parts)) {
+    for (int64_t i = 0; i < n; ++i) parts[i].copy_(stack[i]);
+    return;
+  }
+  const auto bytes = static_cast<size_t>(stack.numel() / std::max<int64_t>(n, 1)) * stack.element_size();
+  const auto* from = static_cast<const char*>(stack.data_ptr());
+  for (int64_t i = 0; i < n; ++i) std::memcpy(parts[i].data_ptr(), from + static_cast<size_t>(i) * bytes, bytes);
+}
+
+void stack_into(const std::vector<torch::Tensor>& parts, const torch::Tensor& stack) {
+  const int64_t n = static_cast<int64_t>(parts.size());
+  if (!raw_rows(stack, parts)) {
+    for (int64_t i = 0; i < n; ++i) stack[i].copy_(parts[i].reshape(stack.sizes().slice(1)));
+    return;
+  }
+  const auto bytes = static_cast<size_t>(stack.numel() / std::max<int64_t>(n, 1)) * stack.element_size();
+  auto* to = static_cast<char*>(stack.data_ptr());
+  for (int64_t i = 0; i < n; ++i) std::memcpy(to + static_cast<size_t>(i) * bytes, parts[i].data_ptr(), bytes);
+}
+}  // namespace detail
 
 void FusedOptimizer::write_back() {
   torch::NoGradGuard no_grad;
@@ -123,24 +167,31 @@ void FusedOptimizer::write_back() {
   if (it == fused_state.end()) return;
   Fields from = fields_of(*it->second);
   for (size_t k = 0; k < stacks_.size(); ++k) {
+    std::vector<Fields> to;  // each member's state of parameter k
     for (size_t i = 0; i < members_.size(); ++i) {
       auto& state = members_[i]->state();
       const auto key = compat::optimizer_state_key(member_params_[i][k]);
       auto mine = state.find(key);
       if (mine == state.end()) mine = state.emplace(key, it->second->clone()).first;
-      Fields to = fields_of(*mine->second);
-      for (size_t j = 0; j < from.tensors.size(); ++j) {
-        const torch::Tensor& all = *from.tensors[j];
-        if (!all.defined() || all.numel() == 0) continue;
-        auto slice = all.narrow(0, offsets_[k], stacks_[k].numel()).view(stacks_[k].sizes())[static_cast<int64_t>(i)];
-        torch::Tensor& t = *to.tensors[j];
-        if (t.defined() && t.sizes() == slice.sizes() && !t.is_same(all)) {
-          t.copy_(slice);
-        } else {
-          t = slice.clone();
+      to.push_back(fields_of(*mine->second));
+      if (from.step != nullptr) *to.back().step = *from.step;
+    }
+    for (size_t j = 0; j < from.tensors.size(); ++j) {
+      const torch::Tensor& all = *from.tensors[j];
+      if (!all.defined() || all.numel() == 0) continue;
+      auto stack = all.narrow(0, offsets_[k], stacks_[k].numel()).view(stacks_[k].sizes());
+      std::vector<torch::Tensor> parts;
+      for (auto& f : to) {
+        torch::Tensor& t = *f.tensors[j];
+        // A fresh tensor where the member has none of the row's shape, or shares the
+        // fused buffer (a clone of the fused state): never a view into `all`.
+        if (!t.defined() || t.sizes() != stack.sizes().slice(1) || t.is_same(all) ||
+            (t.has_storage() && all.has_storage() && t.storage().is_alias_of(all.storage()))) {
+          t = torch::empty(stack.sizes().slice(1), all.options());
         }
+        parts.push_back(t);
       }
-      if (from.step != nullptr) *to.step = *from.step;
+      detail::unstack_into(stack, parts);
     }
   }
 }

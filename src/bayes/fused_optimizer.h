@@ -17,6 +17,15 @@ namespace push::bayes {
 /// of LibTorch's element-wise optimizers, or more than one parameter group).
 void check_fusable(const torch::optim::Optimizer& optimizer);
 
+namespace detail {
+/// Copies row i of `stack` [N, ...] into parts[i] (each of the row's shape), for every i:
+/// one memcpy each when all are contiguous CPU tensors of one dtype (a write-back moves a
+/// few hundred small tensors: the dispatcher's per-call cost would dominate), else copy_.
+void unstack_into(const torch::Tensor& stack, const std::vector<torch::Tensor>& parts);
+/// The reverse: parts[i] into row i of `stack`.
+void stack_into(const std::vector<torch::Tensor>& parts, const torch::Tensor& stack);
+}  // namespace detail
+
 class FusedOptimizer {
  public:
   /// member_params[i][k]: member i's parameter k, whose stack [N, ...] is stacks[k], a view

@@ -115,6 +115,7 @@ TEST(DasoSchedule, ReceivesWhenDueAndNeverStallsAtZero) {
   // receive says how long it waited.
   DasoSchedule even(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(2)
                         .stability_patience(0).local_skip_factor(1));
+  EXPECT_EQ(even.global_skip(), 2);  // 4 after the warm-up, but never above max_global_skips
   for (int e = 0; e < 3; ++e) {  // 2 (improving), then 2 -> 1, then the restart at 2 with wait 2
     epoch_of(even, 3);
     even.end_epoch(1.0);

@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -33,9 +34,13 @@ using OptimizerStateKey =
 template <class Key = OptimizerStateKey>
 Key optimizer_state_key(const at::Tensor& t) {
   if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream text;  // what c10::guts::to_string gives for a pointer
-    text << static_cast<void*>(t.unsafeGetTensorImpl());
-    return text.str();
+    // What c10::guts::to_string gives for a pointer (an ostream's "0x" and lowercase hex),
+    // without an ostringstream: a fused write-back looks up hundreds of these per epoch.
+    const auto address = reinterpret_cast<std::uintptr_t>(t.unsafeGetTensorImpl());
+    if (address == 0) return "0";
+    std::array<char, 2 + 2 * sizeof(std::uintptr_t)> text{'0', 'x'};
+    const auto end = std::to_chars(text.data() + 2, text.data() + text.size(), address, 16).ptr;
+    return std::string(text.data(), end);
   } else {
     return t.unsafeGetTensorImpl();
   }
