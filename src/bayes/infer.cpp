@@ -176,22 +176,6 @@ void Infer::ensure_created() {
   }
 }
 
-detail::Replica* Infer::replica(Pid pid) const {
-  if (replicas_.empty()) return nullptr;
-  auto it = replicas_.find(pid);
-  return it == replicas_.end() ? nullptr : it->second.get();
-}
-
-std::map<Pid, double> Infer::average_over_replicas(const std::map<Pid, double>& mine) {
-  std::vector<double> values;
-  for (const auto& [pid, loss] : mine) values.push_back(loss);
-  auto t = torch::tensor(values, torch::kDouble);
-  replica_group_->all_reduce(t, dist::ReduceOp::average);
-  std::map<Pid, double> out;
-  int64_t i = 0;
-  for (const auto& [pid, loss] : mine) out[pid] = t[i++].item<double>();
-  return out;
-}
 
 void Infer::fit(const data::Dataset& train, int64_t epochs) {
   const char* origin = "push::bayes::Infer::fit";
@@ -550,86 +534,6 @@ torch::Tensor Ensemble::epoch_rows(Particle& p, int64_t n) const {
   if (!ensemble_.bootstrap()) return {};
   // The same resample every epoch: the particle's own view of the data.
   return torch::randint(n, {n}, generator(p.pid(), kBootstrapTag), torch::kLong);
-}
-
-// ---- models -----------------------------------------------------------------------------
-
-ModelSpec parse_model_spec(const std::string& spec) {
-  const char* origin = "push::bayes::parse_model_spec";
-  ModelSpec m;
-  auto colon = spec.find(':');
-  m.kind = spec.substr(0, colon);
-  PUSH_CHECK(m.kind == "mlp" || m.kind == "cnn", origin, "unknown model '", spec,
-             "' (expected mlp:W1,W2,... or cnn[:C1,C2])");
-  if (colon != std::string::npos) {
-    std::stringstream ss(spec.substr(colon + 1));
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      size_t used = 0;
-      long long w = 0;
-      try {
-        w = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      PUSH_CHECK(used == item.size() && !item.empty() && w >= 1 && w <= 1 << 20, origin, "bad width '", item,
-                 "' in model '", spec, "' (expected positive whole numbers)");
-      m.widths.push_back(w);
-    }
-    PUSH_CHECK(!m.widths.empty(), origin, "model '", spec, "' lists no widths");
-  }
-  if (m.kind == "cnn") {
-    if (m.widths.empty()) m.widths = {16, 32};
-    PUSH_CHECK(m.widths.size() == 2, origin, "cnn takes two channel counts (cnn:16,32), got '", spec, "'");
-  }
-  return m;
-}
-
-ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
-                         double dropout) {
-  const char* origin = "push::bayes::make_model";
-  PUSH_CHECK(outputs >= 1, origin, "outputs must be >= 1, got ", outputs);
-  int64_t features = 1;
-  for (int64_t d : input_shape) features *= d;
-  if (spec.kind == "cnn") {
-    PUSH_CHECK(input_shape.size() == 3 && input_shape[1] >= 4 && input_shape[2] >= 4, origin,
-               "cnn needs image inputs [C, H, W] of at least 4x4, got ", c10::IntArrayRef(input_shape));
-  }
-  return [=]() -> torch::nn::AnyModule {
-    namespace nn = torch::nn;
-    nn::Sequential seq;
-    auto hidden = [&](int64_t in, int64_t out) {
-      seq->push_back(nn::Linear(in, out));
-      seq->push_back(nn::ReLU());
-      if (dropout > 0) seq->push_back(Dropout(dropout));
-    };
-    if (spec.kind == "mlp") {
-      seq->push_back(nn::Flatten());
-      int64_t in = features;
-      for (int64_t w : spec.widths) {
-        hidden(in, w);
-        in = w;
-      }
-      seq->push_back(nn::Linear(in, outputs));
-    } else {
-      const int64_t c1 = spec.widths[0], c2 = spec.widths[1];
-      seq->push_back(nn::Conv2d(nn::Conv2dOptions(input_shape[0], c1, 3).padding(1)));
-      seq->push_back(nn::ReLU());
-      seq->push_back(nn::MaxPool2d(2));
-      seq->push_back(nn::Conv2d(nn::Conv2dOptions(c1, c2, 3).padding(1)));
-      seq->push_back(nn::ReLU());
-      seq->push_back(nn::MaxPool2d(2));
-      seq->push_back(nn::Flatten());
-      hidden(c2 * (input_shape[1] / 4) * (input_shape[2] / 4), 64);
-      seq->push_back(nn::Linear(64, outputs));
-    }
-    return to_any_module(seq);
-  };
-}
-
-ModuleFactory make_model(const std::string& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
-                         double dropout) {
-  return make_model(parse_model_spec(spec), input_shape, outputs, dropout);
 }
 
 }  // namespace push::bayes

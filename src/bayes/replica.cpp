@@ -29,6 +29,23 @@ DataParallelMode parse_data_parallel_mode(const std::string& text) {
   throw Error(c10::str("[push::bayes] unknown data-parallel mode '", text, "' (blocking, nonblocking or daso)"));
 }
 
+detail::Replica* Infer::replica(Pid pid) const {
+  if (replicas_.empty()) return nullptr;
+  auto it = replicas_.find(pid);
+  return it == replicas_.end() ? nullptr : it->second.get();
+}
+
+std::map<Pid, double> Infer::average_over_replicas(const std::map<Pid, double>& mine) {
+  std::vector<double> values;
+  for (const auto& [pid, loss] : mine) values.push_back(loss);
+  auto t = torch::tensor(values, torch::kDouble);
+  replica_group_->all_reduce(t, dist::ReduceOp::average);
+  std::map<Pid, double> out;
+  int64_t i = 0;
+  for (const auto& [pid, loss] : mine) out[pid] = t[i++].item<double>();
+  return out;
+}
+
 namespace detail {
 namespace {
 constexpr const char* kOrigin = "push::bayes::Infer (data parallel)";
