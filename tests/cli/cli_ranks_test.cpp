@@ -44,7 +44,8 @@ TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
 }
 
 // --data-parallel: every rank trains every particle on its share of the rows; rank 0
-// writes the usual outputs, with the mode in metrics.json. Bad combinations are named (a
+// writes the usual outputs, with the mode in metrics.json, and a blocking run resumes to
+// the numbers of an uninterrupted one. Bad combinations are named (a
 // rank's error reaches push launch's standard output, prefixed with the rank).
 TEST_F(Cli, DataParallelModesTrainAndWriteTheUsualOutputs) {
   const std::string common = "--particles 2 --epochs 20 --quiet --out ";
@@ -59,6 +60,14 @@ TEST_F(Cli, DataParallelModesTrainAndWriteTheUsualOutputs) {
     EXPECT_LT(rmse, 0.5) << mode;  // the untrained networks' is about 1
     EXPECT_TRUE(fs::exists(dir_ / ("dp-" + mode) / "predictions.csv"));
   }
+  // Saved after 3 epochs and resumed to 6: the numbers of 6 epochs in one go, bit for bit.
+  const std::string dp = " --particles 2 --quiet --nproc 2 --data-parallel blocking";
+  ASSERT_EQ(run("--epochs 6 --out dp-whole" + dp).code, 0);
+  ASSERT_EQ(run("--epochs 3 --out dp-first --save dp-ckpt" + dp).code, 0);
+  auto resumed = run("--epochs 6 --out dp-resumed --resume dp-ckpt" + dp);
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(metrics("dp-whole")["metrics"], metrics("dp-resumed")["metrics"]);
+  EXPECT_EQ(metrics("dp-whole")["loss_curve"], metrics("dp-resumed")["loss_curve"]);
   auto alone = run("--data-parallel blocking --epochs 1 --quiet --out x");
   EXPECT_EQ(alone.code, 1);
   EXPECT_NE(alone.err.find("needs several ranks"), std::string::npos) << alone.err;
