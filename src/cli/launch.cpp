@@ -1,6 +1,7 @@
 // push launch: N local ranks of one program, with torchrun's environment.
 //   push launch --nproc 4 [--master-addr 127.0.0.1] [--master-port 0] -- ./train --epochs 3
-// Each output line is prefixed "[rank r] ". SIGINT/SIGTERM are forwarded to every rank.
+// Each output line is prefixed "[rank r] ", a rank's stdout going to the launcher's stdout
+// and its stderr to the launcher's stderr. SIGINT/SIGTERM are forwarded to every rank.
 // When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and the launcher exits
 // with the first failure's code (128 + signal for a rank killed by a signal).
 // No process outlives the job: each rank leads its own process group, and when a rank
@@ -19,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -51,10 +53,17 @@ int pick_free_port() {
   return ntohs(addr.sin_port);
 }
 
+/// One of a rank's output streams: the read end of its pipe, and what came after the last
+/// newline.
+struct Stream {
+  int fd = -1;
+  std::string partial;
+};
+
 struct Rank {
-  pid_t pid = -1;       // also its process group id
-  int out = -1;         // read end of its stdout+stderr
-  std::string partial;  // output after the last newline
+  pid_t pid = -1;  // also its process group id
+  // Its stdout and stderr, each forwarded to the launcher's own.
+  std::array<Stream, 2> streams;
   bool running = false;
   int code = 0;
 };
@@ -63,7 +72,7 @@ std::string open_files_hint(int err) {
   if (err != EMFILE && err != ENFILE) return "";
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
-  return " (the launcher needs one per rank; ulimit -n is " + std::to_string(limit.rlim_cur) + ")";
+  return " (the launcher needs two per rank; ulimit -n is " + std::to_string(limit.rlim_cur) + ")";
 }
 
 /// A forked process that kills what is left of the ranks' process groups when the
@@ -162,7 +171,9 @@ class Ranks {
         watchdog_.forget(r.pid);
         r.running = false;
       }
-      if (r.out >= 0) close(r.out);
+      for (auto& stream : r.streams) {
+        if (stream.fd >= 0) close(stream.fd);
+      }
     }
   }
   Rank& operator[](int r) { return ranks_[r]; }
@@ -190,22 +201,29 @@ class Ranks {
   Watchdog& watchdog_;
 };
 
-/// Forks rank r running `program` with `envp`; its output goes to a pipe the launcher reads.
+/// Forks rank r running `program` with `envp`; its stdout and stderr go to two pipes the
+/// launcher reads.
 void start_rank(Rank& rank, int r, int nproc, char* const* program, char* const* envp) {
   auto fail = [&](const char* what) {
     const int err = errno;
     throw std::runtime_error("cannot start rank " + std::to_string(r) + " of " + std::to_string(nproc) + ": " +
                              what + ": " + std::strerror(err) + open_files_hint(err));
   };
-  int fds[2];
-  // Close-on-exec: other ranks must not inherit this rank's pipe.
+  int fds[2], err_fds[2];
+  // Close-on-exec: other ranks must not inherit this rank's pipes.
   if (pipe2(fds, O_CLOEXEC) != 0) fail("cannot create its output pipe");
+  if (pipe2(err_fds, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = err;
+    fail("cannot create its error pipe");
+  }
   const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     const int err = errno;
-    close(fds[0]);
-    close(fds[1]);
+    for (int fd : {fds[0], fds[1], err_fds[0], err_fds[1]}) close(fd);
     errno = err;
     fail("fork failed");
   }
@@ -218,16 +236,18 @@ void start_rank(Rank& rank, int r, int nproc, char* const* program, char* const*
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
+    dup2(err_fds[1], STDERR_FILENO);
     execvpe(program[0], program, envp);
     std::fprintf(stderr, "push launch: cannot run %s: %s\n", program[0], std::strerror(errno));
     _exit(127);
   }
   setpgid(pid, pid);
   close(fds[1]);
-  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  close(err_fds[1]);
   rank.pid = pid;
-  rank.out = fds[0];
+  rank.streams[0].fd = fds[0];
+  rank.streams[1].fd = err_fds[0];
+  for (const auto& stream : rank.streams) fcntl(stream.fd, F_SETFL, fcntl(stream.fd, F_GETFL) | O_NONBLOCK);
   rank.running = true;
 }
 
@@ -239,18 +259,22 @@ int usage() {
   return 2;
 }
 
-void flush_lines(int rank, Rank& r, bool all) {
+/// Writes the complete lines of a rank's stream (all of it with `all`) to `to`, each
+/// prefixed with the rank.
+void flush_lines(int rank, Stream& s, bool all, std::ostream& to) {
   size_t start = 0;
-  for (size_t nl; (nl = r.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    std::cout << "[rank " << rank << "] " << r.partial.substr(start, nl - start + 1);
+  for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    to << "[rank " << rank << "] " << s.partial.substr(start, nl - start + 1);
   }
-  r.partial.erase(0, start);
-  if (all && !r.partial.empty()) {
-    std::cout << "[rank " << rank << "] " << r.partial << "\n";
-    r.partial.clear();
+  s.partial.erase(0, start);
+  if (all && !s.partial.empty()) {
+    to << "[rank " << rank << "] " << s.partial << "\n";
+    s.partial.clear();
   }
-  std::cout.flush();
+  to.flush();
 }
+
+std::ostream& destination(size_t stream) { return stream == 0 ? std::cout : std::cerr; }
 
 int launch_main(int argc, char** argv) {
   int nproc = -1, port = 0;
@@ -328,26 +352,28 @@ int launch_main(int argc, char** argv) {
       stop_all(forwarded);
     }
     std::vector<pollfd> fds;
-    std::vector<int> owners;
+    std::vector<std::pair<int, size_t>> owners;  // (rank, stream)
     for (int r = 0; r < nproc; ++r) {
-      if (ranks[r].out >= 0) {
-        fds.push_back({ranks[r].out, POLLIN, 0});
-        owners.push_back(r);
+      for (size_t k = 0; k < ranks[r].streams.size(); ++k) {
+        if (ranks[r].streams[k].fd < 0) continue;
+        fds.push_back({ranks[r].streams[k].fd, POLLIN, 0});
+        owners.emplace_back(r, k);
       }
     }
     if (!fds.empty() && poll(fds.data(), fds.size(), 50) > 0) {
       for (size_t k = 0; k < fds.size(); ++k) {
         if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        auto& r = ranks[owners[k]];
+        const auto [r, which] = owners[k];
+        auto& stream = ranks[r].streams[which];
         char buffer[8192];
-        const ssize_t got = read(r.out, buffer, sizeof(buffer));
+        const ssize_t got = read(stream.fd, buffer, sizeof(buffer));
         if (got > 0) {
-          r.partial.append(buffer, static_cast<size_t>(got));
-          flush_lines(owners[k], r, false);
+          stream.partial.append(buffer, static_cast<size_t>(got));
+          flush_lines(r, stream, false, destination(which));
         } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-          flush_lines(owners[k], r, true);
-          close(r.out);
-          r.out = -1;
+          flush_lines(r, stream, true, destination(which));
+          close(stream.fd);
+          stream.fd = -1;
         }
       }
     } else if (fds.empty()) {
@@ -376,14 +402,16 @@ int launch_main(int argc, char** argv) {
     }
   }
   for (int r = 0; r < nproc; ++r) {
-    if (ranks[r].out >= 0) {
+    for (size_t which = 0; which < ranks[r].streams.size(); ++which) {
+      auto& stream = ranks[r].streams[which];
+      if (stream.fd < 0) continue;
       char buffer[8192];
-      for (ssize_t got; (got = read(ranks[r].out, buffer, sizeof(buffer))) > 0;) {
-        ranks[r].partial.append(buffer, static_cast<size_t>(got));
+      for (ssize_t got; (got = read(stream.fd, buffer, sizeof(buffer))) > 0;) {
+        stream.partial.append(buffer, static_cast<size_t>(got));
       }
-      flush_lines(r, ranks[r], true);
-      close(ranks[r].out);
-      ranks[r].out = -1;
+      flush_lines(r, stream, true, destination(which));
+      close(stream.fd);
+      stream.fd = -1;
     }
   }
   if (forwarded) return 128 + forwarded;

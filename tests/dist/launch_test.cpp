@@ -163,7 +163,7 @@ TEST(DistLaunch, SigkilledLauncherTakesItsRanksAlong) {
 
 TEST(DistLaunch, TooFewFileDescriptorsIsAClearErrorAndNoRankIsOrphaned) {
   Subreaper reaper;
-  // (open files, ranks): 3 are stdin/out/err; the launcher needs one pipe per rank.
+  // (open files, ranks): 3 are stdin/out/err; the launcher needs two pipes per rank.
   for (auto [max_fds, nproc] : {std::pair{8, 8}, {12, 8}, {16, 20}}) {
     auto launcher =
         start_launcher({"--nproc", std::to_string(nproc), "--", "/bin/sh", "-c", "exec sleep 60"}, max_fds);
