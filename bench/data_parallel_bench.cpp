@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <functional>
 
 #include "bench_ranks.h"
 
@@ -56,16 +57,23 @@ struct Loop {
   torch::optim::SGD sgd{net.ptr()->parameters(), torch::optim::SGDOptions(0.01)};
   torch::Tensor x = torch::randn({kBatch, 1, 28, 28});
   torch::Tensor y = torch::randint(10, {kBatch}, torch::kLong);
-  void step() {
+  /// One SGD step; `forward` and `update` replace the network's forward and sgd.step().
+  void step(const std::function<torch::Tensor(const torch::Tensor&)>& forward = {},
+            const std::function<void()>& update = {}) {
     sgd.zero_grad();
-    torch::nll_loss(torch::log_softmax(net.forward(x), 1), y).backward();
-    sgd.step();
+    torch::nll_loss(torch::log_softmax(forward ? forward(x) : net.forward(x), 1), y).backward();
+    if (update) {
+      update();
+    } else {
+      sgd.step();
+    }
   }
 };
 
-double time_steps(Loop& loop, int64_t steps) {
+/// Seconds that `steps` calls of `step` take.
+double seconds_of(int64_t steps, const std::function<void()>& step) {
   const auto t0 = Clock::now();
-  for (int64_t i = 0; i < steps; ++i) loop.step();
+  for (int64_t i = 0; i < steps; ++i) step();
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -75,64 +83,54 @@ int64_t flat_gradient_numel(Loop& loop) {
   return n;
 }
 
-// What both ranks run for a command.
+// What both ranks run for a command: two untimed steps, then `steps` timed ones from a
+// barrier.
 double run(int64_t what, int64_t steps) {
-  if (what == kDataParallel) {
-    Loop loop;
-    push::parallel::DataParallel dp(*loop.net.ptr(), *g_all, push::parallel::DataParallelOptions().bucket_bytes(g_bucket));
-    time_steps(loop, 2);
+  Loop loop;
+  auto timed = [&](const std::function<void()>& step) {
     g_all->barrier();
-    return time_steps(loop, steps);
+    return seconds_of(steps, step);
+  };
+  auto plain = [&] { loop.step(); };
+  if (what == kDataParallel) {
+    push::parallel::DataParallel dp(*loop.net.ptr(), *g_all, push::parallel::DataParallelOptions().bucket_bytes(g_bucket));
+    seconds_of(2, plain);
+    return timed(plain);
   }
   if (what == kNonBlocking) {
-    Loop loop;
     torch::nn::Sequential seq = loop.net.get<push::SequentialNet>()->layers();
     push::parallel::NonBlockingDataParallel nb(seq, *g_all);
     auto step = [&] {
-      loop.sgd.zero_grad();
-      torch::nll_loss(torch::log_softmax(nb.forward(loop.x), 1), loop.y).backward();
-      loop.sgd.step();
-      nb.start_averaging();
+      loop.step([&](const torch::Tensor& x) { return nb.forward(x); },
+                [&] {
+                  loop.sgd.step();
+                  nb.start_averaging();
+                });
     };
-    for (int i = 0; i < 2; ++i) step();
+    seconds_of(2, step);
     nb.synchronize();
-    g_all->barrier();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < steps; ++i) step();
-    nb.synchronize();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return timed([&, left = steps] () mutable {
+      step();
+      if (--left == 0) nb.synchronize();  // the last average is part of the work
+    });
   }
   if (what == kDaso) {
-    Loop loop;
     push::parallel::Daso daso(*loop.net.ptr(), loop.sgd, *g_world,
                               push::parallel::DasoOptions(1000).ranks_per_node(1).warmup_epochs(0).cooldown_epochs(0));
-    auto step = [&] {
-      loop.sgd.zero_grad();
-      torch::nll_loss(torch::log_softmax(loop.net.forward(loop.x), 1), loop.y).backward();
-      daso.step();
-    };
-    daso.set_batches_per_epoch(2);  // a first epoch (blocking), then the cycling schedule
-    for (int i = 0; i < 2; ++i) step();
+    auto step = [&] { loop.step({}, [&] { daso.step(); }); };
+    daso.set_batches_per_epoch(2);  // an untimed first epoch; warm-up 0: cycling from the start
+    seconds_of(2, step);
     daso.end_epoch(1.0);
     daso.set_batches_per_epoch(steps);
-    g_all->barrier();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < steps; ++i) step();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return timed(step);
   }
   if (what == kPlainBoth) {  // both ranks at once, no communication: what sharing the machine costs
-    Loop loop;
-    time_steps(loop, 2);
-    g_all->barrier();
-    return time_steps(loop, steps);
+    seconds_of(2, plain);
+    return timed(plain);
   }
   // kRawAllReduce: one all_reduce of a flat gradient-sized tensor per step.
-  Loop loop;
   auto flat = torch::randn({flat_gradient_numel(loop)});
-  g_all->barrier();
-  const auto t0 = Clock::now();
-  for (int64_t i = 0; i < steps; ++i) g_all->all_reduce(flat, push::dist::ReduceOp::average);
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  return timed([&] { g_all->all_reduce(flat, push::dist::ReduceOp::average); });
 }
 
 double command(int64_t what, int64_t steps) {
@@ -155,8 +153,8 @@ void BM_DataParallel(benchmark::State& state) {
     both += command(kPlainBoth, steps);
     raw += command(kRawAllReduce, steps);
     Loop alone;
-    time_steps(alone, 2);
-    one += time_steps(alone, steps);
+    seconds_of(2, [&] { alone.step(); });
+    one += seconds_of(steps, [&] { alone.step(); });
   }
   const double n = static_cast<double>(steps * state.iterations()), samples = n * kBatch;
   state.counters["dp_samples_per_s"] = 2 * samples / dp;

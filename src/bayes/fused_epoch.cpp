@@ -70,7 +70,7 @@ double Infer::epoch_body(Particle& p, const torch::Tensor& x, const torch::Tenso
                                                    after_step, step)
                                      : train_epoch(p, x, y, epoch, after_step, step);
   if (r) {
-    const int diverged = r->end_epoch(p, loss);
+    const int diverged = r->end_epoch(loss);
     PUSH_CHECK(diverged == 0, "push::bayes::Infer::fit", name(), ": the training loss of particle ", p.pid(),
                " is non-finite in epoch ", epoch + 1, " on ", diverged, " of ", r->ranks(),
                " ranks: training diverged; lower the learning rate or check the data for huge values");

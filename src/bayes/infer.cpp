@@ -6,6 +6,7 @@
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
 
+#include "../parallel/flat.h"
 #include "learned_noise.h"
 #include "replica.h"
 
@@ -164,9 +165,7 @@ void Infer::ensure_created() {
     // fails (a bad node layout), nothing is left half made for a later call to run on.
     try {
       for (Pid pid : dist_->particle_ids()) replicas_[pid] = std::make_unique<detail::Replica>(*dp);
-      std::vector<int> all(dp->world().size());
-      for (int r = 0; r < dp->world().size(); ++r) all[r] = r;
-      replica_group_ = dp->world().new_group(all);
+      replica_group_ = parallel::detail::group_of_everyone(dp->world());
     } catch (...) {
       dist_.reset();
       replicas_.clear();
@@ -379,12 +378,14 @@ double Infer::sgd_step(Particle& p, const torch::Tensor& x, const torch::Tensor&
                        const std::function<void()>& step) const {
   auto& opt = p.optimizer();
   auto* r = replica(p.pid());
-  if (r) r->before_forward(p);
+  if (r) r->before_forward();
   opt.zero_grad();
   auto nll = mean_nll(p.any_module().forward(x), y);
   auto loss = nll + neg_log_prior(p.module()) / static_cast<double>(n);
   loss.backward();
-  const std::function<void()> apply = step ? step : std::function<void()>([&opt] { opt.step(); });
+  std::function<void()> plain;  // the optimizer's own step, when `step` does not replace it
+  if (!step) plain = [&opt] { opt.step(); };
+  const std::function<void()>& apply = step ? step : plain;
   if (r) {
     r->step(p, apply);
   } else {

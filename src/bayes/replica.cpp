@@ -50,25 +50,13 @@ namespace detail {
 namespace {
 constexpr const char* kOrigin = "push::bayes::Infer (data parallel)";
 
-std::vector<torch::Tensor> trainable(Particle& p) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : p.module().parameters()) {
-    if (t.requires_grad()) out.push_back(t);
-  }
-  return out;
-}
 }  // namespace
 
-Replica::Replica(const DataParallelSpec& spec)
-    : spec_(spec), mode_(spec.mode()), rank_(spec.world().rank()), size_(spec.world().size()) {
-  if (mode_ == DataParallelMode::daso) {
-    PUSH_CHECK(spec.ranks_per_node() >= 0, kOrigin, "ranks_per_node must not be negative, got ",
-               spec.ranks_per_node());
+Replica::Replica(const DataParallelSpec& spec) : spec_(spec) {
+  if (spec.mode() == DataParallelMode::daso) {
     daso_groups_ = parallel::DasoGroups::make(spec.world(), spec.ranks_per_node());
   } else {
-    std::vector<int> all(size_);
-    for (int r = 0; r < size_; ++r) all[r] = r;
-    group_ = spec.world().new_group(all);
+    group_ = parallel::detail::group_of_everyone(spec.world());
   }
 }
 
@@ -77,28 +65,29 @@ Replica::~Replica() { drop_outstanding(); }
 void Replica::drop_outstanding() {
   if (!outstanding_) return;
   outstanding_ = false;
-  try {
-    work_.wait();
-  } catch (const std::exception&) {
-  }
+  parallel::detail::wait_quietly(work_);
 }
 
 const dist::CollectiveGroup& Replica::everyone() const {
   return daso_groups_ ? daso_groups_->everyone : group_;
 }
 
+int Replica::ranks() const { return spec_.world().size(); }
+
 torch::Tensor Replica::shard(const torch::Tensor& rows) const {
-  const int64_t m = rows.size(0), per = (m + size_ - 1) / size_;
-  auto padded = rows.index_select(0, torch::arange(per * size_, torch::kLong).remainder(m));
-  return padded.index_select(0, torch::arange(rank_, per * size_, size_, torch::kLong));
+  return parallel::detail::share_of(rows, spec_.world().rank(), spec_.world().size());
 }
 
 void Replica::begin_epoch(Particle& p, int64_t epochs_left, int64_t batches, int64_t fit_call) {
+  params_.clear();  // the particle's trainable parameters, as they are this epoch
+  for (const auto& t : p.module().parameters()) {
+    if (t.requires_grad()) params_.push_back(t);
+  }
   if (fit_call != fit_call_) {
     drop_outstanding();
     diverged_ = false;
     daso_.reset();
-    if (mode_ == DataParallelMode::daso) {  // it starts from rank 0's parameters itself
+    if (spec_.mode() == DataParallelMode::daso) {  // it starts from rank 0's parameters itself
       daso_ = std::make_unique<parallel::Daso>(
           p.module(), p.optimizer(), *daso_groups_,
           parallel::DasoOptions(std::max<int64_t>(1, epochs_left))
@@ -118,29 +107,29 @@ void Replica::note_loss(double loss) {
   if (!std::isfinite(loss)) diverged_ = true;
 }
 
-void Replica::before_forward(Particle& p) {
+void Replica::before_forward() {
   if (!outstanding_) return;
   work_.wait();
   outstanding_ = false;
-  parallel::detail::unpack(flat_, trainable(p));
+  parallel::detail::unpack(flat_, params_);
 }
 
 void Replica::step(Particle& p, const std::function<void()>& apply) {
-  switch (mode_) {
+  PUSH_CHECK(!params_.empty(), kOrigin, "particle ", p.pid(), ": a step outside an epoch (no begin_epoch)");
+  switch (spec_.mode()) {
     case DataParallelMode::daso:
       daso_->step(apply);
       return;
     case DataParallelMode::blocking:
-      parallel::detail::average_gradients(trainable(p), flat_, group_);
+      parallel::detail::average_gradients(params_, flat_, group_);
       apply();
       return;
     case DataParallelMode::nonblocking: {
       PUSH_CHECK(!outstanding_, kOrigin, "particle ", p.pid(), ": a step with an average still in flight");
       apply();
-      auto params = trainable(p);
-      const int64_t n = parallel::detail::total_numel(params);
-      if (!flat_.defined() || flat_.numel() != n) flat_ = torch::empty({n}, params.front().options().requires_grad(false));
-      parallel::detail::pack(params, flat_);
+      const int64_t n = parallel::detail::total_numel(params_);
+      if (!flat_.defined() || flat_.numel() != n) flat_ = torch::empty({n}, params_.front().options().requires_grad(false));
+      parallel::detail::pack(params_, flat_);
       work_ = group_.all_reduce_async(flat_, dist::ReduceOp::average);
       outstanding_ = true;
       return;
@@ -148,8 +137,8 @@ void Replica::step(Particle& p, const std::function<void()>& apply) {
   }
 }
 
-int Replica::end_epoch(Particle& p, double loss) {
-  if (mode_ == DataParallelMode::nonblocking) before_forward(p);  // the last step's average
+int Replica::end_epoch(double loss) {
+  if (spec_.mode() == DataParallelMode::nonblocking) before_forward();  // the last step's average
   auto flag = torch::tensor({diverged_ ? 1.0 : 0.0}, torch::kDouble);
   everyone().all_reduce(flag, dist::ReduceOp::sum);
   diverged_ = false;

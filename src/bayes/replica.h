@@ -19,10 +19,10 @@ class Replica {
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
-  /// This rank's share of `rows`: every size-th row from its rank's position, the rows
-  /// repeated from the start to a multiple of the ranks (every rank gets as many).
+  /// This rank's share of `rows` (parallel::detail::share_of: every rank gets as many).
   torch::Tensor shard(const torch::Tensor& rows) const;
-  /// Before an epoch of `batches` steps. The first of each fit() call (`fit_call` counts
+  /// Before an epoch of `batches` steps of particle `p` (until end_epoch, the other calls
+  /// act on `p`). The first of each fit() call (`fit_call` counts
   /// them), whose last epoch is `epochs_left` away, drops what a failed call left in
   /// flight and makes every rank start from rank 0's parameters (daso: a new schedule
   /// over those epochs).
@@ -31,14 +31,14 @@ class Replica {
   /// every rank stops at the same point instead of one rank leaving the others waiting.
   void note_loss(double loss);
   /// Before a batch's forward: nonblocking applies the average in flight.
-  void before_forward(Particle& p);
+  void before_forward();
   /// After backward: `apply` (the optimizer's step) with the mode's communication.
   void step(Particle& p, const std::function<void()>& apply);
   /// After the epoch's last step, with this rank's epoch loss: every rank then holds the
   /// same parameters. Returns how many ranks had a non-finite loss this epoch (the same
   /// on every rank; the schedule and the averages are skipped when it is not 0).
-  int end_epoch(Particle& p, double loss);
-  int ranks() const { return size_; }
+  int end_epoch(double loss);
+  int ranks() const;
 
  private:
   const dist::CollectiveGroup& everyone() const;
@@ -46,9 +46,8 @@ class Replica {
   void drop_outstanding();
 
   DataParallelSpec spec_;
-  DataParallelMode mode_;
-  int rank_ = 0, size_ = 1;
   dist::CollectiveGroup group_;                   // blocking, nonblocking
+  std::vector<torch::Tensor> params_;             // the particle's trainable ones, this epoch
   std::optional<parallel::DasoGroups> daso_groups_;
   bool diverged_ = false;                         // a non-finite loss this epoch
   std::unique_ptr<parallel::Daso> daso_;

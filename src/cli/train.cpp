@@ -7,6 +7,7 @@
 // written (staged_folder.h). Outputs and the checkpoint are written in staging folders
 // and published whole, only when the run succeeded (finite metrics, every write checked).
 #include <push/bayes.h>
+#include <push/parallel/daso.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -257,14 +258,11 @@ int run_train(int argc, char** argv) {
   PUSH_CHECK(!data_parallel || !c.fuse.value_or(false), "push train",
              "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
   if (c.data_parallel == "daso") {
-    int per_node = c.ranks_per_node;
-    const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    const char* source = "";
-    if (per_node == 0) {
-      per_node = local != nullptr ? std::atoi(local) : world->size();
-      source = local != nullptr ? " (LOCAL_WORLD_SIZE)" : " (all of them: LOCAL_WORLD_SIZE is unset)";
-    }
-    PUSH_CHECK(per_node > 0 && world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
+    const int per_node = parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node, world->size());
+    const char* source = c.ranks_per_node > 0                      ? ""
+                         : std::getenv("LOCAL_WORLD_SIZE") != nullptr ? " (LOCAL_WORLD_SIZE)"
+                                                                      : " (all of them: LOCAL_WORLD_SIZE is unset)";
+    PUSH_CHECK(world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
                "--data-parallel daso needs at least 2 nodes of equal size: ", world->size(), " ranks with ",
                per_node, " ranks per node", source, " do not make them; set --ranks-per-node (e.g. ",
                std::max(1, world->size() / 2), ") to simulate nodes on one machine");

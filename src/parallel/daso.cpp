@@ -18,34 +18,24 @@ namespace push::parallel {
 namespace {
 constexpr const char* kOrigin = "push::parallel::Daso";
 
-int resolve_ranks_per_node(int asked, int world_size) {
-  if (asked > 0) return asked;
-  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    PUSH_CHECK(end != env && *end == '\0' && v > 0, kOrigin, "LOCAL_WORLD_SIZE='", env, "' is not a positive integer");
-    return static_cast<int>(v);
-  }
-  return world_size;
-}
 }  // namespace
 
 struct Daso::State {
   torch::nn::Module* module = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   DasoSchedule schedule;
-  int ranks_per_node = 1, nodes = 1, node = 0, local_rank = 0;
-  dist::CollectiveGroup everyone;  // this object's own: its collectives never interleave with others'
-  std::optional<dist::CollectiveGroup> node_group;  // unset with one rank per node
-  dist::CollectiveGroup global;                     // local rank i of every node
-  std::unique_ptr<DataParallel> local;              // node-local averaging through hooks
-  std::vector<torch::Tensor> params;                // the trainable ones, in module order
-  torch::Tensor flat;                               // float32 scratch of their values
-  torch::Tensor flat_grad;                          // average_in_step: their gradients
+  DasoGroups groups;                    // this object's own: its collectives never interleave with others'
+  std::unique_ptr<DataParallel> local;  // node-local averaging through hooks
+  std::vector<torch::Tensor> params;    // the trainable ones, in module order
+  torch::Tensor flat;                   // float32 scratch of their values
+  torch::Tensor flat_grad;              // average_in_step: their gradients
+  // One sync is in flight at a time (a late one is received before the next is sent), so
+  // these serve every sync: what this rank sends, in the downcast type and as Gloo moves
+  // it (the same bytes), and the float32 sum of what it gathers.
+  torch::Tensor payload, wire, sum;
 
   struct Sync {
     int sender = 0;       // the local rank whose global group sent it
-    torch::Tensor payload;
     std::vector<torch::Tensor> gathered;
     dist::Work work;
     bool mine = false;    // this rank took part
@@ -59,7 +49,7 @@ struct Daso::State {
   const DasoOptions& options() const { return schedule.options(); }
 
   void average_gradients_in_step() {
-    if (node_group) detail::average_gradients(params, flat_grad, *node_group);
+    if (groups.node_group) detail::average_gradients(params, flat_grad, *groups.node_group);
   }
 
   // Starts a global sync from the group of local rank `sender`: its members send their
@@ -67,14 +57,11 @@ struct Daso::State {
   Sync start(int sender) {
     Sync s;
     s.sender = sender;
-    s.mine = local_rank == sender;
+    s.mine = groups.local_rank == sender;
     if (s.mine) {
       detail::pack(params, flat);
-      auto payload = flat.to(options().downcast());
-      // Gloo (in LibTorch 1.13) moves no bfloat16: the 16-bit payloads travel as half, bit
-      // for bit, and are summed here, in float32, in one order on every rank.
-      s.payload = payload.scalar_type() == torch::kFloat ? payload : payload.view(torch::kHalf);
-      s.work = global.all_gather_async(s.gathered, s.payload);
+      payload.copy_(flat);
+      s.work = groups.global.all_gather_async(s.gathered, wire);
     }
     ++sent;
     return s;
@@ -86,7 +73,7 @@ struct Daso::State {
     if (s.mine) {
       s.work.wait();
       torch::NoGradGuard no_grad;
-      auto sum = torch::zeros_like(flat);
+      sum.zero_();
       for (const auto& g : s.gathered) {
         sum.add_(g.scalar_type() == torch::kFloat ? g : g.view(options().downcast()).to(torch::kFloat));
       }
@@ -100,13 +87,25 @@ struct Daso::State {
       }
       detail::unpack(flat, params);
     }
-    if (node_group) {  // the senders' result, to the rest of their node
-      node_group->broadcast(flat, node * ranks_per_node + s.sender);
+    if (groups.node_group) {  // the senders' result, to the rest of their node
+      groups.node_group->broadcast(flat, groups.node * groups.ranks_per_node + s.sender);
       if (!s.mine) detail::unpack(flat, params);
     }
     ++received;
   }
 };
+
+int DasoGroups::resolve_ranks_per_node(int asked, int world_size) {
+  PUSH_CHECK(asked >= 0, kOrigin, "ranks_per_node must not be negative, got ", asked);
+  if (asked > 0) return asked;
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    PUSH_CHECK(end != env && *end == '\0' && v > 0, kOrigin, "LOCAL_WORLD_SIZE='", env, "' is not a positive integer");
+    return static_cast<int>(v);
+  }
+  return world_size;
+}
 
 DasoGroups DasoGroups::make(const dist::World& world, int ranks_per_node) {
   DasoGroups g;
@@ -121,11 +120,10 @@ DasoGroups DasoGroups::make(const dist::World& world, int ranks_per_node) {
   g.node = rank / g.ranks_per_node;
   g.local_rank = rank % g.ranks_per_node;
   // Created in one order everywhere (only members create a group).
-  std::vector<int> all(size), node_ranks, global_ranks;
-  for (int r = 0; r < size; ++r) all[r] = r;
+  std::vector<int> node_ranks, global_ranks;
   for (int r = 0; r < g.ranks_per_node; ++r) node_ranks.push_back(g.node * g.ranks_per_node + r);
   for (int n = 0; n < g.nodes; ++n) global_ranks.push_back(n * g.ranks_per_node + g.local_rank);
-  g.everyone = world.new_group(all);
+  g.everyone = detail::group_of_everyone(world);
   if (g.ranks_per_node > 1) g.node_group = world.new_group(node_ranks);
   g.global = world.new_group(global_ranks);
   return g;
@@ -139,13 +137,7 @@ Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGr
   auto& s = *state_;
   s.module = &module;
   s.optimizer = &optimizer;
-  s.ranks_per_node = groups.ranks_per_node;
-  s.nodes = groups.nodes;
-  s.node = groups.node;
-  s.local_rank = groups.local_rank;
-  s.everyone = std::move(groups.everyone);
-  s.node_group = std::move(groups.node_group);
-  s.global = std::move(groups.global);
+  s.groups = std::move(groups);
   for (const auto& p : module.parameters()) {
     if (!p.requires_grad()) continue;
     PUSH_CHECK(p.is_floating_point(), kOrigin, "parameter of type ", c10::toString(p.scalar_type()),
@@ -157,26 +149,25 @@ Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGr
   PUSH_CHECK(!s.params.empty(), kOrigin, "the module has no trainable parameters");
   const auto flat_options = s.params[0].options().dtype(torch::kFloat).requires_grad(false);
   s.flat = torch::empty({detail::total_numel(s.params)}, flat_options);
+  s.sum = torch::empty_like(s.flat);
+  // Gloo (in LibTorch 1.13) moves no bfloat16: 16-bit payloads travel as half, bit for
+  // bit, and are summed in float32, in one order on every rank.
+  const auto downcast = s.options().downcast();
+  s.payload = torch::empty_like(s.flat, flat_options.dtype(downcast));
+  s.wire = downcast == torch::kFloat ? s.payload : s.payload.view(torch::kHalf);
 
-  detail::broadcast_from_first(module.parameters(), s.everyone);
-  detail::broadcast_from_first(module.buffers(), s.everyone);
-  if (s.node_group) {
-    if (!s.options().average_in_step()) {
-      s.local = std::make_unique<DataParallel>(module, *s.node_group,
-                                               DataParallelOptions().bucket_bytes(s.options().bucket_bytes()));
-    }
+  detail::broadcast_from_first(module.parameters(), s.groups.everyone);
+  detail::broadcast_from_first(module.buffers(), s.groups.everyone);
+  if (s.groups.node_group && !s.options().average_in_step()) {
+    s.local = std::make_unique<DataParallel>(module, *s.groups.node_group,
+                                             DataParallelOptions().bucket_bytes(s.options().bucket_bytes()));
   }
 }
 
 Daso::~Daso() {
   // An outstanding sync ends before its buffers go.
   auto& s = *state_;
-  if (s.outstanding && s.outstanding->mine) {
-    try {
-      s.outstanding->work.wait();
-    } catch (const std::exception&) {
-    }
-  }
+  if (s.outstanding && s.outstanding->mine) detail::wait_quietly(s.outstanding->work);
 }
 
 void Daso::set_batches_per_epoch(int64_t batches) { state_->schedule.set_batches_per_epoch(batches); }
@@ -197,7 +188,7 @@ void Daso::step(const std::function<void()>& apply) {
   }
   if (step.send) {
     const int sender = s.next_sender;
-    s.next_sender = (s.next_sender + 1) % s.ranks_per_node;
+    s.next_sender = (s.next_sender + 1) % s.groups.ranks_per_node;
     auto sync = s.start(sender);
     if (step.blocking) {
       s.finish(sync, /*blocking=*/true);
@@ -211,14 +202,14 @@ void Daso::step(const std::function<void()>& apply) {
 void Daso::end_epoch(double loss) {
   auto& s = *state_;
   auto t = torch::tensor({loss}, torch::kDouble);
-  s.everyone.all_reduce(t, dist::ReduceOp::average);
+  s.groups.everyone.all_reduce(t, dist::ReduceOp::average);
   s.schedule.end_epoch(t.item<double>());
 }
 
 const DasoSchedule& Daso::schedule() const { return state_->schedule; }
-int Daso::nodes() const { return state_->nodes; }
-int Daso::node() const { return state_->node; }
-int Daso::local_rank() const { return state_->local_rank; }
+int Daso::nodes() const { return state_->groups.nodes; }
+int Daso::node() const { return state_->groups.node; }
+int Daso::local_rank() const { return state_->groups.local_rank; }
 int64_t Daso::syncs_sent() const { return state_->sent; }
 int64_t Daso::syncs_received() const { return state_->received; }
 

@@ -89,12 +89,7 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
         if (b.launched) works.push_back(b.work);
       }
     }
-    for (auto& w : works) {
-      try {
-        w.wait();
-      } catch (const std::exception&) {
-      }
-    }
+    for (auto& w : works) detail::wait_quietly(w);
     std::lock_guard lock(mutex);
     in_backward = false;
   }
@@ -287,11 +282,7 @@ NonBlockingDataParallel::NonBlockingDataParallel(torch::nn::Sequential net, dist
 NonBlockingDataParallel::~NonBlockingDataParallel() {
   // Outstanding collectives end before their buffers go.
   for (auto& layer : state_->layers) {
-    if (!layer.outstanding) continue;
-    try {
-      layer.work.wait();
-    } catch (const std::exception&) {
-    }
+    if (layer.outstanding) detail::wait_quietly(layer.work);
   }
 }
 
@@ -323,7 +314,6 @@ void NonBlockingDataParallel::synchronize() {
 
 torch::Tensor shard(int64_t n, const dist::CollectiveGroup& group, int64_t epoch, uint64_t seed, bool shuffle) {
   PUSH_CHECK(n > 0, "push::parallel::shard", "no rows to shard (n = ", n, ")");
-  const int64_t size = group.size();
   torch::Tensor order;
   if (shuffle) {
     uint64_t mixed = seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch) + 0x632BE59BD9B4E019ULL;
@@ -333,9 +323,7 @@ torch::Tensor shard(int64_t n, const dist::CollectiveGroup& group, int64_t epoch
   } else {
     order = torch::arange(n, torch::kLong);
   }
-  const int64_t per = (n + size - 1) / size;
-  auto padded = order.index_select(0, torch::arange(per * size, torch::kLong).remainder(n));
-  return padded.index_select(0, torch::arange(group.group_rank(), per * size, size, torch::kLong));
+  return detail::share_of(order, group.group_rank(), group.size());
 }
 
 }  // namespace push::parallel

@@ -4,6 +4,25 @@
 
 namespace push::parallel::detail {
 
+dist::CollectiveGroup group_of_everyone(const dist::World& world) {
+  std::vector<int> all(world.size());
+  for (int r = 0; r < world.size(); ++r) all[r] = r;
+  return world.new_group(all);
+}
+
+void wait_quietly(const dist::Work& work) {
+  try {
+    work.wait();
+  } catch (const std::exception&) {
+  }
+}
+
+torch::Tensor share_of(const torch::Tensor& rows, int rank, int size) {
+  const int64_t m = rows.size(0), per = (m + size - 1) / size;
+  auto padded = rows.index_select(0, torch::arange(per * size, torch::kLong).remainder(m));
+  return padded.index_select(0, torch::arange(rank, per * size, size, torch::kLong));
+}
+
 void broadcast_from_first(const std::vector<torch::Tensor>& tensors, const dist::CollectiveGroup& group) {
   torch::NoGradGuard no_grad;
   const int root = group.ranks().front();

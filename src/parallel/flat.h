@@ -9,6 +9,14 @@
 
 namespace push::parallel::detail {
 
+/// A group of every rank of `world`, this caller's own (so that its collectives never
+/// interleave with another user's of the world's default group). Collective.
+dist::CollectiveGroup group_of_everyone(const dist::World& world);
+/// Waits for `work`, whatever became of it (before its buffers go, or are reused).
+void wait_quietly(const dist::Work& work);
+/// Rank `rank`'s share of `rows` among `size` ranks: every size-th row from its position,
+/// the rows repeated from the start to a multiple of the ranks (every rank gets as many).
+torch::Tensor share_of(const torch::Tensor& rows, int rank, int size);
 /// Every tensor of `tensors` takes the value it has on the group's first rank.
 void broadcast_from_first(const std::vector<torch::Tensor>& tensors, const dist::CollectiveGroup& group);
 /// Total elements of `tensors`.

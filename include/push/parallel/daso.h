@@ -131,6 +131,10 @@ class DasoSchedule {
 struct DasoGroups {
   /// `ranks_per_node` as DasoOptions::ranks_per_node (0: LOCAL_WORLD_SIZE, else the world).
   static DasoGroups make(const dist::World& world, int ranks_per_node);
+  /// What ranks_per_node `asked` means in a world of `world_size` ranks: itself when
+  /// positive, else LOCAL_WORLD_SIZE (an error when that is no positive integer), else the
+  /// world. Not checked against the world's size (make() does that).
+  static int resolve_ranks_per_node(int asked, int world_size);
   int ranks_per_node = 1, nodes = 1, node = 0, local_rank = 0;
   dist::CollectiveGroup everyone;
   std::optional<dist::CollectiveGroup> node_group;  // unset with one rank per node
