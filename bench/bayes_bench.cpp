@@ -35,6 +35,8 @@
 #include <numbers>
 #include <thread>
 
+#include "core/seed.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -79,7 +81,7 @@ torch::Tensor prior(torch::nn::Module& m) {
   return s / 2.0;
 }
 at::Generator gen(uint64_t a, uint64_t b, uint64_t c) {
-  return at::make_generator<at::CPUGeneratorImpl>(push::bayes::mix_seed(0, a, b, c));
+  return at::make_generator<at::CPUGeneratorImpl>(push::detail::mix_seed(0, a, b, c));
 }
 
 /// Networks i = first, first + stride, ... < g_particles, each with its own Adam.

@@ -3,7 +3,7 @@
 #include <push/bayes/fused.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/core/errors.h>
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include <c10/util/StringUtil.h>
 

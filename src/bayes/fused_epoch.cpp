@@ -9,12 +9,10 @@
 
 #include "learned_noise.h"
 #include "replica.h"
+#include "core/seed.h"
 
 namespace push::bayes {
-namespace {
-// Purpose tag of the generator of each epoch's split of the rows among data-parallel ranks.
-constexpr uint64_t kShardTag = 0x5348415244ULL;
-}  // namespace
+namespace seed_purpose = push::detail::seed_purpose;
 
 bool Infer::fused() {
   ensure_created();
@@ -58,7 +56,7 @@ double Infer::epoch_body(Particle& p, const torch::Tensor& x, const torch::Tenso
   if (r) {  // this rank's share of the rows, drawn anew each epoch (the same draw on every rank)
     auto all = rows.defined() ? rows : torch::arange(x.size(0), torch::kLong);
     all = all.index_select(0, torch::randperm(all.size(0), generator(static_cast<uint64_t>(p.pid()),
-                                                                     static_cast<uint64_t>(epoch), kShardTag),
+                                                                     static_cast<uint64_t>(epoch), seed_purpose::kShard),
                                               torch::kLong));
     rows = r->shard(all);
     const int64_t batches = (rows.size(0) + options_.batch_size() - 1) / options_.batch_size();

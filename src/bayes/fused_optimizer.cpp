@@ -2,7 +2,7 @@
 #include "fused_optimizer.h"
 
 #include <push/core/errors.h>
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include <cstring>
 

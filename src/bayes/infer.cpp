@@ -19,32 +19,16 @@
 #include <iomanip>
 #include <numbers>
 #include <sstream>
+#include "core/seed.h"
 
 namespace push::bayes {
+namespace seed_purpose = push::detail::seed_purpose;
 
-torch::Tensor flat_parameters(torch::nn::Module& module) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : module.parameters()) flat.push_back(p.detach().reshape(-1));
-  return torch::cat(flat);
-}
 namespace {
-
-constexpr uint64_t kShuffleTag = 0x5348554646ULL, kBootstrapTag = 0x424f4f54ULL;
 
 torch::Tensor variance_of(const torch::Tensor& raw) { return torch::softplus(raw) + 1e-6; }
 
 }  // namespace
-
-uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  uint64_t h = 0x9e3779b97f4a7c15ULL;
-  for (uint64_t v : {a, b, c, d}) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-  }
-  return h;
-}
 
 const char* to_string(Likelihood likelihood) {
   switch (likelihood) {
@@ -215,25 +199,11 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
 
 std::map<Pid, c10::IValue> Infer::exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
                                            const char* origin) {
-  if (!options_.world()) {
-    if (error) std::rethrow_exception(error);
-    return mine;
-  }
-  c10::IValue value;
-  if (error) {
-    value = c10::IValue(push::detail::describe(error));
-  } else {
-    c10::impl::GenericList list(c10::AnyType::get());
-    for (const auto& [pid, v] : mine) list.push_back(c10::ivalue::Tuple::create({pid, v}));
-    value = list;
-  }
-  auto all = dist_->all_gather(value, origin);
-  if (error) std::rethrow_exception(error);
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (const auto& [pid, v] : mine) list.push_back(c10::ivalue::Tuple::create({pid, v}));
   std::map<Pid, c10::IValue> out;
-  for (size_t r = 0; r < all.size(); ++r) {
-    PUSH_CHECK(!all[r].isString(), origin, "rank ", r, " (", options_.world()->names().at(r), "): ",
-               all[r].toStringRef());
-    for (const auto& item : all[r].toListRef()) {
+  for (const auto& rank : dist_->all_gather_or_throw(list, error, origin)) {
+    for (const auto& item : rank.toListRef()) {
       const auto& t = item.toTupleRef().elements();
       out[t[0].toInt()] = t[1];
     }
@@ -434,12 +404,12 @@ void Infer::check_parameters_finite(Particle& p, int64_t epoch) const {
 }
 
 torch::Tensor Infer::epoch_order(Pid particle, int64_t epoch, int64_t n) const {
-  auto gen = generator(static_cast<uint64_t>(particle), static_cast<uint64_t>(epoch), kShuffleTag);
+  auto gen = generator(static_cast<uint64_t>(particle), static_cast<uint64_t>(epoch), seed_purpose::kShuffle);
   return torch::randperm(n, gen, torch::kLong);
 }
 
 at::Generator Infer::generator(uint64_t a, uint64_t b, uint64_t c) const {
-  return at::make_generator<at::CPUGeneratorImpl>(mix_seed(options_.seed(), a, b, c));
+  return at::make_generator<at::CPUGeneratorImpl>(push::detail::mix_seed(options_.seed(), a, b, c));
 }
 
 void Infer::save(const std::filesystem::path& dir) {
@@ -534,7 +504,7 @@ ParticleOptions Ensemble::particle_options() { return ParticleOptions(); }
 torch::Tensor Ensemble::epoch_rows(Particle& p, int64_t n) const {
   if (!ensemble_.bootstrap()) return {};
   // The same resample every epoch: the particle's own view of the data.
-  return torch::randint(n, {n}, generator(p.pid(), kBootstrapTag), torch::kLong);
+  return torch::randint(n, {n}, generator(p.pid(), seed_purpose::kBootstrap), torch::kLong);
 }
 
 }  // namespace push::bayes

@@ -6,11 +6,12 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include "core/seed.h"
 
 namespace push::bayes {
+namespace seed_purpose = push::detail::seed_purpose;
 namespace {
 
-constexpr uint64_t kDropoutTag = 0x44524f50ULL, kPredictTag = 0x50524544ULL, kRankTag = 0x52414e4bULL;
 
 }  // namespace
 
@@ -37,7 +38,7 @@ namespace {
 void reseed_dropouts(torch::nn::Module& module, uint64_t seed) {
   uint64_t i = 0;
   for (const auto& m : module.modules()) {
-    if (auto* d = dynamic_cast<DropoutImpl*>(m.get())) d->reseed(mix_seed(seed, i++));
+    if (auto* d = dynamic_cast<DropoutImpl*>(m.get())) d->reseed(push::detail::mix_seed(seed, i++));
   }
 }
 }  // namespace
@@ -54,13 +55,13 @@ void MCDropout::prepare_epoch(Particle& p, int64_t epoch) {
   // masks of one process). Predictions use one set of masks on every rank.
   uint64_t seed = options().seed();
   if (const auto& dp = options().data_parallel(); dp && dp->world().rank() > 0) {
-    seed = mix_seed(seed, static_cast<uint64_t>(dp->world().rank()), kRankTag);
+    seed = push::detail::mix_seed(seed, dp->world().rank(), seed_purpose::kRank);
   }
-  reseed_dropouts(p.module(), mix_seed(seed, p.pid(), epoch, kDropoutTag));
+  reseed_dropouts(p.module(), push::detail::mix_seed(seed, p.pid(), epoch, seed_purpose::kDropout));
 }
 
 torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {
-  reseed_dropouts(p.module(), mix_seed(options().seed(), p.pid(), kPredictTag, kDropoutTag));
+  reseed_dropouts(p.module(), push::detail::mix_seed(options().seed(), p.pid(), seed_purpose::kPredict, seed_purpose::kDropout));
   std::vector<torch::Tensor> outs;
   for (int64_t s = 0; s < mc_.samples(); ++s) outs.push_back(forward_chunked(p, x));
   return torch::stack(outs);

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include "core/seed.h"
 
 namespace push::bayes {
+namespace seed_purpose = push::detail::seed_purpose;
 
 torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& grad_log_p,
                              std::optional<double> bandwidth, bool repulsive, BandwidthRule rule) {
@@ -43,7 +45,6 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
 
 namespace {
 
-constexpr uint64_t kLeaderTag = 0x4c454144ULL;
 
 
 /// θ += step along φ through the particle's optimizer (gradient -φ).
@@ -119,8 +120,9 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     check_finite(p, epoch, loss);
     u.backward();
     std::vector<torch::Tensor> grads;
-    for (const auto& param : module.parameters()) grads.push_back(-param.grad().reshape(-1));
-    return c10::ivalue::Tuple::create({flat_parameters(module).unsqueeze(0), torch::cat(grads).unsqueeze(0),
+    for (const auto& param : module.parameters()) grads.push_back(param.grad());
+    return c10::ivalue::Tuple::create({torch::nn::utils::parameters_to_vector(module.parameters()).detach().unsqueeze(0),
+                                       -torch::nn::utils::parameters_to_vector(grads).unsqueeze(0),
                                        c10::IValue(std::vector<double>{loss})});
   }
   c10::IValue out;
@@ -176,7 +178,7 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
                               const std::vector<std::vector<Pid>>& groups) {
   const int64_t n = x.size(0), bs = options().batch_size();
   // Every particle sees the same minibatches: the leader's order, as unfused.
-  auto order = epoch_order(static_cast<Pid>(kLeaderTag), epoch, n);
+  auto order = epoch_order(static_cast<Pid>(seed_purpose::kLeader), epoch, n);
   std::vector<torch::Tensor> phi(groups.size(), torch::zeros({0}));
   std::map<Pid, double> loss;
   // Rows come in group order; to_id_order[r] is the row of the r-th smallest id.

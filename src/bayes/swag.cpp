@@ -6,21 +6,13 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include "core/flat.h"
+#include "core/seed.h"
 
 namespace push::bayes {
+namespace seed_purpose = push::detail::seed_purpose;
 namespace {
 
-constexpr uint64_t kSampleTag = 0x53574147ULL;
-
-
-void set_flat_parameters(torch::nn::Module& m, const torch::Tensor& flat) {
-  torch::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (auto& p : m.parameters()) {
-    p.copy_(flat.narrow(0, offset, p.numel()).view_as(p));  // copy_ crosses devices
-    offset += p.numel();
-  }
-}
 
 // Moments live on the host in float64 (see collect). A checkpoint loads a particle's state
 // onto its lane's device, so bring them back here: mixed with host θ they must be on the host.
@@ -163,7 +155,7 @@ void MultiSWAG::epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& a
                             std::function<void()>& step) {
   if (!collecting(epoch)) return;
   if (swag_.collect_every_steps() > 0) {
-    after_step = [this, &p] { count_step(p, [&p] { return flat_parameters(p.module()); }); };
+    after_step = [this, &p] { count_step(p, [&p] { return torch::nn::utils::parameters_to_vector(p.module().parameters()).detach(); }); };
   }
   if (swag_.collect_momentum()) {
     step = [&p, lr = momentum_lr(p), momentum = *swag_.collect_momentum()] { momentum_step(p, lr, momentum); };
@@ -219,7 +211,7 @@ void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*
 }
 
 void MultiSWAG::finish_epoch(Particle& p, int64_t epoch) {
-  if (collecting(epoch) && swag_.collect_every_steps() == 0) collect_into(p, flat_parameters(p.module()));
+  if (collecting(epoch) && swag_.collect_every_steps() == 0) collect_into(p, torch::nn::utils::parameters_to_vector(p.module().parameters()).detach());
 }
 
 ParticleOptions MultiSWAG::particle_options() {
@@ -247,15 +239,15 @@ torch::Tensor MultiSWAG::predict_particle(Particle& p, const torch::Tensor& x) {
   auto m = read_state(p.state());
   // Before any moments are collected the particle is a point estimate.
   if (m.count == 0) return forward_chunked(p, x).unsqueeze(0);
-  auto gen = generator(static_cast<uint64_t>(p.pid()), kSampleTag);
+  auto gen = generator(static_cast<uint64_t>(p.pid()), seed_purpose::kSample);
   auto thetas = sample(m, swag_.samples(), swag_.min_variance(), gen);
-  auto saved = flat_parameters(p.module()).clone();
+  auto saved = torch::nn::utils::parameters_to_vector(p.module().parameters()).detach();
   std::vector<torch::Tensor> outs;
   for (int64_t s = 0; s < thetas.size(0); ++s) {
-    set_flat_parameters(p.module(), thetas[s].to(saved.dtype()));
+    push::detail::unpack(thetas[s], p.module().parameters());  // copy_ casts and crosses devices
     outs.push_back(forward_chunked(p, x));
   }
-  set_flat_parameters(p.module(), saved);
+  push::detail::unpack(saved, p.module().parameters());
   return torch::stack(outs);
 }
 

@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "staged_folder.h"
+#include "core/staged_folder.h"
 
 namespace push::cli {
 namespace {
@@ -49,7 +49,7 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
   else line += what + "\n";
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
-  StagedFolder::abandon_all();
+  push::detail::StagedFolder::abandon_all();
   ::_exit(1);
 }
 

@@ -4,7 +4,7 @@
 //   push train                                   # ensemble on the 1-D sine-with-a-gap set
 //   push train --algo svgd --data iris --epochs 100 --out runs/iris
 // Everything is checked before training: the input, and that --out and --save can be
-// written (staged_folder.h). Outputs and the checkpoint are written in staging folders
+// written (core/staged_folder.h). Outputs and the checkpoint are written in staging folders
 // and published whole, only when the run succeeded (finite metrics, every write checked).
 #include <push/bayes.h>
 #include <push/parallel/daso.h>
@@ -24,8 +24,9 @@
 #include <thread>
 
 #include "command.h"
+#include "core/files.h"
+#include "core/staged_folder.h"
 #include "last_resort.h"
-#include "staged_folder.h"
 #include "train_config.h"
 #include "train_report.h"
 
@@ -35,6 +36,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+using push::detail::paths_overlap;
+using push::detail::resolve_path;
+using push::detail::StagedFolder;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -337,8 +341,8 @@ int run_train(int argc, char** argv) {
   }
   std::optional<StagedFolder> out, save;
   if (lead) {
-    out.emplace(c.out, "--out", replaceable_outputs);
-    if (!c.save.empty()) save.emplace(c.save, "--save", replaceable_checkpoint);
+    out.emplace(c.out, "push train", "--out", replaceable_outputs);
+    if (!c.save.empty()) save.emplace(c.save, "push train", "--save", replaceable_checkpoint);
   }
 
   bayes::InferOptions options;

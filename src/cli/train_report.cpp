@@ -117,7 +117,7 @@ std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw) {
   return torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
 }
 
-std::vector<std::string> write_pictures(const StagedFolder& out, const TrainConfig& c, const Evaluation& e,
+std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c, const Evaluation& e,
                                         bayes::Infer& infer, const data::Dataset& train_raw,
                                         const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
                                         const std::optional<bayes::Predictive>& band) {

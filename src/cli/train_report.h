@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "staged_folder.h"
+#include "core/staged_folder.h"
 #include "train_config.h"
 
 namespace push::cli {
@@ -36,7 +36,7 @@ std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw);
 /// regression, the predictive band at `grid`, predicted as `band`); returns the names of
 /// those written. gnuplot missing or failing skips a picture with a warning; a failed
 /// write is an error.
-std::vector<std::string> write_pictures(const StagedFolder& out, const TrainConfig& c, const Evaluation& e,
+std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c, const Evaluation& e,
                                         bayes::Infer& infer, const data::Dataset& train_raw,
                                         const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
                                         const std::optional<bayes::Predictive>& band);

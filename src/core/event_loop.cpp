@@ -23,7 +23,7 @@ struct EventLoop::Task {
   bool timed_out = false;  // resumed by its deadline, not by its future
   uint64_t ticket = 0;     // bumped per wait, so a stale resume is ignored
   std::size_t suspended_index = 0;
-  std::optional<std::multimap<Clock::time_point, Task*>::iterator> timer;
+  std::optional<TimerQueue<Task*>::Handle> timer;
 };
 
 namespace {
@@ -98,12 +98,7 @@ void EventLoop::run() {
     std::optional<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      auto woken = [&] { return stop_requested_ || !queue_.empty(); };
-      if (timers_.empty()) {
-        cv_.wait(lock, woken);
-      } else {
-        cv_.wait_until(lock, timers_.begin()->first, woken);
-      }
+      Clock::wait_until(cv_, lock, timers_.next(), [&] { return stop_requested_ || !queue_.empty(); });
       if (stop_requested_) {
         closed_ = true;
         break;
@@ -151,9 +146,8 @@ void EventLoop::fire_timers() {
   // Deadlines up to now only: a fiber that waits again with a tiny timeout gets a later
   // deadline, so it cannot keep the loop from its queue.
   const auto now = Clock::now();
-  while (!timers_.empty() && timers_.begin()->first <= now) {
-    Task* task = timers_.begin()->second;
-    timers_.erase(timers_.begin());
+  while (auto expired = timers_.pop_expired(now)) {
+    Task* task = *expired;
     task->timer.reset();
     task->timed_out = true;
     remove_suspended(task);
@@ -174,7 +168,7 @@ void EventLoop::run_task_guarded(Task* task) {
 
 void EventLoop::cancel_timer(Task* task) {
   if (task->timer) {
-    timers_.erase(*task->timer);
+    timers_.cancel(*task->timer);
     task->timer.reset();
   }
 }
@@ -310,7 +304,7 @@ bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_poin
       loop->post(std::move(job));
     }
   });
-  if (deadline) task->timer = timers_.emplace(*deadline, task);
+  if (deadline) task->timer = timers_.add(*deadline, task);
   task->timed_out = false;
   on_suspend(task->owner);
   task->suspended = true;

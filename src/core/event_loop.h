@@ -4,11 +4,11 @@
 //
 //   auto loop = std::make_shared<EventLoop>(EventLoop::Options{.name = "push-rpc"});
 //   loop->start();
-//   auto result = std::make_shared<FutureState<int>>();
-//   loop->post_fiber([result, other] { result->set_value(other.wait() + 1); },
-//                    [result](std::exception_ptr e) { result->set_error(e); });
-//   Future<int>(result).wait();  // another thread blocks; other.wait() above suspended
-//                                // only its fiber (other: a Future<int>)
+//   Promise<int> result;
+//   loop->post_fiber([result, other] { result.set_value(other.wait() + 1); },
+//                    [result](std::exception_ptr e) { result.set_error(e); });
+//   result.future().wait();  // another thread blocks; other.wait() above suspended
+//                            // only its fiber (other: a Future<int>)
 //   loop->stop();                // cancels queued jobs, unwinds waiting fibers, joins
 //
 // Jobs are of three kinds:
@@ -45,11 +45,13 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
+#include "core/timer_queue.h"
+
 namespace push::detail {
 
 class EventLoop : public std::enable_shared_from_this<EventLoop> {
  public:
-  using Clock = std::chrono::steady_clock;
   /// Fails a job's future: called instead of the job when the loop stops first, or with
   /// the exception the job let escape.
   using Cancel = std::function<void(std::exception_ptr)>;
@@ -151,7 +153,7 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   std::vector<std::unique_ptr<Task>> tasks_;
   std::vector<Task*> idle_tasks_;
   std::vector<Task*> suspended_;
-  std::multimap<Clock::time_point, Task*> timers_;  // suspended fibers with a deadline
+  TimerQueue<Task*> timers_;  // suspended fibers with a deadline
   Task* current_ = nullptr;
   bool stopping_ = false;
 };

@@ -13,7 +13,7 @@
 // block resumes exactly as it left, and leaks none of it into other handlers. Not saved:
 // the autograd engine's state during a backward pass (wait() refuses to suspend there)
 // and the autocast cache of casts (cleared instead when an autocast handler switches).
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/Device.h>

@@ -1,9 +1,10 @@
 #include <push/core/future.h>
 
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include <c10/util/Exception.h>
 
+#include "core/clock.h"
 #include "core/event_loop.h"
 #include "core/fiber.h"
 
@@ -65,13 +66,13 @@ void FutureCore::wait_ready() {
 bool FutureCore::wait_ready_for(std::chrono::nanoseconds timeout) {
   if (ready()) return true;
   if (timeout <= std::chrono::nanoseconds::zero()) return false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = Clock::deadline_after(timeout);
   if (EventLoop* loop = suspendable_loop("push::Future::wait_for")) {
     return loop->suspend_until(*this, deadline);
   }
   check_not_loop_stack("push::Future::wait_for");
   std::unique_lock<std::mutex> lock(mutex_);
-  return cv_.wait_until(lock, deadline, [&] { return ready(); });
+  return Clock::wait_until(cv_, lock, deadline, [&] { return ready(); });
 }
 
 void FutureCore::add_callback(std::function<void()> callback) {

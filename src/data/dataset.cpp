@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include "core/seed.h"
 
 namespace push::data {
 namespace fs = std::filesystem;
@@ -280,7 +281,7 @@ std::pair<Dataset, Dataset> split(const Dataset& all, double test_fraction, uint
   const int64_t n_test = static_cast<int64_t>(std::llround(test_fraction * static_cast<double>(n)));
   PUSH_CHECK(n_test >= 1 && n_test < n, origin, "test fraction ", test_fraction, " of ", n,
              " rows leaves an empty training or test set");
-  auto gen = make_gen(seed ^ 0x53504c4954ULL);
+  auto gen = make_gen(push::detail::mix_seed(seed, push::detail::seed_purpose::kSplit));
   auto perm = torch::randperm(n, gen, torch::kLong);
   return {all.subset(perm.narrow(0, n_test, n - n_test)), all.subset(perm.narrow(0, 0, n_test))};
 }
@@ -301,7 +302,7 @@ std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions
 
 Dataset subsample(const Dataset& d, int64_t rows, uint64_t seed) {
   if (rows <= 0 || rows >= d.size()) return d;
-  auto gen = make_gen(seed ^ 0x53554253ULL);
+  auto gen = make_gen(push::detail::mix_seed(seed, push::detail::seed_purpose::kSubsample));
   return d.subset(torch::randperm(d.size(), gen, torch::kLong).narrow(0, 0, rows));
 }
 

@@ -8,7 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 #include <push/dist/collective.h>
 #include <push/dist/rpc.h>
 #include <push/dist/world.h>

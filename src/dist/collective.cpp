@@ -2,7 +2,7 @@
 // builds with PUSH_WITH_NCCL). Ranks cross the API as global ranks.
 #include "c10d.h"
 
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include <algorithm>
 #include <chrono>

@@ -169,7 +169,7 @@ RRefState::~RRefState() {
     const c10::IValue value = id.wait();
     g->enqueue([g = g.get(), owner, value] { g->notify(owner, wire::kReleaseRRef, value); });
   };
-  id.state()->add_callback(std::move(release));
+  id.on_complete(std::move(release));
 }
 
 }  // namespace push::dist::detail

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "flat.h"
+#include "core/seed.h"
 
 namespace push::parallel {
 using detail::broadcast_from_first;
@@ -316,9 +317,7 @@ torch::Tensor shard(int64_t n, const dist::CollectiveGroup& group, int64_t epoch
   PUSH_CHECK(n > 0, "push::parallel::shard", "no rows to shard (n = ", n, ")");
   torch::Tensor order;
   if (shuffle) {
-    uint64_t mixed = seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch) + 0x632BE59BD9B4E019ULL;
-    mixed ^= mixed >> 31;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(mixed);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(push::detail::mix_seed(seed, epoch, push::detail::seed_purpose::kShard));
     order = torch::randperm(n, gen, torch::kLong);
   } else {
     order = torch::arange(n, torch::kLong);

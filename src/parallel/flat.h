@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "core/flat.h"
+
 namespace push::parallel::detail {
 
 /// A group of every rank of `world`, this caller's own (so that its collectives never
@@ -19,12 +21,9 @@ void wait_quietly(const dist::Work& work);
 torch::Tensor share_of(const torch::Tensor& rows, int rank, int size);
 /// Every tensor of `tensors` takes the value it has on the group's first rank.
 void broadcast_from_first(const std::vector<torch::Tensor>& tensors, const dist::CollectiveGroup& group);
-/// Total elements of `tensors`.
-int64_t total_numel(const std::vector<torch::Tensor>& tensors);
-/// Copies `tensors` one after another into `flat` (cast to its dtype).
-void pack(const std::vector<torch::Tensor>& tensors, const torch::Tensor& flat);
-/// Copies `flat`'s consecutive slices back into `tensors` (cast to theirs).
-void unpack(const torch::Tensor& flat, const std::vector<torch::Tensor>& tensors);
+using push::detail::pack;
+using push::detail::total_numel;
+using push::detail::unpack;
 
 /// Replaces the gradients of `params` with their average over `group` (an undefined
 /// gradient counts as zero and is then defined), through one flat all_reduce in

@@ -18,7 +18,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
   struct Call {
     std::string function;
     dist::RpcArgs args;
-    std::shared_ptr<push::detail::FutureState<c10::IValue>> result;
+    Promise<c10::IValue> result;
   };
 
   dist::RpcGroup group;
@@ -73,7 +73,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
         }
         if (!alive) {
           for (auto& c : queue) {
-            c.result->set_error(std::make_exception_ptr(
+            c.result.set_error(std::make_exception_ptr(
                 Error(c10::str("[", kOrigin, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
           }
           queue.clear();
@@ -89,9 +89,9 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
       auto self = shared_from_this();
       auto done = [self, w, result = call.result](std::exception_ptr error, const c10::IValue* value) {
         if (error) {
-          result->set_error(error);
+          result.set_error(error);
         } else {
-          result->set_value(*value);
+          result.set_value(*value);
         }
         {
           std::lock_guard lock(self->mutex);
@@ -102,11 +102,12 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
       };
       try {
         auto reply = group.rpc_async(workers[w], call.function, std::move(call.args), timeout);
-        reply.state()->add_callback([reply, done] {
-          if (auto error = reply.state()->error()) {
+        reply.on_complete([reply, done] {
+          if (auto error = reply.error()) {
             done(error, nullptr);
           } else {
-            done(nullptr, &reply.state()->value());
+            const c10::IValue value = reply.wait();
+            done(nullptr, &value);
           }
         });
       } catch (...) {
@@ -122,7 +123,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
       cancelled.swap(queue);
     }
     for (auto& c : cancelled) {
-      c.result->set_error(std::make_exception_ptr(
+      c.result.set_error(std::make_exception_ptr(
           CancelledError(c10::str("[", kOrigin, "] the call of '", c.function, "' was cancelled before it was sent"))));
     }
     return cancelled.size();
@@ -165,9 +166,9 @@ RankPool::~RankPool() {
 const std::vector<std::string>& RankPool::workers() const { return impl_->workers; }
 
 Future<c10::IValue> RankPool::apply_async(const std::string& function, dist::RpcArgs args) {
-  auto result = std::make_shared<push::detail::FutureState<c10::IValue>>();
+  Promise<c10::IValue> result;
   impl_->enqueue({function, std::move(args), result});
-  return Future<c10::IValue>(result);
+  return result.future();
 }
 
 c10::IValue RankPool::apply(const std::string& function, dist::RpcArgs args) {
@@ -193,11 +194,11 @@ std::vector<dist::RpcArgs> single(const std::vector<c10::IValue>& items) {
 }  // namespace
 
 std::vector<c10::IValue> RankPool::map(const std::string& function, const std::vector<c10::IValue>& items) {
-  return detail::all_values(each(function, single(items), "push::parallel::RankPool::map"));
+  return wait_all(each(function, single(items), "push::parallel::RankPool::map"));
 }
 
 std::vector<c10::IValue> RankPool::starmap(const std::string& function, const std::vector<dist::RpcArgs>& items) {
-  return detail::all_values(each(function, items, "push::parallel::RankPool::starmap"));
+  return wait_all(each(function, items, "push::parallel::RankPool::starmap"));
 }
 
 Results<c10::IValue> RankPool::imap(const std::string& function, const std::vector<c10::IValue>& items) {

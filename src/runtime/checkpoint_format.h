@@ -6,9 +6,9 @@
 //                        "end <crc32c of every byte before 'end'>"
 //   particle-<pid>.pt    a LibTorch archive: "module", "optimizer" (nested archives),
 //                        "push.pid", "push.state"
-// save() writes everything into a sibling temporary directory, fsyncs it, then swaps it
-// into place with renameat2(RENAME_EXCHANGE) (or rename when there is nothing to
-// replace): a crash at any point leaves either the old checkpoint or the new one.
+// save() writes everything into a staging folder beside the target (core/staged_folder.h),
+// syncs it, then swaps it into place with renameat2(RENAME_EXCHANGE) (or a rename when
+// there is nothing to replace): a crash at any point leaves the old checkpoint or the new one.
 // LibTorch's archives carry no checksum of their tensor bytes, so the manifest records
 // each file's size and CRC-32C: a file changed after save (a flipped bit, a truncation)
 // is refused by load, naming the file, before anything is read from it.
@@ -25,16 +25,25 @@
 #include <string>
 #include <vector>
 
-#include "runtime/runtime.h"
+#include "runtime/particle_record.h"
 
 namespace push::detail::checkpoint {
 
 inline constexpr const char* kManifest = "push.manifest";
 
+/// One particle's line in a checkpoint's manifest.
+struct ManifestEntry {
+  Pid pid = -1;
+  int lane = 0;  // in the numbering of every rank's lanes
+  int64_t scheduler_steps = 0;
+  uint64_t bytes = 0;  // of the particle file
+  uint32_t crc = 0;    // CRC-32C of the particle file
+};
+
+/// Whether `dir` may be replaced by a checkpoint: "" when it is empty or one already,
+/// else why not.
+std::string replaceable(const std::filesystem::path& dir);
 std::filesystem::path particle_file(const std::filesystem::path& dir, Pid pid);
-void fsync_path(const std::filesystem::path& path, bool directory);
-/// Moves `staged` to `target`, atomically replacing a directory already there.
-void publish(const std::filesystem::path& staged, const std::filesystem::path& target);
 /// The manifest's text: everything up to "end" is covered by the checksum after it.
 std::string manifest_text(const std::vector<ManifestEntry>& entries);
 /// The manifest of `dir`, checked (format, checksum, one line per particle).

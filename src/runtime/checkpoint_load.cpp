@@ -2,16 +2,11 @@
 // a world, every rank checks what it loads before any rank changes anything.
 #include <torch/torch.h>
 
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <fstream>
+#include <map>
 #include <set>
 
-#include "runtime/checkpoint_format.h"
-#include "runtime/runtime.h"
+#include "runtime/checkpointer.h"
 
 namespace push::detail {
 namespace fs = std::filesystem;
@@ -29,9 +24,8 @@ struct Incoming {
 };
 }  // namespace
 
-void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
+void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
   constexpr const char* origin = "push::Push::load";
-  check_open(origin);
   auto corrupt = [&](const std::exception_ptr& e) {
     return Error(c10::str("[", origin, "] checkpoint '", dir.string(), "' is corrupt: ", describe(e)));
   };
@@ -44,12 +38,12 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
   // when the load fails before registering them.
   std::vector<Pid> claimed;
   struct Release {
-    Runtime& runtime;
+    Registry& registry;
     std::vector<Pid>& pids;
     ~Release() {
-      for (Pid pid : pids) runtime.release_pid(pid);
+      for (Pid pid : pids) registry.release(pid);
     }
-  } release{*this, claimed};
+  } release{registry_, claimed};
 
   // Everything this rank loads is read, checked and loaded into scratch copies before
   // any live particle changes; with a world, every rank does so before any applies.
@@ -66,20 +60,14 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
     std::set<Pid> saved;
     for (const auto& in : incoming) saved.insert(in.entry.pid);
     std::string extra;
-    for (Pid pid : particle_ids()) {
+    for (Pid pid : registry_.particle_ids()) {
       if (!saved.count(pid)) extra += (extra.empty() ? "" : ", ") + std::to_string(pid);
     }
     PUSH_CHECK(extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '",
                dir.string(), "'");
     for (auto& in : incoming) {
-      std::optional<Where> placed;
-      {
-        std::shared_lock<std::shared_mutex> lock(mutex_);
-        auto it = records_.find(in.entry.pid);
-        if (it != records_.end()) in.live = it->second.get();
-        auto p = placements_.find(in.entry.pid);
-        if (p != placements_.end()) placed = p->second;
-      }
+      const std::optional<Where> placed = registry_.find(in.entry.pid);
+      if (placed) in.live = placed->record;
       if (in.live) {
         in.lane = in.live->lane;
         continue;
@@ -93,9 +81,9 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
       ParticleOptions options = make_options(in.entry.pid);
       // Without a world a particle returns to its saved lane when there is one; with one,
       // new particles are placed by the rule of this job (the saved job may have differed).
-      if (!peers_ && !options.device() && in.entry.lane < num_lanes()) options.device(in.entry.lane);
-      const Where at = place(in.entry.pid, options, origin);
-      if (at.rank != rank_) {
+      if (!registry_.distributed() && !options.device() && in.entry.lane < lanes_.size()) options.device(in.entry.lane);
+      const Where at = registry_.place(in.entry.pid, options, origin);
+      if (at.rank != registry_.rank()) {
         in.here = false;
         elsewhere.emplace(in.entry.pid, at);
         continue;
@@ -105,18 +93,18 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
       to_create.emplace(in.entry.pid, std::move(options));
     }
     for (const auto& [pid, options] : to_create) {
-      reserve_pid(pid, origin);
+      registry_.claim(pid, origin);
       claimed.push_back(pid);
     }
     for (const auto& [pid, at] : elsewhere) {
-      reserve_pid(pid, origin);
+      registry_.claim(pid, origin);
       claimed.push_back(pid);
     }
 
     // Every file this rank loads, checked and parsed.
     try {
       for (auto& in : incoming) {
-        if (in.here) in.archive = open_particle(dir, in.entry, lanes_[in.lane]->device());
+        if (in.here) in.archive = open_particle(dir, in.entry, lanes_.at(in.lane).device());
       }
     } catch (const Error&) {
       throw corrupt(std::current_exception());
@@ -129,16 +117,12 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
       if (!in.here) continue;
       try {
         std::unique_ptr<ParticleRecord> scratch;
-        if (in.live) {
-          scratch = build_record(ParticleOptions()
-                                     .optimizer(in.live->make_optimizer)
-                                     .scheduler(in.live->make_scheduler)
-                                     .seed(in.live->seed)
-                                     .device(in.lane),
-                                 in.entry.pid, origin);
-        } else {
-          scratch = build_record(to_create.at(in.entry.pid), in.entry.pid, origin);
-        }
+        const ParticleOptions options = in.live ? ParticleOptions()
+                                                      .optimizer(in.live->make_optimizer)
+                                                      .scheduler(in.live->make_scheduler)
+                                                      .seed(in.live->seed)
+                                                : to_create.at(in.entry.pid);
+        scratch = builder_.build(options, in.entry.pid, in.lane, lanes_.at(in.lane).device(), runtime_, origin);
         load_into(*scratch, in.archive, in.entry);
         if (!in.live) in.created = std::move(scratch);
       } catch (...) {
@@ -149,7 +133,7 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
   } catch (...) {
     failure = std::current_exception();
   }
-  agree(failure, "load (checking)", origin);
+  collectives_.agree(failure, "load (checking)", origin);
 
   // Everything fits everywhere: apply. New particles first (their ids are claimed), then
   // the live ones, each on its own lane, whose view caches forget what they kept (a new
@@ -160,22 +144,17 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
   try {
     for (auto& in : incoming) {
       if (!in.created) continue;
-      register_record(std::move(in.created));  // its id was claimed above
+      add_particle(lanes_, registry_, std::move(in.created));  // its id was claimed above
       std::erase(claimed, in.entry.pid);
     }
-    {
-      std::unique_lock<std::shared_mutex> lock(mutex_);
-      for (const auto& [pid, at] : elsewhere) {
-        placements_[pid] = at;
-        next_pid_ = std::max(next_pid_, pid + 1);
-        reserved_.erase(pid);
-        std::erase(claimed, pid);
-      }
+    for (const auto& [pid, at] : elsewhere) {
+      registry_.add_elsewhere(pid, at);
+      std::erase(claimed, pid);
     }
-    for (int lane = 0; lane < num_lanes(); ++lane) {
-      applied.push_back(call_on_lane<bool>(lane, [&, lane] {
-        ParticleCache& cache = lanes_[lane]->cache();
-        lanes_[lane]->views().clear();
+    for (int lane = 0; lane < lanes_.size(); ++lane) {
+      applied.push_back(lanes_.call<bool>(lane, [&, lane] {
+        ParticleCache& cache = lanes_.at(lane).cache();
+        lanes_.at(lane).views().clear();
         for (auto& in : incoming) {
           if (!in.live || in.lane != lane) continue;
           ParticleRecord& r = *in.live;
@@ -198,8 +177,8 @@ void Runtime::load(const fs::path& dir, const std::function<ParticleOptions(Pid)
   } catch (...) {
     failure = std::current_exception();
   }
-  for (const auto& f : applied) f.state()->wait_ready();
-  agree(failure, "load (applying)", origin);
+  for (const auto& f : applied) f.wait_ready();
+  collectives_.agree(failure, "load (applying)", origin);
 }
 
 }  // namespace push::detail

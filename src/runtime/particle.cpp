@@ -15,7 +15,7 @@ void Particle::check_thread(const char* origin) const {
 
 Pid Particle::pid() const { return record_->pid; }
 int Particle::lane() const { return record_->lane; }
-torch::Device Particle::device() const { return runtime_->lane(record_->lane).device(); }
+torch::Device Particle::device() const { return runtime_->lanes().at(record_->lane).device(); }
 
 torch::nn::Module& Particle::module() {
   check_thread("push::Particle::module");
@@ -72,33 +72,7 @@ PFuture Particle::send(Pid to, const std::string& message, Args args) {
 
 Future<ParticleView> Particle::get(Pid pid) {
   check_thread("push::Particle::get");
-  detail::Lane& lane = *detail::Lane::current();
-  const detail::Where at = runtime_->where(pid, "push::Particle::get");
-  if (at.rank != runtime_->rank()) return runtime_->view_remote(pid, at, lane);
-  detail::ParticleRecord& target = *at.record;
-  detail::Runtime* rt = runtime_;
-  torch::Device device = lane.device();
-  if (&target == record_) {
-    // This particle is running: it changes without a version bump (versions move at
-    // switch-in), so a view of itself is always fresh and never enters the view cache,
-    // where a sibling could later take it for the particle's current state.
-    try {
-      return Future<ParticleView>::ready(
-          ParticleView(std::make_shared<const ParticleView::Data>(rt->snapshot(target, device))));
-    } catch (...) {
-      return Future<ParticleView>::failed(std::current_exception());
-    }
-  }
-  // Any other particle is quiescent while its snapshot is taken (on its lane, between
-  // handlers, or right here when it shares this lane), and it cannot change before its
-  // next switch-in bumps its version: a cached view of the same version is exact.
-  const uint64_t version = target.version.load(std::memory_order_acquire);
-  if (auto hit = lane.views().lookup(pid, version)) return *hit;
-  auto view = rt->call_on_lane<ParticleView>(target.lane, [rt, &target, device] {
-    return ParticleView(std::make_shared<const ParticleView::Data>(rt->snapshot(target, device)));
-  });
-  lane.views().insert(pid, version, view);
-  return view;
+  return runtime_->view(pid, *record_, *detail::Lane::current(), "push::Particle::get");
 }
 
 void Particle::borrow(const std::vector<Pid>& pids, const std::function<void(const std::vector<Particle*>&)>& fn) {
@@ -108,7 +82,7 @@ void Particle::borrow(const std::vector<Pid>& pids, const std::function<void(con
   PUSH_CHECK(!lane.lending(), origin, "borrow calls do not nest (particle ", record_->pid, ")");
   std::vector<detail::ParticleRecord*> records;
   for (Pid pid : pids) {
-    const detail::Where at = runtime_->where(pid, origin);
+    const detail::Where at = runtime_->registry().where(pid, origin);
     PUSH_CHECK(at.record != nullptr && at.record->lane == record_->lane, origin, "particle ", pid,
                " is not on the lane of particle ", record_->pid, " (rank ", runtime_->rank(), " lane ",
                record_->lane, "); it is on rank ", at.rank, " lane ", at.lane);
@@ -170,10 +144,10 @@ void Particle::register_receive(const std::string& message, Handler handler) {
   record_->handlers[message] = std::move(handler);
 }
 
-std::vector<Pid> Particle::particle_ids() const { return runtime_->particle_ids(); }
+std::vector<Pid> Particle::particle_ids() const { return runtime_->registry().particle_ids(); }
 
 std::vector<Pid> Particle::other_particles() const {
-  std::vector<Pid> ids = runtime_->particle_ids();
+  std::vector<Pid> ids = runtime_->registry().particle_ids();
   ids.erase(std::remove(ids.begin(), ids.end(), record_->pid), ids.end());
   return ids;
 }

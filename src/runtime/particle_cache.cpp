@@ -1,6 +1,6 @@
 #include "runtime/particle_cache.h"
 
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 #include <push/core/errors.h>
 
 #include <torch/optim.h>

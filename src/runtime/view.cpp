@@ -13,19 +13,17 @@ const ParticleView::Data& ParticleView::data() const {
 }
 
 torch::Tensor ParticleView::flat_parameters() const {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : parameters()) flat.push_back(p.reshape(-1));
-  return flat.empty() ? torch::empty({0}) : torch::cat(flat);
+  const auto& ps = parameters();
+  return ps.empty() ? torch::empty({0}) : torch::nn::utils::parameters_to_vector(ps);
 }
 
 torch::Tensor ParticleView::flat_gradients() const {
   const auto& ps = parameters();
-  const auto& gs = gradients();
-  std::vector<torch::Tensor> flat;
+  std::vector<torch::Tensor> gs = gradients();
   for (size_t i = 0; i < ps.size(); ++i) {
-    flat.push_back(gs[i].defined() ? gs[i].reshape(-1) : torch::zeros({ps[i].numel()}, ps[i].options()));
+    if (!gs[i].defined()) gs[i] = torch::zeros_like(ps[i]);
   }
-  return flat.empty() ? torch::empty({0}) : torch::cat(flat);
+  return gs.empty() ? torch::empty({0}) : torch::nn::utils::parameters_to_vector(gs);
 }
 
 namespace detail {

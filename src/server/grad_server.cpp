@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include "core/seed.h"
 
 namespace push::server {
 namespace {
@@ -175,11 +176,11 @@ struct GradServerHost::Secondary {
     auto promise = out.promise;
     try {
       auto reply = group.registered_async(apply_service(name), {out.body, out.count, out.may_step});
-      reply.state()->add_callback([promise, reply] {
-        if (auto error = reply.state()->error()) {
+      reply.on_complete([promise, reply] {
+        if (auto error = reply.error()) {
           promise->set_error(error);
         } else {
-          promise->set_value(reply.state()->value());
+          promise->set_value(reply.wait());
         }
       });
     } catch (...) {
@@ -190,7 +191,7 @@ struct GradServerHost::Secondary {
   // Frees the room of forwarded sums the primary has answered; remembers a failure.
   void reap_locked() {
     while (!flights.empty() && flights.front().done.is_ready()) {
-      if (auto error = flights.front().done.state()->error()) {
+      if (auto error = flights.front().done.error()) {
         if (lost.empty()) lost = detail::describe(error);
       }
       held -= flights.front().count;
@@ -348,7 +349,9 @@ int64_t GradServerHost::steps() const {
 // ---- client ----------------------------------------------------------------------------
 
 GradServer::GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout)
-    : group_(std::move(group)), name_(std::move(name)), timeout_(timeout), random_(std::random_device{}()) {
+    : group_(std::move(group)), name_(std::move(name)), timeout_(timeout),
+      random_(push::detail::mix_seed(group_.rank_of(group_.self()), std::hash<std::string>{}(name_),
+                                     push::detail::seed_purpose::kServer)) {
   PUSH_CHECK(!name_.empty(), kClient, "the server needs a name");
 }
 

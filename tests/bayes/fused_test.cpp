@@ -10,7 +10,7 @@
 #include <atomic>
 #include <filesystem>
 
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include "test_util.h"
 

@@ -25,7 +25,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using detail::EventLoop;
-using detail::FutureState;
 using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<EventLoop> started_loop(EventLoop::Options options = {}) {
@@ -37,18 +36,18 @@ std::shared_ptr<EventLoop> started_loop(EventLoop::Options options = {}) {
 // Runs `fn` in a fiber job of `loop`; its value, or what it throws, reaches the future.
 template <class F>
 auto in_fiber(EventLoop& loop, F fn) -> Future<std::invoke_result_t<F&>> {
-  auto state = std::make_shared<FutureState<std::invoke_result_t<F&>>>();
-  loop.post_fiber([state, fn]() mutable { state->set_value(fn()); },
-                  [state](std::exception_ptr e) { state->set_error(std::move(e)); });
-  return Future<std::invoke_result_t<F&>>(state);
+  Promise<std::invoke_result_t<F&>> promise;
+  loop.post_fiber([promise, fn]() mutable { promise.set_value(fn()); },
+                  [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
+  return promise.future();
 }
 
 template <class F>
 auto inline_job(EventLoop& loop, F fn) -> Future<std::invoke_result_t<F&>> {
-  auto state = std::make_shared<FutureState<std::invoke_result_t<F&>>>();
-  loop.post_inline([state, fn]() mutable { state->set_value(fn()); },
-                   [state](std::exception_ptr e) { state->set_error(std::move(e)); });
-  return Future<std::invoke_result_t<F&>>(state);
+  Promise<std::invoke_result_t<F&>> promise;
+  loop.post_inline([promise, fn]() mutable { promise.set_value(fn()); },
+                   [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
+  return promise.future();
 }
 
 TEST(EventLoop, AFiberWaitsOnAFutureCompletedByAnotherThreadWithoutBlockingTheLoop) {
@@ -205,12 +204,12 @@ TEST(EventLoop, HooksSeeTheOwnerAroundEachSuspensionButNotACancellation) {
   int a = 0, b = 0;
   Promise<int> first, never;
   Future<int> awaited = first.future(), pending = never.future();
-  auto done = std::make_shared<FutureState<int>>();
-  loop->post_fiber([awaited, done] { done->set_value(awaited.wait()); }, nullptr, &a);
+  Promise<int> done;
+  loop->post_fiber([awaited, done] { done.set_value(awaited.wait()); }, nullptr, &a);
   loop->post_fiber([pending] { pending.wait(); }, [](std::exception_ptr) {}, &b);
   EXPECT_EQ(inline_job(*loop, [] { return 0; }).wait(), 0);  // both are suspended now
   first.set_value(5);
-  EXPECT_EQ(Future<int>(done).wait(), 5);
+  EXPECT_EQ(done.future().wait(), 5);
   loop->stop();  // b is unwound: it is not resumed as if its wait had completed
   const std::vector<std::pair<std::string, void*>> expected{
       {"suspend", &a}, {"suspend", &b}, {"resume", &a}};

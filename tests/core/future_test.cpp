@@ -43,24 +43,24 @@ TEST(Future, EmptyFutureNamesTheProblem) {
 }
 
 TEST(Future, CompletedFromAnotherThread) {
-  auto state = std::make_shared<detail::FutureState<int>>();
-  Future<int> f(state);
+  Promise<int> promise;
+  Future<int> f = promise.future();
   EXPECT_FALSE(f.wait_for(std::chrono::milliseconds(1)));
-  std::thread t([state] { state->set_value(7); });
+  std::thread t([promise] { promise.set_value(7); });
   EXPECT_EQ(f.wait(), 7);
   t.join();
   EXPECT_TRUE(f.wait_for(std::chrono::milliseconds(0)));
 }
 
 TEST(Future, ContinuationAddedBeforeCompletionRunsOnce) {
-  auto state = std::make_shared<detail::FutureState<int>>();
-  Future<int> f(state);
+  Promise<int> promise;
+  Future<int> f = promise.future();
   std::atomic<int> runs{0};
   auto g = f.then([&](const int& v) {
     runs.fetch_add(1);
     return v * 2;
   });
-  std::thread t([state] { state->set_value(21); });
+  std::thread t([promise] { promise.set_value(21); });
   EXPECT_EQ(g.wait(), 42);
   t.join();
   EXPECT_EQ(runs.load(), 1);
@@ -70,11 +70,11 @@ TEST(Future, AThrowingCallbackDoesNotStopTheOthers) {
   Promise<int> promise;
   Future<int> f = promise.future();
   std::atomic<int> runs{0};
-  f.state()->add_callback([&] {
+  f.on_complete([&] {
     runs.fetch_add(1);
     throw std::runtime_error("a bad callback");
   });
-  f.state()->add_callback([&] { runs.fetch_add(1); });
+  f.on_complete([&] { runs.fetch_add(1); });
   auto g = f.then([](const int& v) { return v + 1; });  // a waiter behind the bad callback
   EXPECT_NO_THROW(promise.set_value(20));
   EXPECT_EQ(runs.load(), 2);

@@ -33,7 +33,7 @@ TEST(ThreadPool, MapStarmapAndApplyKeepTheOrderOfTheirItems) {
   EXPECT_EQ(sums, (std::vector<double>{1.5, 2.25, 3.125}));
   EXPECT_EQ(pool.apply([](const std::string& s, int n) { return s + std::to_string(n); }, std::string("x"), 7), "x7");
   std::atomic<int> ran{0};
-  pool.apply_async([&] { ++ran; }).wait();  // a void task's value is Nothing
+  pool.apply_async([&] { ++ran; }).wait();  // a void task's value is Unit
   EXPECT_EQ(ran.load(), 1);
   EXPECT_TRUE(pool.map([](int x) { return x; }, std::vector<int>{}).empty());
 }

@@ -14,19 +14,15 @@ namespace push {
 namespace {
 
 using detail::EventLoop;
-using detail::FutureState;
 using detail::Lane;
 
 TEST(Lane, CurrentIsNullOnAnEventLoopThatIsNotALane) {
   auto loop = std::make_shared<EventLoop>(EventLoop::Options{});
   loop->start();
-  auto seen = std::make_shared<FutureState<bool>>();
-  loop->post_fiber(
-      [seen] {
-        seen->set_value(EventLoop::current() != nullptr && Lane::current() == nullptr);
-      },
-      [seen](std::exception_ptr e) { seen->set_error(std::move(e)); });
-  EXPECT_TRUE(Future<bool>(seen).wait()) << "an event loop's thread taken for a lane";
+  Promise<bool> seen;
+  loop->post_fiber([seen] { seen.set_value(EventLoop::current() != nullptr && Lane::current() == nullptr); },
+                   [seen](std::exception_ptr e) { seen.set_error(std::move(e)); });
+  EXPECT_TRUE(seen.future().wait()) << "an event loop's thread taken for a lane";
   EXPECT_EQ(Lane::current(), nullptr);  // nor on a plain thread
 }
 

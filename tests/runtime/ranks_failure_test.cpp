@@ -81,7 +81,7 @@ PUSH_DIST_WORKER(ranks_killed) {
   const std::vector<Pid> doomed_pids{1, 3, 3};
   auto failed_at = std::make_shared<std::array<std::atomic<double>, 3>>();
   for (size_t i = 0; i < doomed.size(); ++i) {
-    doomed[i].state()->add_callback([failed_at, i] { (*failed_at)[i] = now_s(); });
+    doomed[i].on_complete([failed_at, i] { (*failed_at)[i] = now_s(); });
   }
   // Rank 0's own particles finish their epochs.
   EXPECT_EQ(fs[0].wait().toInt(), 400);

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <push/detail/torch_compat.h>
+#include "core/torch_compat.h"
 
 #include <ATen/autocast_mode.h>
 

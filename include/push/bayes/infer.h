@@ -294,10 +294,4 @@ class Infer {
 /// are [means, log γ] as the particles' forward returns them).
 Predictive make_predictive(const torch::Tensor& outputs, Likelihood likelihood, double noise_std);
 
-/// splitmix64-style mixing of seeds.
-uint64_t mix_seed(uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0);
-
-/// A module's parameters, detached, flattened and concatenated in module order.
-torch::Tensor flat_parameters(torch::nn::Module& module);
-
 }  // namespace push::bayes

@@ -89,28 +89,33 @@ class FutureState final : public FutureCore {
 }  // namespace detail
 
 template <class T>
+class Promise;
+
+template <class T>
 class Future {
  public:
   using value_type = T;
 
+  /// An empty future (valid() is false): every other member throws push::Error.
   Future() = default;
-  explicit Future(std::shared_ptr<detail::FutureState<T>> state) : state_(std::move(state)) {}
 
   /// A future that is already complete.
   static Future ready(T value) {
-    auto state = std::make_shared<detail::FutureState<T>>();
-    state->set_value(std::move(value));
-    return Future(std::move(state));
+    Promise<T> promise;
+    promise.set_value(std::move(value));
+    return promise.future();
   }
   static Future failed(std::exception_ptr error) {
-    auto state = std::make_shared<detail::FutureState<T>>();
-    state->set_error(std::move(error));
-    return Future(std::move(state));
+    Promise<T> promise;
+    promise.set_error(std::move(error));
+    return promise.future();
   }
 
   bool valid() const { return state_ != nullptr; }
   bool is_ready() const { return check().ready(); }
   bool has_error() const { return is_ready() && state_->error() != nullptr; }
+  /// The error of a complete future; null while it is pending or when it has a value.
+  std::exception_ptr error() const { return is_ready() ? state_->error() : nullptr; }
 
   /// Waits, then returns (a copy of) the value or rethrows the error. By value, so that
   /// `const auto& v = make_future().wait();` does not refer into a destroyed future.
@@ -121,6 +126,9 @@ class Future {
     return state.value();
   }
   T get() const { return wait(); }
+  /// Waits until the future is complete, value or error, and rethrows nothing (before the
+  /// buffers of the work it stands for are reused, say). Fiber-aware as wait().
+  void wait_ready() const { check().wait_ready(); }
 
   /// Waits at most `timeout`; true when the future is complete. Inside a handler (a fiber
   /// job) it is suspended until completion or the deadline, whichever comes first.
@@ -139,26 +147,40 @@ class Future {
   auto then(F&& f) const -> Future<std::invoke_result_t<F, const T&>> {
     using U = std::invoke_result_t<F, const T&>;
     static_assert(!std::is_void_v<U>, "a continuation must return a value");
-    auto next = std::make_shared<detail::FutureState<U>>();
-    auto state = state_;
-    check().add_callback([state, next, fn = std::forward<F>(f)]() mutable {
-      if (auto error = state->error()) {
-        next->set_error(error);
-        return;
-      }
-      try {
-        next->set_value(fn(state->value()));
-      } catch (...) {
-        next->set_error(std::current_exception());
-      }
+    return then_complete([fn = std::forward<F>(f)](const Future& done) mutable {
+      done.state_->rethrow_if_error();
+      return fn(done.state_->value());
     });
-    return Future<U>(std::move(next));
   }
 
-  /// The shared state, for code that combines futures of different types.
-  const std::shared_ptr<detail::FutureState<T>>& state() const { return state_; }
+  /// A future of f(this future), called once this one is complete, with its value or its
+  /// error (f reads them with wait(), which no longer waits, or error()); what f throws
+  /// fails the returned future. For continuations that handle errors themselves.
+  template <class F>
+  auto then_complete(F&& f) const -> Future<std::invoke_result_t<F, const Future&>> {
+    using U = std::invoke_result_t<F, const Future&>;
+    static_assert(!std::is_void_v<U>, "a continuation must return a value");
+    Promise<U> next;
+    Future self = *this;
+    check().add_callback([self, next, fn = std::forward<F>(f)]() mutable {
+      try {
+        next.set_value(fn(self));
+      } catch (...) {
+        next.set_error(std::current_exception());
+      }
+    });
+    return next.future();
+  }
+
+  /// Calls `f()` once the future is complete (at once, on this thread, when it is already).
+  template <class F>
+  void on_complete(F&& f) const {
+    check().add_callback(std::function<void()>(std::forward<F>(f)));
+  }
 
  private:
+  friend class Promise<T>;
+  explicit Future(std::shared_ptr<detail::FutureState<T>> state) : state_(std::move(state)) {}
   detail::FutureState<T>& check() const {
     if (!state_) throw Error("[push::Future] this future is empty (default-constructed or moved from)");
     return *state_;
@@ -166,39 +188,42 @@ class Future {
   std::shared_ptr<detail::FutureState<T>> state_;
 };
 
-/// The producer side of a Future, for work completed outside the runtime (a data
-/// loader, another thread). Move-only; destroying an unsatisfied promise fails its
-/// future with a "broken promise" error, so no waiter hangs on it.
+/// The producer side of a Future: the one way to make a future of work push does not run
+/// itself (another thread, a callback, a data loader). Copies complete the same future,
+/// once: a second set_value or set_error throws push::Error and changes nothing. When the
+/// last copy goes without completing it, its future fails with a "broken promise" error,
+/// so no waiter hangs on it.
 template <class T>
 class Promise {
  public:
-  Promise() : state_(std::make_shared<detail::FutureState<T>>()) {}
-  Promise(Promise&&) noexcept = default;
-  Promise& operator=(Promise&& other) noexcept {
-    if (this != &other) {
-      abandon();
-      state_ = std::move(other.state_);
-    }
-    return *this;
-  }
-  ~Promise() { abandon(); }
+  Promise() : link_(std::make_shared<Link>()) {}
 
-  Future<T> future() const { return Future<T>(state_); }
-  void set_value(T value) { check().set_value(std::move(value)); }
-  void set_error(std::exception_ptr error) { check().set_error(std::move(error)); }
+  Future<T> future() const { return Future<T>(check().state); }
+  void set_value(T value) const { check().state->set_value(std::move(value)); }
+  void set_error(std::exception_ptr error) const { check().state->set_error(std::move(error)); }
+  /// Whether the future is complete already.
+  bool is_set() const { return check().state->ready(); }
 
  private:
-  detail::FutureState<T>& check() {
-    if (!state_) throw Error("[push::Promise] this promise was moved from");
-    return *state_;
-  }
-  void abandon() {
-    if (state_ && !state_->ready()) {
-      state_->set_error(std::make_exception_ptr(
-          Error("[push::Promise] broken promise: destroyed without a value")));
+  struct Link {
+    std::shared_ptr<detail::FutureState<T>> state = std::make_shared<detail::FutureState<T>>();
+    Link() = default;
+    Link(const Link&) = delete;
+    Link& operator=(const Link&) = delete;
+    ~Link() {
+      if (state->ready()) return;
+      try {
+        state->set_error(std::make_exception_ptr(Error("[push::Promise] broken promise: destroyed without a value")));
+      } catch (const Error&) {
+        // Completed meanwhile by another thread's copy of the future's producer.
+      }
     }
+  };
+  Link& check() const {
+    if (!link_) throw Error("[push::Promise] this promise was moved from");
+    return *link_;
   }
-  std::shared_ptr<detail::FutureState<T>> state_;
+  std::shared_ptr<Link> link_;
 };
 
 /// The future of a particle message or operation.
@@ -209,7 +234,7 @@ using PFuture = Future<c10::IValue>;
 template <class T>
 std::vector<T> wait_all(const std::vector<Future<T>>& futures) {
   for (const auto& f : futures) {
-    if (f.valid()) f.state()->wait_ready();
+    if (f.valid()) f.wait_ready();
   }
   std::vector<T> out;
   out.reserve(futures.size());

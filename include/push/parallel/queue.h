@@ -35,7 +35,7 @@ class SimpleQueue {
  public:
   /// Appends `value`, or hands it to the longest-waiting get(); push::Error when closed.
   void put(T value) {
-    std::shared_ptr<push::detail::FutureState<T>> waiter;
+    std::shared_ptr<Promise<T>> waiter;
     {
       std::lock_guard lock(mutex_);
       PUSH_CHECK(!closed_, "push::parallel::SimpleQueue", "put on a closed queue");
@@ -52,7 +52,7 @@ class SimpleQueue {
   /// The oldest value, waiting at most `timeout` for one (nothing when it passes);
   /// push::Error once the queue is closed and empty.
   std::optional<T> get(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) {
-    std::shared_ptr<push::detail::FutureState<T>> waiter;
+    std::shared_ptr<Promise<T>> waiter;  // its address tells this get's place in the line
     {
       std::lock_guard lock(mutex_);
       if (!items_.empty()) {
@@ -62,10 +62,10 @@ class SimpleQueue {
       }
       PUSH_CHECK(!closed_, "push::parallel::SimpleQueue", "get on a closed, empty queue");
       if (timeout.count() <= 0) return std::nullopt;
-      waiter = std::make_shared<push::detail::FutureState<T>>();
+      waiter = std::make_shared<Promise<T>>();
       waiters_.push_back(waiter);
     }
-    Future<T> future(waiter);
+    Future<T> future = waiter->future();
     bool ready = false;
     try {
       ready = future.wait_for(timeout);
@@ -76,8 +76,8 @@ class SimpleQueue {
       auto it = std::find(waiters_.begin(), waiters_.end(), waiter);
       if (it != waiters_.end()) {
         waiters_.erase(it);
-      } else if (waiter->ready() && !waiter->error()) {
-        items_.push_front(waiter->value());
+      } else if (future.is_ready() && !future.has_error()) {
+        items_.push_front(future.wait());
       }
       throw;
     }
@@ -106,7 +106,7 @@ class SimpleQueue {
   }
   /// Puts fail from now on; waiting gets fail at once; values already in stay gettable.
   void close() {
-    std::deque<std::shared_ptr<push::detail::FutureState<T>>> waiters;
+    std::deque<std::shared_ptr<Promise<T>>> waiters;
     {
       std::lock_guard lock(mutex_);
       closed_ = true;
@@ -124,7 +124,7 @@ class SimpleQueue {
  private:
   mutable std::mutex mutex_;
   std::deque<T> items_;
-  std::deque<std::shared_ptr<push::detail::FutureState<T>>> waiters_;
+  std::deque<std::shared_ptr<Promise<T>>> waiters_;
   bool closed_ = false;
 };
 

@@ -56,8 +56,8 @@ class TaskError : public Error {
   std::exception_ptr cause_;
 };
 
-/// What a task of `void` returns.
-using Nothing = std::monostate;
+/// The value of a task that returns `void` (folly's Unit): its future says only "done".
+using Unit = std::monostate;
 
 namespace detail {
 
@@ -84,14 +84,16 @@ class PoolCore {
   std::shared_ptr<Impl> impl_;
 };
 
+/// The value type of a task's future: what it returns, or Unit for void.
 template <class T>
-using Stored = std::conditional_t<std::is_void_v<T>, Nothing, T>;
+using TaskValue = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
+/// f(a...) as a task's value.
 template <class F, class... A>
-Stored<std::invoke_result_t<F, A...>> call_stored(F& f, A&&... a) {
+TaskValue<std::invoke_result_t<F, A...>> invoke_task(F& f, A&&... a) {
   if constexpr (std::is_void_v<std::invoke_result_t<F, A...>>) {
     std::invoke(f, std::forward<A>(a)...);
-    return Nothing{};
+    return Unit{};
   } else {
     return std::invoke(f, std::forward<A>(a)...);
   }
@@ -132,16 +134,10 @@ std::vector<Future<T>> named_failures(const std::vector<Future<T>>& futures, con
   std::vector<Future<T>> out;
   out.reserve(futures.size());
   for (size_t i = 0; i < futures.size(); ++i) {
-    auto next = std::make_shared<push::detail::FutureState<T>>();
-    auto state = futures[i].state();
-    state->add_callback([state, next, i, origin] {
-      if (auto error = state->error()) {
-        next->set_error(std::make_exception_ptr(TaskError(origin, i, error)));
-      } else {
-        next->set_value(state->value());
-      }
-    });
-    out.emplace_back(next);
+    out.push_back(futures[i].then_complete([i, origin](const Future<T>& done) {
+      if (auto error = done.error()) throw TaskError(origin, i, error);
+      return done.wait();
+    }));
   }
   return out;
 }
@@ -160,43 +156,32 @@ std::vector<Future<Indexed<T>>> in_item_order(const std::vector<Future<T>>& futu
 /// The same in the order the futures complete: each completion fills the next slot.
 template <class T>
 std::vector<Future<Indexed<T>>> in_completion_order(const std::vector<Future<T>>& futures) {
-  using Slot = std::shared_ptr<push::detail::FutureState<Indexed<T>>>;
   struct Order {
     std::mutex mutex;
     size_t done = 0;
-    std::vector<Slot> slots;
+    std::vector<Promise<Indexed<T>>> slots;
   };
   auto order = std::make_shared<Order>();
   std::vector<Future<Indexed<T>>> out;
   for (size_t i = 0; i < futures.size(); ++i) {
-    order->slots.push_back(std::make_shared<push::detail::FutureState<Indexed<T>>>());
-    out.emplace_back(order->slots.back());
+    order->slots.emplace_back();
+    out.push_back(order->slots.back().future());
   }
   for (size_t i = 0; i < futures.size(); ++i) {
-    auto state = futures[i].state();
-    state->add_callback([state, order, i] {
-      Slot slot;
+    Future<T> done = futures[i];
+    done.on_complete([done, order, i] {
+      Promise<Indexed<T>> slot;
       {
         std::lock_guard lock(order->mutex);
         slot = order->slots[order->done++];
       }
-      if (auto error = state->error()) {
-        slot->set_error(error);
+      if (auto error = done.error()) {
+        slot.set_error(error);
       } else {
-        slot->set_value(Indexed<T>{i, state->value()});
+        slot.set_value(Indexed<T>{i, done.wait()});
       }
     });
   }
-  return out;
-}
-
-/// Every value in order, once all futures are done; the first failure in order rethrown.
-template <class T>
-std::vector<T> all_values(const std::vector<Future<T>>& futures) {
-  for (const auto& f : futures) f.wait_for(std::chrono::hours(24 * 365 * 100));
-  std::vector<T> out;
-  out.reserve(futures.size());
-  for (const auto& f : futures) out.push_back(f.wait());
   return out;
 }
 
@@ -224,13 +209,13 @@ class PoolMethods {
   /// f(item) for every item; the results in item order.
   template <class F, class Item>
   auto map(F f, const std::vector<Item>& items) {
-    return detail::all_values(each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+    return wait_all(each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
                         "push::parallel::ThreadPool::map"));
   }
   /// f(args...) for every tuple of arguments; the results in order.
   template <class F, class... T>
   auto starmap(F f, const std::vector<std::tuple<T...>>& items) {
-    return detail::all_values(each(std::move(f), items,
+    return wait_all(each(std::move(f), items,
                         [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
                           return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
                         },
@@ -270,17 +255,17 @@ class PoolMethods {
   // One task: body(worker) -> T; its value or exception goes to the future.
   template <class T, class Body>
   Future<T> submit(Body body) {
-    auto state = std::make_shared<push::detail::FutureState<T>>();
+    Promise<T> promise;
     self().core().submit(
-        [state, body = std::move(body)](int worker) mutable {
+        [promise, body = std::move(body)](int worker) mutable {
           try {
-            state->set_value(body(worker));
+            promise.set_value(body(worker));
           } catch (...) {
-            state->set_error(std::current_exception());
+            promise.set_error(std::current_exception());
           }
         },
-        [state](std::exception_ptr e) { state->set_error(std::move(e)); });
-    return Future<T>(state);
+        [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
+    return promise.future();
   }
 
   // One task per item, sharing f; a failure (cancellation included) becomes a TaskError
@@ -311,7 +296,7 @@ class ThreadPool : public PoolMethods<ThreadPool> {
 
   template <class F, class... A>
   auto invoke(F& f, int /*worker*/, A&&... a) {
-    return detail::call_stored(f, std::forward<A>(a)...);
+    return detail::invoke_task(f, std::forward<A>(a)...);
   }
   detail::PoolCore& core() { return core_; }
   const detail::PoolCore& core() const { return core_; }
@@ -339,7 +324,7 @@ class CtxThreadPool : public PoolMethods<CtxThreadPool<Ctx>> {
 
   template <class F, class... A>
   auto invoke(F& f, int worker, A&&... a) {
-    return detail::call_stored(f, contexts_[worker], std::forward<A>(a)...);
+    return detail::invoke_task(f, contexts_[worker], std::forward<A>(a)...);
   }
   detail::PoolCore& core() { return *core_; }
   const detail::PoolCore& core() const { return *core_; }

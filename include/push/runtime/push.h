@@ -101,6 +101,14 @@ class Push {
   /// or numbers of particles, differ fail it (and every later collective). Without a
   /// world: {value}.
   std::vector<c10::IValue> all_gather(c10::IValue value, const std::string& tag = "");
+  /// Collective with a world, for a step that must succeed on every rank or fail on all:
+  /// every rank contributes `value`, or the error that stopped it (`error`, non-null).
+  /// When no rank failed, each gets every rank's value, by rank; when one did, every rank
+  /// throws: its own error first, else push::Error "[tag] failed on rank r (name): why".
+  /// `tag` names the call (ranks whose tags differ fail it) and the errors. Without a
+  /// world: {value}, or `error` rethrown.
+  std::vector<c10::IValue> all_gather_or_throw(c10::IValue value, const std::exception_ptr& error,
+                                               const std::string& tag = "");
   /// Lanes (devices) of this rank.
   int num_devices() const;
   torch::Device device(int lane) const;

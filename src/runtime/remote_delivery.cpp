@@ -1,12 +1,8 @@
-// Particles of other ranks: the calling side (a message, a view, a parameter copy of a
-// particle that lives elsewhere) and the serving side (the same requests arriving from
-// other ranks, answered in an RPC handler fiber through this rank's lanes). The requests
-// travel over the distribution's RPC group (peers.h); docs/distributed.md, "Particles
-// across ranks", describes the protocol and what each request costs.
+#include "runtime/remote_delivery.h"
+
 #include <torch/torch.h>
 
 #include "runtime/message_values.h"
-#include "runtime/runtime.h"
 
 namespace push::detail {
 namespace {
@@ -83,9 +79,9 @@ void complete_on(const std::weak_ptr<Lane>& lane, std::function<void()> complete
 
 }  // namespace
 
-PFuture Runtime::send_remote(Pid pid, const Where& where, const std::string& message, Args args) {
+PFuture RemoteDelivery::send(Pid pid, const Where& where, const std::string& message, Args args) {
   Lane* here = Lane::current();
-  const std::string rank = peers_->describe(where.rank);
+  const std::string rank = peers_.describe(where.rank);
   // The bytes leave when the request is written, but a send can queue behind another:
   // a particle's live tensors are copied now, as for a message to a sibling.
   if (here) detach_from_particles(args, here->cache());
@@ -93,64 +89,64 @@ PFuture Runtime::send_remote(Pid pid, const Where& where, const std::string& mes
   for (auto& a : args) list.push_back(std::move(a));
   PFuture reply;
   try {
-    reply = peers_->call(where.rank, PeerOp::send, {pid, message, list});
+    reply = peers_.call(where.rank, PeerOp::send, {pid, message, list});
   } catch (...) {
     return PFuture::failed(remote_particle_error(pid, message, rank, std::current_exception()));
   }
-  auto out = std::make_shared<FutureState<c10::IValue>>();
-  auto in = reply.state();
+  Promise<c10::IValue> out;
+  const PFuture in = reply;
   std::weak_ptr<Lane> lane;
-  if (here) lane = lanes_.at(static_cast<size_t>(here->index()));
+  if (here) lane = lanes_.weak(here->index());
   std::optional<torch::Device> device;
   if (here) device = here->device();
   auto finish = [in, out, pid, message, device, rank] {
-    if (auto error = in->error()) {
-      out->set_error(remote_particle_error(pid, message, rank, error));
+    if (auto error = in.error()) {
+      out.set_error(remote_particle_error(pid, message, rank, error));
       return;
     }
     try {
       // A handler gets the result on its own device, as the handler on the other rank
       // got the arguments on its own.
-      out->set_value(device ? to_device(in->value(), *device) : in->value());
+      out.set_value(device ? to_device(in.wait(), *device) : in.wait());
     } catch (...) {
-      out->set_error(remote_particle_error(pid, message, rank, std::current_exception()));
+      out.set_error(remote_particle_error(pid, message, rank, std::current_exception()));
     }
   };
   std::function<void(std::exception_ptr)> cancel;
-  if (here) cancel = [out](std::exception_ptr e) { out->set_error(std::move(e)); };
-  in->add_callback([lane, finish, cancel] { complete_on(lane, finish, cancel); });
-  return PFuture(std::move(out));
+  if (here) cancel = [out](std::exception_ptr e) { out.set_error(std::move(e)); };
+  in.on_complete([lane, finish, cancel] { complete_on(lane, finish, cancel); });
+  return out.future();
 }
 
-Future<ParticleView> Runtime::view_remote(Pid pid, const Where& where, Lane& caller) {
+Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& caller) {
   // The version of the view this lane keeps goes with the request: the owner answers
   // "still current" (no tensor bytes) or with a fresh copy. A request still on its way
   // is not shared: it may have been answered before a change this handler knows of.
   std::optional<Future<ParticleView>> kept = caller.views().peek(pid);
   if (kept && !kept->is_ready()) kept.reset();
   const int64_t version = kept ? static_cast<int64_t>(kept->wait().version()) : 0;
-  const std::string rank = peers_->describe(where.rank);
+  const std::string rank = peers_.describe(where.rank);
   auto fail = [pid, rank](const std::exception_ptr& error) {
     return std::make_exception_ptr(
         Error(c10::str("[push::Particle::get] particle ", pid, " on ", rank, ": ", remote_detail(error))));
   };
   PFuture reply;
   try {
-    reply = peers_->call(where.rank, PeerOp::view, {pid, version});
+    reply = peers_.call(where.rank, PeerOp::view, {pid, version});
   } catch (...) {
     return Future<ParticleView>::failed(fail(std::current_exception()));
   }
-  auto out = std::make_shared<FutureState<ParticleView>>();
-  auto in = reply.state();
+  Promise<ParticleView> out;
+  const PFuture in = reply;
   const torch::Device device = caller.device();
   Lane* lane_of_caller = &caller;
   auto finish = [in, out, kept, lane_of_caller, device, pid, fail] {
     try {
-      if (auto error = in->error()) std::rethrow_exception(error);
-      const auto& items = in->value().toTupleRef().elements();
+      const c10::IValue answer = in.wait();
+      const auto& items = answer.toTupleRef().elements();
       if (items.size() == 1 && kept) {
         lane_of_caller->views().count_hit();
-        out->set_value(kept->wait());
+        out.set_value(kept->wait());
         return;
       }
       lane_of_caller->views().count_miss();
@@ -160,25 +156,25 @@ Future<ParticleView> Runtime::view_remote(Pid pid, const Where& where, Lane& cal
       data->names = strings_of(items.at(1));
       data->parameters = tensors_of(items.at(2), device);
       data->gradients = tensors_of(items.at(3), device);
-      out->set_value(ParticleView(std::move(data)));
+      out.set_value(ParticleView(std::move(data)));
     } catch (...) {
-      out->set_error(fail(std::current_exception()));
+      out.set_error(fail(std::current_exception()));
     }
   };
-  std::weak_ptr<Lane> lane = lanes_.at(static_cast<size_t>(caller.index()));
-  std::function<void(std::exception_ptr)> cancel = [out](std::exception_ptr e) { out->set_error(std::move(e)); };
-  in->add_callback([lane, finish, cancel] { complete_on(lane, finish, cancel); });
-  Future<ParticleView> view(std::move(out));
+  std::weak_ptr<Lane> lane = lanes_.weak(caller.index());
+  std::function<void(std::exception_ptr)> cancel = [out](std::exception_ptr e) { out.set_error(std::move(e)); };
+  in.on_complete([lane, finish, cancel] { complete_on(lane, finish, cancel); });
+  Future<ParticleView> view = out.future();
   caller.views().insert(pid, 0, view);
   return view;
 }
 
-ParticleView::Data Runtime::parameters_remote(Pid pid, const Where& where) {
+ParticleView::Data RemoteDelivery::parameters(Pid pid, const Where& where) {
   c10::IValue reply;
   try {
-    reply = peers_->call(where.rank, PeerOp::parameters, {pid}).wait();
+    reply = peers_.call(where.rank, PeerOp::parameters, {pid}).wait();
   } catch (...) {
-    throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_->describe(where.rank), ": ",
+    throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_.describe(where.rank), ": ",
                          remote_detail(std::current_exception())));
   }
   const auto& items = reply.toTupleRef().elements();
@@ -189,50 +185,9 @@ ParticleView::Data Runtime::parameters_remote(Pid pid, const Where& where) {
   return data;
 }
 
-void Runtime::barrier(const char* origin) {
-  if (peers_) gather(c10::IValue(), "barrier", origin);
-}
-
-std::vector<c10::IValue> Runtime::gather(c10::IValue value, const std::string& step, const char* origin) {
-  return peers_->all_gather(std::move(value), c10::str(step, " with ", num_particles(), " particles"), origin);
-}
-
 // -- serving --------------------------------------------------------------------------------
 
-ParticleRecord& Runtime::await_local(Pid pid, const char* origin) {
-  const auto timeout = options_.world()->options().rpc_timeout();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    Future<bool> created;
-    {
-      std::unique_lock<std::shared_mutex> lock(mutex_);
-      auto it = records_.find(pid);
-      if (it != records_.end()) return *it->second;
-      auto failed = failed_creations_.find(pid);
-      if (failed != failed_creations_.end()) {
-        throw Error(c10::str("[", origin, "] particle ", pid, " could not be created on ", peers_->describe(rank_),
-                             ": ", failed->second));
-      }
-      auto placed = placements_.find(pid);
-      PUSH_CHECK(placed == placements_.end() || placed->second.rank == rank_, origin, "particle ", pid,
-                 " lives on ", peers_->describe(placed->second.rank), " by this rank's count, not on ",
-                 peers_->describe(rank_), ": the ranks did not make the same p_create calls");
-      // Another rank created it already; this one is about to (p_create is collective).
-      Promise<bool> promise;
-      created = promise.future();
-      creation_waiters_[pid].push_back(std::move(promise));
-    }
-    const auto left = deadline - std::chrono::steady_clock::now();
-    if (left <= decltype(left)::zero() || !created.wait_for(left)) {
-      std::shared_lock<std::shared_mutex> lock(mutex_);
-      throw Error(c10::str("[", origin, "] ", unknown_id_text(pid), " on ", peers_->describe(rank_),
-                           ": not created here within ", timeout.count(),
-                           " ms (rpc_timeout); every rank must make the same p_create calls"));
-    }
-  }
-}
-
-c10::IValue Runtime::serve(PeerOp op, const dist::RpcArgs& body) {
+c10::IValue RemoteDelivery::serve(PeerOp op, const dist::RpcArgs& body) {
   PUSH_CHECK(body.size() >= 3 && body[2].isInt(), "push::Push", "a malformed request from another rank");
   const Pid pid = body[2].toInt();
   switch (op) {
@@ -240,10 +195,12 @@ c10::IValue Runtime::serve(PeerOp op, const dist::RpcArgs& body) {
       PUSH_CHECK(body.size() == 5 && body[3].isString() && body[4].isList(), "push::Particle::send",
                  "a malformed message from another rank");
       const std::string& message = body[3].toStringRef();
-      await_local(pid, "push::Particle::send");
+      ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Particle::send");
       Args args = body[4].toListRef().vec();
       try {
-        return send(pid, message, std::move(args), "push::Particle::send", /*from_peer=*/true).wait();
+        // Served until this rank has left the others (a Push closed from its own handler
+        // still meets them first); the lanes refuse it after.
+        return local_.send(record, message, std::move(args)).wait();
       } catch (const ParticleError& e) {
         // The caller names the particle, the message and this rank: send what happened.
         throw Error(describe(e.cause()));
@@ -251,22 +208,18 @@ c10::IValue Runtime::serve(PeerOp op, const dist::RpcArgs& body) {
     }
     case PeerOp::view: {
       PUSH_CHECK(body.size() == 4 && body[3].isInt(), "push::Particle::get", "a malformed request");
-      ParticleRecord& record = await_local(pid, "push::Particle::get");
+      ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Particle::get");
       const auto known = static_cast<uint64_t>(body[3].toInt());
       if (known != 0 && record.version.load(std::memory_order_acquire) == known) {
         return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(known))});
       }
-      auto data = call_on_lane<ParticleView::Data>(record.lane, [this, &record] {
-                    return snapshot(record, torch::kCPU);
-                  }).wait();
+      auto data = local_.parameters(record).wait();
       return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(data.version)), list_of(data.names),
                                          list_of(data.parameters), list_of(data.gradients)});
     }
     case PeerOp::parameters: {
-      ParticleRecord& record = await_local(pid, "push::Push::p_parameters");
-      auto data = call_on_lane<ParticleView::Data>(record.lane, [this, &record] {
-                    return snapshot(record, torch::kCPU);
-                  }).wait();
+      ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Push::p_parameters");
+      auto data = local_.parameters(record).wait();
       return c10::ivalue::Tuple::create({list_of(data.names), list_of(data.parameters)});
     }
     case PeerOp::gather:

@@ -1,5 +1,5 @@
 // Staged output folders: checked writes, one-step publication, cleanup of dead runs' staging.
-#include "staged_folder.h"
+#include "core/staged_folder.h"
 
 #include <push/core/errors.h>
 
@@ -14,38 +14,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace push::cli {
+#include "core/files.h"
+
+namespace push::detail {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kOrigin = "push train";
-
 std::string quoted(const fs::path& p) { return c10::str("'", p.string(), "'"); }
 
-/// `.NAME.partial-` : the prefix of NAME's staging folders; the writer's pid follows.
+/// `.NAME.partial-` : the prefix of NAME's staging folders; "PID-N" follows (the writer's
+/// pid, and a count of its staging folders: two saves at once in one process differ).
 std::string staging_prefix(const fs::path& target) { return c10::str(".", target.filename().string(), ".partial-"); }
 
-void sync(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) throw Error(c10::str("[", kOrigin, "] cannot open ", quoted(path), " to sync it: ", std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(c10::str("[", kOrigin, "] cannot sync ", quoted(path), ": ", std::strerror(err)));
-}
-
 /// Every file and folder below `dir`, then `dir` itself: whoever wrote them (LibTorch,
-/// another library), their data is on disk before the folder is published.
-void sync_tree(const fs::path& dir) {
+/// another library, another rank), their data is on disk before the folder is published.
+void sync_tree(const fs::path& dir, const char* origin) {
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file() || entry.is_directory()) sync(entry.path(), entry.is_directory());
+    if (entry.is_regular_file() || entry.is_directory()) fsync_path(entry.path(), entry.is_directory(), origin);
   }
-  sync(dir, true);
+  fsync_path(dir, true, origin);
 }
 
 bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
-/// Removes `.NAME.partial-PID` folders beside `target` whose process is gone and whose
+/// Removes `.NAME.partial-PID[-N]` folders beside `target` whose process is gone and whose
 /// lock nobody holds (the pid alone could be another namespace's, or reused).
 void remove_stale_staging(const fs::path& target) {
   const std::string prefix = staging_prefix(target);
@@ -53,8 +45,13 @@ void remove_stale_staging(const fs::path& target) {
   for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const std::string tail = name.substr(prefix.size());
+    const std::string digits = tail.substr(0, tail.find('-'));
+    const std::string count = tail.size() > digits.size() ? tail.substr(digits.size() + 1) : "0";
+    auto whole = [](const std::string& t) {
+      return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!whole(digits) || !whole(count)) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(digits));
     if (pid == ::getpid() || process_alive(pid)) continue;
     const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -87,62 +84,21 @@ void untrack(const fs::path* p) {
 
 }  // namespace
 
-fs::path resolve_path(const fs::path& path) {
-  fs::path p = fs::weakly_canonical(fs::absolute(path)).lexically_normal();
-  // "runs/new/" names the folder runs/new: drop the empty last component it leaves.
-  if (!p.has_filename() && p != p.root_path()) p = p.parent_path();
-  return p;
-}
-
-bool path_contains(const fs::path& outer, const fs::path& inner) {
-  auto o = outer.begin(), i = inner.begin();
-  for (; o != outer.end() && i != inner.end(); ++o, ++i) {
-    if (o->empty()) break;  // a trailing separator
-    if (*o != *i) return false;
-  }
-  return o == outer.end() || o->empty();
-}
-
-bool paths_overlap(const fs::path& a, const fs::path& b) { return path_contains(a, b) || path_contains(b, a); }
-
-void write_file(const fs::path& path, std::string_view bytes, const std::string& shown) {
-  const std::string name = shown.empty() ? path.string() : shown;
-  auto fail = [&](int err) {
-    throw Error(c10::str("[", kOrigin, "] cannot write '", name, "': ", std::strerror(err)));
-  };
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(errno);
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      fail(err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(err);
-  }
-  if (::close(fd) != 0) fail(errno);
-}
-
-StagedFolder::StagedFolder(const fs::path& target, std::string option, const Replaceable& replaceable)
-    : target_(resolve_path(target)), option_(std::move(option)), replaceable_(replaceable) {
-  const std::string what = option_ + " " + quoted(target);
-  PUSH_CHECK(!target.empty() && target_.has_filename() && target_ != target_.root_path(), kOrigin, what,
+StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std::string what_folder,
+                           const Replaceable& replaceable)
+    : target_(resolve_path(target)), origin_(std::move(origin_name)), what_(std::move(what_folder)), replaceable_(replaceable) {
+  const char* origin = origin_.c_str();
+  const std::string what = what_ + " " + quoted(target);
+  PUSH_CHECK(!target.empty() && target_.has_filename() && target_ != target_.root_path(), origin, what,
              " is not a folder one can write");
   // The folder is replaced as a whole: it cannot be (or contain) the folder we work in.
-  PUSH_CHECK(!path_contains(target_, resolve_path(fs::current_path())), kOrigin, what,
+  PUSH_CHECK(!path_contains(target_, resolve_path(fs::current_path())), origin, what,
              " is the current folder or contains it; name a folder inside it");
   std::error_code ec;
   if (fs::exists(target_, ec)) {
-    PUSH_CHECK(fs::is_directory(target_), kOrigin, what, " exists and is not a folder");
+    PUSH_CHECK(fs::is_directory(target_), origin, what, " exists and is not a folder");
     const std::string why = replaceable_(target_);
-    PUSH_CHECK(why.empty(), kOrigin, what, " ", why, "; choose a new or empty folder");
+    PUSH_CHECK(why.empty(), origin, what, " ", why, "; choose a new or empty folder");
   }
   // Parents: create the missing ones, remembering them so that a failed run removes them.
   std::vector<fs::path> missing;
@@ -153,18 +109,19 @@ StagedFolder::StagedFolder(const fs::path& target, std::string option, const Rep
   for (const auto& p : missing) {
     if (!fs::create_directory(p, ec) && ec) {
       discard();
-      throw Error(c10::str("[", kOrigin, "] cannot write ", what, ": cannot create ", quoted(p), ": ", ec.message()));
+      throw Error(c10::str("[", origin, "] cannot write ", what, ": cannot create ", quoted(p), ": ", ec.message()));
     }
     created_.push_back(p);
   }
   remove_stale_staging(target_);
-  staging_ = target_.parent_path() / (staging_prefix(target_) + std::to_string(::getpid()));
+  static std::atomic<uint64_t> count{0};
+  staging_ = target_.parent_path() / c10::str(staging_prefix(target_), ::getpid(), "-", count.fetch_add(1));
   fs::remove_all(staging_, ec);
   if (::mkdir(staging_.c_str(), 0755) != 0) {
     const int err = errno;
     staging_.clear();
     discard();
-    throw Error(c10::str("[", kOrigin, "] cannot write ", what, ": cannot create a folder beside it: ",
+    throw Error(c10::str("[", origin, "] cannot write ", what, ": cannot create a folder beside it: ",
                          std::strerror(err)));
   }
   track(&staging_);
@@ -173,13 +130,13 @@ StagedFolder::StagedFolder(const fs::path& target, std::string option, const Rep
   // A place where a folder can be made but nothing written (a full disk, a file size
   // limit) is found now too, not after the run.
   try {
-    write(".probe", "push train");
+    write(".probe", "push");
     fs::remove(staging_ / ".probe", ec);
   } catch (const Error& e) {
     discard();
     const std::string message = e.what();
     const size_t cut = message.find("] ");
-    throw Error(c10::str("[", kOrigin, "] cannot write ", what, ": ",
+    throw Error(c10::str("[", origin, "] cannot write ", what, ": ",
                          cut == std::string::npos ? message : message.substr(cut + 2)));
   }
 }
@@ -199,23 +156,24 @@ void StagedFolder::discard() noexcept {
 }
 
 void StagedFolder::write(const std::string& name, std::string_view bytes) const {
-  write_file(staging_ / name, bytes, (target_ / name).string());
+  write_file(staging_ / name, bytes, origin_.c_str(), (target_ / name).string());
 }
 
 void StagedFolder::publish() {
-  PUSH_CHECK(!published_, kOrigin, option_, " ", quoted(target_), " was published already");
-  sync_tree(staging_);
+  const char* origin = origin_.c_str();
+  PUSH_CHECK(!published_, origin, what_, " ", quoted(target_), " was published already");
+  sync_tree(staging_, origin);
   // The target may have appeared (or changed) while we worked: check it again.
   std::error_code ec;
   const bool exists = fs::exists(target_, ec);
   if (exists) {
-    PUSH_CHECK(fs::is_directory(target_), kOrigin, option_, " ", quoted(target_), " exists and is not a folder");
+    PUSH_CHECK(fs::is_directory(target_), origin, what_, " ", quoted(target_), " exists and is not a folder");
     const std::string why = replaceable_(target_);
-    PUSH_CHECK(why.empty(), kOrigin, option_, " ", quoted(target_), " ", why, "; choose a new or empty folder");
+    PUSH_CHECK(why.empty(), origin, what_, " ", quoted(target_), " ", why, "; choose a new or empty folder");
   }
   const unsigned flags = exists ? RENAME_EXCHANGE : RENAME_NOREPLACE;
   if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), flags) != 0) {
-    throw Error(c10::str("[", kOrigin, "] cannot publish ", option_, " ", quoted(target_), ": ", std::strerror(errno)));
+    throw Error(c10::str("[", origin, "] cannot publish ", what_, " ", quoted(target_), ": ", std::strerror(errno)));
   }
   published_ = true;
   untrack(&staging_);
@@ -224,7 +182,7 @@ void StagedFolder::publish() {
   // The staging name now holds the previous contents: delete them. A crash before this
   // leaves a staging folder of a dead process, which the next run removes.
   if (exists) fs::remove_all(staging_, ec);
-  sync(target_.parent_path(), true);
+  fsync_path(target_.parent_path(), true, origin);
 }
 
 void StagedFolder::abandon_all() noexcept {
@@ -236,4 +194,4 @@ void StagedFolder::abandon_all() noexcept {
   }
 }
 
-}  // namespace push::cli
+}  // namespace push::detail

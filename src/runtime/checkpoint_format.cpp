@@ -1,20 +1,18 @@
 // The checkpoint format: files, manifest, checks (checkpoint_format.h describes it).
+#include "runtime/checkpoint_format.h"
+
 #include <torch/torch.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
-#include <fstream>
-#include <iomanip>
-#include <iterator>
-#include <set>
-#include <sstream>
 #include <unistd.h>
 
-#include "runtime/checkpoint_format.h"
+#include <cstring>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "core/files.h"
 #include "runtime/crc32c.h"
-#include "runtime/runtime.h"
 
 namespace push::detail {
 namespace fs = std::filesystem;
@@ -32,40 +30,17 @@ std::string hex(uint32_t crc) {
 
 }  // namespace
 
+std::string replaceable(const fs::path& dir) {
+  // The folder is replaced as a whole: never one that holds something else.
+  std::error_code ec;
+  if (!fs::is_empty(dir, ec) && !fs::exists(dir / kManifest, ec)) {
+    return "holds something other than a push checkpoint";
+  }
+  return "";
+}
+
 fs::path particle_file(const fs::path& dir, Pid pid) {
   return dir / ("particle-" + std::to_string(pid) + ".pt");
-}
-
-void fsync_path(const fs::path& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) {
-    throw Error(c10::str("cannot open '", path.string(), "' to sync it: ", std::strerror(errno)));
-  }
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw Error(c10::str("cannot sync '", path.string(), "': ", std::strerror(errno)));
-}
-
-// Moves `staged` to `target`, atomically replacing a directory already there.
-void publish(const fs::path& staged, const fs::path& target) {
-  if (fs::exists(target)) {
-    if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
-      throw Error(c10::str("cannot swap '", staged.string(), "' into '", target.string(),
-                           "': ", std::strerror(errno)));
-    }
-    fs::remove_all(staged);  // now the previous checkpoint
-  } else {
-    fs::rename(staged, target);
-  }
-  fsync_path(target.parent_path(), /*directory=*/true);
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(c10::str("cannot open ", path.filename().string()));
-  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) throw Error(c10::str("cannot read ", path.filename().string()));
-  return bytes;
 }
 
 // The manifest's text: everything up to "end" is covered by the checksum after it.
@@ -83,7 +58,7 @@ std::string manifest_text(const std::vector<ManifestEntry>& entries) {
 std::vector<ManifestEntry> read_manifest(const fs::path& dir) {
   const fs::path path = dir / kManifest;
   if (!fs::exists(path)) throw Error(c10::str("missing ", kManifest));
-  const std::string text = read_file(path);
+  const std::string text = read_file(path, nullptr);
   std::istringstream in(text);
   std::string magic, word;
   int format = 0;
@@ -141,15 +116,7 @@ void write_particle(torch::serialize::OutputArchive& archive, const fs::path& pa
     const char* p = data == nullptr ? zeros.data() : static_cast<const char*>(data);
     crc = crc32c(p, size, crc);
     bytes += size;
-    for (size_t left = size; left > 0 && error == 0;) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno != EINTR) error = errno;
-        continue;
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
+    if (error == 0) error = write_full(fd, p, size);
     return size;  // always: a short count makes LibTorch throw from a destructor
   });
   if (error == 0 && ::fsync(fd) != 0) error = errno;
@@ -169,7 +136,7 @@ torch::serialize::InputArchive open_particle(const fs::path& dir, const Manifest
   const fs::path path = particle_file(dir, e.pid);
   const std::string name = path.filename().string();
   if (!fs::exists(path)) throw Error(c10::str("missing ", name));
-  const std::string bytes = read_file(path);
+  const std::string bytes = read_file(path, nullptr);
   if (bytes.size() != e.bytes) {
     throw Error(c10::str(name, " has ", bytes.size(), " bytes but ", e.bytes,
                          " were saved (truncated or replaced)"));

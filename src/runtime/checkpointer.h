@@ -1,0 +1,46 @@
+#pragma once
+// Save and load of a whole distribution (checkpoint_format.h has the layout). With a
+// world, both are collective: every step that can fail on one rank ends with every rank
+// learning whether all of them succeeded (Collectives::agree), so all return or all throw,
+// and nothing is published or changed unless every rank got that far.
+#include <push/runtime/options.h>
+
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include "runtime/checkpoint_format.h"
+#include "runtime/collectives.h"
+#include "runtime/lanes.h"
+#include "runtime/particle_builder.h"
+#include "runtime/registry.h"
+
+namespace push::detail {
+
+class Runtime;
+
+class Checkpointer {
+ public:
+  /// `runtime` is what built particles are handled by (ParticleBuilder::build).
+  Checkpointer(Lanes& lanes, Registry& registry, const ParticleBuilder& builder, Collectives& collectives,
+               Runtime& runtime)
+      : lanes_(lanes), registry_(registry), builder_(builder), collectives_(collectives), runtime_(runtime) {}
+
+  /// Every rank writes its own particles into rank 0's staging folder; rank 0 writes the
+  /// manifest last and swaps the folder into place.
+  void save(const std::filesystem::path& dir);
+  /// All or nothing: every particle is read, checked and loaded into a scratch copy (or
+  /// into the new particle it becomes) on every rank before any live particle changes.
+  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options);
+
+ private:
+  std::vector<checkpoint::ManifestEntry> write_particles(const std::filesystem::path& staged);
+
+  Lanes& lanes_;
+  Registry& registry_;
+  const ParticleBuilder& builder_;
+  Collectives& collectives_;
+  Runtime& runtime_;
+};
+
+}  // namespace push::detail
