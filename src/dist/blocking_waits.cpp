@@ -52,8 +52,10 @@ void BlockingWaits::loop() {
     // before the waiter resumes: released later, here, it could outlive the World the
     // waiter goes on to destroy.
     job.first = nullptr;
-    if (error) job.second.set_error(error);
-    else job.second.set_value(true);
+    if (error)
+      job.second.set_error(error);
+    else
+      job.second.set_value(true);
     lock.lock();
     ++idle_;
   }

@@ -1,4 +1,6 @@
 #pragma once
+// The c10d side of push::dist: the state behind World and CollectiveGroup handles, on
+// c10d's TCPStore and ProcessGroupGloo. Only src/dist includes it.
 // c10d's Gloo headers are guarded by USE_C10D_GLOO, which Debian's libtorch (built with
 // Gloo) does not export through its CMake config. The symbols are in libtorch_cpu.
 #ifndef USE_C10D_GLOO
@@ -9,42 +11,19 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/torch_compat.h"
+#include "store_barrier.h"
+
 #include <push/dist/collective.h>
 #include <push/dist/rpc.h>
 #include <push/dist/world.h>
 
-#include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <set>
-#include <functional>
 #include <string>
 #include <vector>
 
 namespace push::dist::detail {
-
-/// A barrier on the store that works any number of times in a row: generation g uses its
-/// own keys, so a fast rank entering g+1 can never be confused with a slow one leaving g.
-/// Blocking waits use a store client of their own, so they never hold up other store users.
-class StoreBarrier {
- public:
-  StoreBarrier(c10::intrusive_ptr<c10d::Store> waiter, std::string prefix, int size)
-      : waiter_(std::move(waiter)), prefix_(std::move(prefix)), size_(size) {}
-  /// `origin` names the caller in the error thrown when `timeout` runs out.
-  void arrive_and_wait(Milliseconds timeout, const char* origin);
-  /// Like arrive_and_wait for member `rank`, but it does not wait for the members `lost()`
-  /// names (asked again while waiting: a member may be found lost meanwhile): it returns
-  /// once every other member has arrived.
-  void arrive_and_wait_for_live(int rank, Milliseconds timeout, const char* origin,
-                                const std::function<std::set<int>()>& lost);
-
- private:
-  std::mutex mutex_;  // one barrier at a time per object: generations stay in order
-  c10::intrusive_ptr<c10d::Store> waiter_;
-  std::string prefix_;
-  int size_;
-  int64_t generation_ = 0;
-};
 
 struct WorldState {
   WorldOptions options;
@@ -53,16 +32,15 @@ struct WorldState {
   std::shared_ptr<::gloo::transport::Device> device;
   std::unique_ptr<StoreBarrier> barrier;
   bool joined = false;  // the constructor finished: leaving is coordinated with the others
-  std::mutex mutex;                      // guards the members below
+  std::mutex mutex;     // guards the members below
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_gloo;  // built on first use
-  std::map<std::string, int> group_counts;  // groups created per rank set
+  std::map<std::string, int> group_counts;                // groups created per rank set
 
   ~WorldState();
   /// A fresh client of the job's store (for blocking waits).
   c10::intrusive_ptr<c10d::Store> new_client() const;
   /// A Gloo process group over `ranks` (this rank included), keyed under `prefix`.
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo(const std::string& prefix,
-                                                       const std::vector<int>& ranks,
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo(const std::string& prefix, const std::vector<int>& ranks,
                                                        Milliseconds timeout) const;
 };
 

@@ -29,15 +29,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   int fd;
   const bool outgoing;
-  int peer;          // group rank; -1 until an incoming connection says hello
-  bool introduced;   // incoming: hello received
+  int peer;         // group rank; -1 until an incoming connection says hello
+  bool introduced;  // incoming: hello received
   std::mutex send_mutex;
   bool closed = false;  // guarded by send_mutex
   // Shared memory (shm_ring.h): this side's ring for what it sends on this connection.
-  std::unique_ptr<SendRing> send_ring;   // guarded by send_mutex
-  bool ring_refused = false;             // guarded by send_mutex: none could be made
+  std::unique_ptr<SendRing> send_ring;  // guarded by send_mutex
+  bool ring_refused = false;            // guarded by send_mutex: none could be made
   std::atomic<SendRing*> ring_to_wake{nullptr};
-  std::atomic<bool> broken{false};       // close() began: a sender waiting on the ring gives up
+  std::atomic<bool> broken{false};  // close() began: a sender waiting on the ring gives up
 
   // The reader's state (I/O thread only).
   enum class Stage { kHeader, kMeta, kData };
@@ -52,11 +52,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<at::Tensor> tensors;
   std::size_t tensor_index = 0;
   uint64_t tensor_got = 0;
-  uint64_t skip = 0;               // data bytes to discard (the table was malformed)
-  std::exception_ptr table_error;  // why
+  uint64_t skip = 0;                    // data bytes to discard (the table was malformed)
+  std::exception_ptr table_error;       // why
   std::unique_ptr<RecvRing> recv_ring;  // the peer's ring, once announced
-  uint64_t ring_left = 0;          // kRingData frame: data bytes still to come through it
-  char note[8];                    // kRingData frame: the note being read
+  uint64_t ring_left = 0;               // kRingData frame: data bytes still to come through it
+  char note[8];                         // kRingData frame: the note being read
   std::size_t note_got = 0;
 
   /// Where the current tensor's next bytes go, and how many it still needs.

@@ -1,4 +1,5 @@
-// RpcGroup's serving side: what a member does with a request, and who runs it.
+// RpcGroup's serving side: the functions registered by name in this process, and what a
+// member does with a request (on one of its handler loops) and its reply.
 #include "rpc_state.h"
 
 #include <iostream>
@@ -37,41 +38,43 @@ RpcFunction find_function(const std::string& name) {
 void add_function(const std::string& name, RpcFunction fn) {
   auto& t = function_table();
   std::lock_guard<std::mutex> lock(t.mutex);
-  PUSH_CHECK(t.functions.emplace(name, std::move(fn)).second, "push::dist::register_function",
-             "a function named '", name, "' is registered already");
+  PUSH_CHECK(t.functions.emplace(name, std::move(fn)).second, "push::dist::register_function", "a function named '",
+             name, "' is registered already");
 }
 
 void RpcState::on_request(ConnectionPtr from, int peer, const wire::Header& header, c10::IValue value,
                           std::exception_ptr error) {
-  enqueue([this, from = std::move(from), peer, header, value = std::move(value), error] {
-    Served served;
-    if (error) {
-      served = Served{false, c10::IValue(push::detail::describe(error)), 0};
-    } else {
-      served = serve(header.type, value);
-    }
-    if (header.flags & wire::kNoReply) return;
-    wire::Header h;
-    h.type = served.ok ? wire::kReplyOk : wire::kReplyError;
-    h.flags = served.flags;
-    h.id = header.id;
-    try {
-      wire::Encoded body;
-      try {
-        body = wire::encode(served.value);
-      } catch (const std::exception&) {
-        h.type = wire::kReplyError;
-        h.flags = 0;
-        body = wire::encode(c10::IValue(c10::str("cannot send the result back: ", current_message())));
-      }
-      transport->reply(from, h, body);
-    } catch (const std::exception&) {
-      if (!stopping) {
-        std::cerr << "[" << kOrigin << "] " << world.name() << ": cannot reply to " << describe(peer)
-                  << ": " << current_message() << "\n";
-      }
-    }
-  }, peer);
+  loops_.enqueue(
+      [this, from = std::move(from), peer, header, value = std::move(value), error] {
+        Served served;
+        if (error) {
+          served = Served{false, c10::IValue(push::detail::describe(error)), 0};
+        } else {
+          served = serve(header.type, value);
+        }
+        if (header.flags & wire::kNoReply) return;
+        wire::Header h;
+        h.type = served.ok ? wire::kReplyOk : wire::kReplyError;
+        h.flags = served.flags;
+        h.id = header.id;
+        try {
+          wire::Encoded body;
+          try {
+            body = wire::encode(served.value);
+          } catch (const std::exception&) {
+            h.type = wire::kReplyError;
+            h.flags = 0;
+            body = wire::encode(c10::IValue(c10::str("cannot send the result back: ", current_message())));
+          }
+          transport_->reply(from, h, body);
+        } catch (const std::exception&) {
+          if (!stopping_) {
+            std::cerr << "[" << kOrigin << "] " << world_.name() << ": cannot reply to " << describe(peer) << ": "
+                      << current_message() << "\n";
+          }
+        }
+      },
+      peer);
 }
 
 Served RpcState::serve(uint16_t type, const c10::IValue& body) {
@@ -79,11 +82,9 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
     PUSH_CHECK(wire::is_request(type), kOrigin, "malformed request: unknown message type ", type);
     c10::IValue result;
     uint16_t flags = 0;
-    if (type == wire::kCall || type == wire::kService || type == wire::kRemoteCall ||
-        type == wire::kRemoteService) {
+    if (type == wire::kCall || type == wire::kService || type == wire::kRemoteCall || type == wire::kRemoteService) {
       PUSH_CHECK(body.isTuple() && body.toTupleRef().elements().size() == 2 &&
-                     body.toTupleRef().elements()[0].isString() &&
-                     body.toTupleRef().elements()[1].isTuple(),
+                     body.toTupleRef().elements()[0].isString() && body.toTupleRef().elements()[1].isTuple(),
                  kOrigin, "malformed request: expected (name, (args...)), got ", body.tagKind());
       const auto& elements = body.toTupleRef().elements();
       const std::string target = elements[0].toStringRef();
@@ -92,42 +93,40 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
       RpcFunction fn;
       if (type == wire::kCall || type == wire::kRemoteCall) {
         fn = find_function(target);
-        PUSH_CHECK(fn, kOrigin, "no function named '", target, "' is registered on ", world.name(),
+        PUSH_CHECK(fn, kOrigin, "no function named '", target, "' is registered on ", world_.name(),
                    " (register it with PUSH_RPC_FUNCTION in every process)");
       } else {
-        std::lock_guard<std::mutex> lock(table_mutex);
-        auto it = services.find(target);
-        if (it == services.end()) {
-          throw NotHere(c10::str("[", kOrigin, "] service '", target, "' is not registered on ",
-                                 world.name(), " in group '", name, "'"));
+        fn = served_.service(target);
+        if (!fn) {
+          throw NotHere(c10::str("[", kOrigin, "] service '", target, "' is not registered on ", world_.name(),
+                                 " in group '", name_, "'"));
         }
-        fn = it->second;
       }
       result = fn(args);
       if (type == wire::kRemoteCall || type == wire::kRemoteService) {
-        std::lock_guard<std::mutex> lock(table_mutex);
-        const int64_t id = next_owned++;
-        owned.emplace(id, std::move(result));
-        result = c10::IValue(id);
+        result = c10::IValue(served_.keep(std::move(result)));
         flags = wire::kOwnedValue;
       }
     } else if (type == wire::kFetchRRef || type == wire::kReleaseRRef) {
       PUSH_CHECK(body.isInt(), kOrigin, "malformed request: expected a value id, got ", body.tagKind());
-      std::lock_guard<std::mutex> lock(table_mutex);
-      auto it = owned.find(body.toInt());
-      PUSH_CHECK(it != owned.end(), kOrigin, "no value with id ", body.toInt(), " on ", world.name(),
+      bool found;
+      if (type == wire::kFetchRRef) {
+        auto kept = served_.kept(body.toInt());
+        found = kept.has_value();
+        if (found) result = std::move(*kept);
+      } else {
+        found = served_.release(body.toInt());
+      }
+      PUSH_CHECK(found, kOrigin, "no value with id ", body.toInt(), " on ", world_.name(),
                  " (released, or never created)");
-      if (type == wire::kFetchRRef) result = it->second;
-      else owned.erase(it);
     } else {
       PUSH_CHECK(body.isString(), kOrigin, "malformed request: expected a key, got ", body.tagKind());
-      std::lock_guard<std::mutex> lock(table_mutex);
-      auto it = paired.find(body.toStringRef());
-      if (it == paired.end()) {
-        throw NotHere(c10::str("[", kOrigin, "] no value is paired under '", body.toStringRef(),
-                               "' on ", world.name(), " in group '", name, "'"));
+      auto value = served_.paired(body.toStringRef());
+      if (!value) {
+        throw NotHere(c10::str("[", kOrigin, "] no value is paired under '", body.toStringRef(), "' on ", world_.name(),
+                               " in group '", name_, "'"));
       }
-      result = it->second;
+      result = std::move(*value);
     }
     return Served{true, std::move(result), flags};
   } catch (const NotHere&) {
@@ -135,41 +134,6 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
   } catch (const std::exception&) {
     return Served{false, c10::IValue(current_message()), 0};
   }
-}
-
-void RpcState::enqueue(std::function<void()> job, int peer) {
-  // A peer's requests go to one loop (its thread stays warm, its calls start in order);
-  // other jobs are dealt round robin.
-  const uint64_t slot = peer >= 0 ? static_cast<uint64_t>(peer) : next_loop.fetch_add(1, std::memory_order_relaxed);
-  auto& loop = loops[slot % loops.size()];
-  loop->post_fiber(std::move(job), [this](std::exception_ptr error) {
-    if (stopping) return;  // cancelled by shutdown: its caller's call fails there
-    std::cerr << "[" << kOrigin << "] " << world.name() << ": " << push::detail::describe(error) << "\n";
-  });
-}
-
-void RpcState::check_not_own_handler(const char* what) const {
-  for (const auto& loop : loops) {
-    PUSH_CHECK(EventLoop::current() != loop.get(), kOrigin, "group '", name, "' cannot ", what,
-               " from one of its own handlers (they run on its event loops)");
-  }
-}
-
-void RpcState::stop_loops() {
-  for (auto& loop : loops) loop->stop();
-}
-
-RRefState::~RRefState() {
-  if (paired || !id.valid()) return;
-  // The last handle is gone: tell the owner once it has the value's id (from a handler
-  // fiber, never from the transport's reader, which must not block on a send).
-  auto release = [group = group, owner = owner, id = id] {
-    auto g = group.lock();
-    if (!g || g->stopping || id.has_error()) return;
-    const c10::IValue value = id.wait();
-    g->enqueue([g = g.get(), owner, value] { g->notify(owner, wire::kReleaseRRef, value); });
-  };
-  id.on_complete(std::move(release));
 }
 
 }  // namespace push::dist::detail

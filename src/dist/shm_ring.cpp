@@ -12,9 +12,11 @@
 #include <cstring>
 #include <fstream>
 #include <new>
-#include <thread>
 
 namespace push::dist::detail {
+
+using push::detail::Clock;
+
 namespace {
 
 constexpr const char* kOrigin = "push::dist::RpcGroup";
@@ -83,8 +85,7 @@ SendRing::~SendRing() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-char* SendRing::acquire(std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& broken,
-                        const std::string& peer) {
+char* SendRing::acquire(Clock::time_point deadline, const std::atomic<bool>& broken, const std::string& peer) {
   Shared* s = shared(base_);
   for (;;) {
     uint32_t emptied = s->emptied.load(std::memory_order_acquire);
@@ -92,17 +93,20 @@ char* SendRing::acquire(std::chrono::steady_clock::time_point deadline, const st
     if (broken.load(std::memory_order_acquire)) {
       throw Error(c10::str("[", kOrigin, "] cannot send to ", peer, ": the connection closed"));
     }
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     if (now >= deadline) {
       throw Error(c10::str("[", kOrigin, "] cannot send to ", peer,
                            ": no progress within the send timeout (its shared-memory ring stayed full)"));
     }
     // Announce the wait, look once more, then sleep until the receiver moves `emptied`
     // (a wake between the look and the sleep makes the sleep return at once). At most
-    // 100 ms at a time, so that a lost peer is noticed.
+    // 100 ms at a time, so that a lost peer is noticed; with a ManualClock, at most its
+    // tick, so that a deadline the test moves past is noticed.
     s->waiting.store(1, std::memory_order_seq_cst);
     if (head_ - s->emptied.load(std::memory_order_seq_cst) < slots_) break;
-    const auto left = std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(100));
+    const std::chrono::nanoseconds longest =
+        Clock::manual() ? std::chrono::nanoseconds(Clock::kManualTick) : std::chrono::milliseconds(100);
+    const auto left = std::min<std::chrono::nanoseconds>(deadline - now, longest);
     timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
     futex(&s->emptied, FUTEX_WAIT, emptied, &ts);
   }
@@ -112,13 +116,14 @@ char* SendRing::acquire(std::chrono::steady_clock::time_point deadline, const st
 void SendRing::interrupt() { futex(&shared(base_)->emptied, FUTEX_WAKE, INT_MAX, nullptr); }
 
 std::unique_ptr<RecvRing> RecvRing::open(int64_t pid, int64_t fd, uint64_t slot_bytes, uint32_t slots) {
-  PUSH_CHECK(pid > 0 && pid <= INT_MAX && fd >= 0 && fd <= INT_MAX, kOrigin,
-             "malformed ring announcement: pid ", pid, ", descriptor ", fd);
+  PUSH_CHECK(pid > 0 && pid <= INT_MAX && fd >= 0 && fd <= INT_MAX, kOrigin, "malformed ring announcement: pid ", pid,
+             ", descriptor ", fd);
   const std::string path = c10::str("/proc/", pid, "/fd/", fd);
   char target[256] = {};
   const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
   PUSH_CHECK(n > 0 && std::strncmp(target, "/memfd:push-rpc-ring", 20) == 0, kOrigin, "cannot open the ",
-             "shared-memory ring at ", path, ": ", n > 0 ? c10::str("it is ", target) : std::string(std::strerror(errno)),
+             "shared-memory ring at ", path, ": ",
+             n > 0 ? c10::str("it is ", target) : std::string(std::strerror(errno)),
              " (set RpcGroupOptions::shared_memory(false) where processes cannot open each other's memory)");
   const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   PUSH_CHECK(f >= 0, kOrigin, "cannot open the shared-memory ring at ", path, ": ", std::strerror(errno),
@@ -129,8 +134,8 @@ std::unique_ptr<RecvRing> RecvRing::open(int64_t pid, int64_t fd, uint64_t slot_
                   static_cast<uint64_t>(st.st_size) == ring_bytes(slot_bytes, slots);
   if (!ok) {
     ::close(f);
-    throw Error(c10::str("[", kOrigin, "] the shared-memory ring at ", path,
-                         " is not a sealed ring of the announced size"));
+    throw Error(
+        c10::str("[", kOrigin, "] the shared-memory ring at ", path, " is not a sealed ring of the announced size"));
   }
   std::unique_ptr<RecvRing> r(new RecvRing());
   r->slot_bytes_ = slot_bytes;

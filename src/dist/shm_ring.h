@@ -18,6 +18,8 @@
 // waits on that counter with a futex (shared between the processes).
 #include <push/core/errors.h>
 
+#include "core/clock.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -41,8 +43,7 @@ class SendRing {
 
   /// The next slot to fill, once the receiver has emptied it. Throws push::Error when
   /// `deadline` passes first or `broken` becomes true (see interrupt()).
-  char* acquire(std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& broken,
-                const std::string& peer);
+  char* acquire(push::detail::Clock::time_point deadline, const std::atomic<bool>& broken, const std::string& peer);
   /// The slot acquire() returned is full: the receiver may read it.
   void publish() { ++head_; }
   /// Wakes a sender waiting in acquire(), so that it sees `broken`.

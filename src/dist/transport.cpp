@@ -50,10 +50,25 @@ sockaddr_in parse_address(const std::string& address) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   const std::string host = address.substr(0, colon);
-  PUSH_CHECK(::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, kOrigin,
-             "bad member address '", address, "' (an IPv4 address is expected)");
+  PUSH_CHECK(::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, kOrigin, "bad member address '", address,
+             "' (an IPv4 address is expected)");
   sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   return sa;
+}
+
+/// Waits until `deadline` for the non-blocking connect of `fd` to finish: its error (0 when
+/// connected, ETIMEDOUT when the deadline passed first).
+int finish_connect(int fd, Clock::time_point deadline) {
+  pollfd p{fd, POLLOUT, 0};
+  int ready = 0;
+  do {
+    ready = ::poll(&p, 1, poll_timeout_ms(deadline, INT_MAX));
+  } while (ready == 0 && Clock::now() < deadline);
+  if (ready != 1) return ETIMEDOUT;
+  int error = 0;
+  socklen_t len = sizeof(error);
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+  return error;
 }
 
 }  // namespace
@@ -68,8 +83,7 @@ Transport::Transport(TransportOptions options, TransportCallbacks callbacks)
   for (int i = 0; i < options_.size; ++i) dial_mutex_.push_back(std::make_unique<std::mutex>());
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  PUSH_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, kOrigin, "cannot create an epoll instance: ",
-             errno_text(errno));
+  PUSH_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, kOrigin, "cannot create an epoll instance: ", errno_text(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeTag;
@@ -93,8 +107,8 @@ std::string Transport::listen(const std::string& host) {
   int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in sa = parse_address(host + ":0");
-  PUSH_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, kOrigin,
-             "cannot listen on ", host, ": ", errno_text(errno));
+  PUSH_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, kOrigin, "cannot listen on ", host,
+             ": ", errno_text(errno));
   PUSH_CHECK(::listen(listen_fd_, 128) == 0, kOrigin, "cannot listen on ", host, ": ", errno_text(errno));
   socklen_t len = sizeof(sa);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
@@ -106,7 +120,9 @@ std::string Transport::listen(const std::string& host) {
   return c10::str(host, ":", port_);
 }
 
-void Transport::start() { thread_ = std::thread([this] { loop(); }); }
+void Transport::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void Transport::wake() {
   const uint64_t one = 1;
@@ -132,48 +148,46 @@ void Transport::stop() {
 
 // -- dialing and sending ------------------------------------------------------------------
 
-ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_point deadline,
-                              bool retry) {
+ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_point deadline, bool retry) {
   const sockaddr_in sa = parse_address(address);
-  for (;;) {
+  ConnectionPtr c;
+  int error = 0;
+  auto cannot = [&] {
+    return Error(
+        c10::str("[", kOrigin, "] cannot connect to ", describe(peer), " at ", address, ": ", errno_text(error)));
+  };
+  // A refused connection is tried again every 20 ms until the deadline: the peer may not
+  // listen yet.
+  const bool connected = Clock::poll_until(deadline, std::chrono::milliseconds(20), [&] {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     PUSH_CHECK(fd >= 0, kOrigin, "cannot open a socket: ", errno_text(errno));
     int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
-    int error = rc == 0 ? 0 : errno;
-    if (error == EINPROGRESS) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      pollfd p{fd, POLLOUT, 0};
-      const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-      socklen_t len = sizeof(error);
-      if (ready == 1) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
-      else error = ETIMEDOUT;
+    error = rc == 0 ? 0 : errno;
+    if (error == EINPROGRESS) error = finish_connect(fd, deadline);
+    if (error != 0) {
+      ::close(fd);
+      if (!retry || (error != ECONNREFUSED && error != EAGAIN)) throw cannot();
+      return false;
     }
-    if (error == 0) {
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // sends block; reads use MSG_DONTWAIT
-      set_nodelay(fd);
-      set_send_timeout(fd, options_.send_timeout);
-      auto c = std::make_shared<Connection>(fd, /*outgoing=*/true, peer);
-      wire::Header hello;
-      hello.type = wire::kHello;
-      hello.id = static_cast<uint64_t>(options_.rank);
-      wire::Encoded token;
-      token.meta.assign(options_.token.begin(), options_.token.end());
-      hello.meta_bytes = static_cast<uint32_t>(token.meta.size());
-      write_frame(*c, hello, token);
-      watch(c);
-      return c;
-    }
-    ::close(fd);
-    if (!retry || Clock::now() >= deadline || (error != ECONNREFUSED && error != EAGAIN)) {
-      throw Error(c10::str("[", kOrigin, "] cannot connect to ", describe(peer), " at ", address,
-                           ": ", errno_text(error)));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // sends block; reads use MSG_DONTWAIT
+    set_nodelay(fd);
+    set_send_timeout(fd, options_.send_timeout);
+    c = std::make_shared<Connection>(fd, /*outgoing=*/true, peer);
+    wire::Header hello;
+    hello.type = wire::kHello;
+    hello.id = static_cast<uint64_t>(options_.rank);
+    wire::Encoded token;
+    token.meta.assign(options_.token.begin(), options_.token.end());
+    hello.meta_bytes = static_cast<uint32_t>(token.meta.size());
+    write_frame(*c, hello, token);
+    watch(c);
+    return true;
+  });
+  if (!connected) throw cannot();
+  return c;
 }
 
-void Transport::connect(int peer, const std::string& address, const std::string& identity,
-                        Clock::time_point deadline) {
+void Transport::connect(int peer, const std::string& address, const std::string& identity, Clock::time_point deadline) {
   auto c = dial(peer, address, deadline, /*retry=*/true);
   std::lock_guard<std::mutex> lock(mutex_);
   same_host_[peer] = options_.shared_memory && identity == host_identity() ? 1 : 0;
@@ -198,7 +212,7 @@ void Transport::send(int peer, const wire::Header& header, const wire::Encoded& 
     }
     if (!c) {
       PUSH_CHECK(!stopping_, kOrigin, "the group is shut down");
-      c = dial(peer, address, Clock::now() + options_.send_timeout, /*retry=*/false);
+      c = dial(peer, address, Clock::deadline_after(options_.send_timeout), /*retry=*/false);
       std::lock_guard<std::mutex> lock(mutex_);
       outgoing_[peer] = c;
     }
@@ -217,9 +231,8 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
   header.data_bytes = body.data_bytes;
   PUSH_CHECK(body.meta.size() <= options_.max_message_bytes &&
                  body.data_bytes <= options_.max_message_bytes - body.meta.size(),
-             kOrigin, "a message of ", body.meta.size() + body.data_bytes,
-             " bytes is over the limit of ", options_.max_message_bytes,
-             " bytes (RpcGroupOptions::max_message_bytes)");
+             kOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
+             options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
   std::lock_guard<std::mutex> lock(c.send_mutex);
   PUSH_CHECK(!c.closed, kOrigin, "the connection to ", describe(c.peer), " is closed");
   SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
@@ -250,9 +263,8 @@ void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
       // The stream may hold half a frame now: end it, so the reader side closes it too.
       ::shutdown(c.fd, SHUT_RDWR);
       throw Error(c10::str("[", kOrigin, "] cannot send to ", describe(c.peer), ": ",
-                           error == EAGAIN || error == EWOULDBLOCK
-                               ? std::string("no progress within the send timeout")
-                               : errno_text(error)));
+                           error == EAGAIN || error == EWOULDBLOCK ? std::string("no progress within the send timeout")
+                                                                   : errno_text(error)));
     }
     auto left = static_cast<std::size_t>(n);
     while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
@@ -301,7 +313,7 @@ void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encode
     uint64_t offset = 0;  // into body.tensors[index]
     uint64_t left = body.data_bytes;
     while (left > 0) {
-      char* slot = ring.acquire(Clock::now() + options_.send_timeout, c.broken, describe(c.peer));
+      char* slot = ring.acquire(Clock::deadline_after(options_.send_timeout), c.broken, describe(c.peer));
       uint64_t note = std::min(left, ring.slot_bytes());
       for (uint64_t filled = 0; filled < note;) {
         const auto& t = body.tensors[index];
@@ -370,7 +382,7 @@ void Transport::close(Connection* c, const std::string& why) {
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
-  c->broken = true;               // and one waiting for its ring
+  c->broken = true;              // and one waiting for its ring
   if (SendRing* ring = c->ring_to_wake.load()) ring->interrupt();
   {
     std::lock_guard<std::mutex> lock(c->send_mutex);
@@ -384,13 +396,22 @@ void Transport::close(Connection* c, const std::string& why) {
     std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank)
               << ": dropped a connection that was not a member of the group: " << why << "\n";
   } else if (!c->outgoing && why != "the peer closed the connection") {
-    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank)
-              << ": closed the connection from " << describe(c->peer) << ": " << why << "\n";
+    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank) << ": closed the connection from "
+              << describe(c->peer) << ": " << why << "\n";
   }
   if (lost) callbacks_.peer_lost(c->peer, why);
 }
 
-// -- addresses ----------------------------------------------------------------------------
+// -- waiting and addresses ----------------------------------------------------------------
+
+int poll_timeout_ms(Clock::time_point deadline, int longest_ms) {
+  const auto now = Clock::now();
+  if (deadline <= now) return 0;
+  int64_t longest = longest_ms;
+  if (Clock::manual()) longest = std::min<int64_t>(longest, Clock::kManualTick.count());
+  const int64_t left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  return static_cast<int>(std::min(left, longest));
+}
 
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface) {
   auto loopback = [](const std::string& h) { return h == "localhost" || h.rfind("127.", 0) == 0; };
@@ -415,8 +436,8 @@ std::string advertised_host(const std::string& master_addr, int master_port, con
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
-  PUSH_CHECK(::getaddrinfo(master_addr.c_str(), std::to_string(master_port).c_str(), &hints, &res) == 0,
-             kOrigin, "cannot resolve the master address '", master_addr, "'");
+  PUSH_CHECK(::getaddrinfo(master_addr.c_str(), std::to_string(master_port).c_str(), &hints, &res) == 0, kOrigin,
+             "cannot resolve the master address '", master_addr, "'");
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in local{};
   socklen_t len = sizeof(local);

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "receive_pool.h"
 #include "shm_ring.h"
 #include "wire.h"
@@ -35,7 +36,7 @@ namespace push::dist::detail {
 
 class Connection;
 using ConnectionPtr = std::shared_ptr<Connection>;
-using Clock = std::chrono::steady_clock;
+using push::detail::Clock;
 
 struct TransportOptions {
   std::string token;  // the group's identity: a hello carrying another token is refused
@@ -56,8 +57,8 @@ struct TransportOptions {
 struct TransportCallbacks {
   /// A request from group rank `peer` arrived on `from`; answer with Transport::reply.
   /// `value` is null and `error` set when its frame was intact but its value malformed.
-  std::function<void(ConnectionPtr from, int peer, const wire::Header&, c10::IValue value,
-                     std::exception_ptr error)> request;
+  std::function<void(ConnectionPtr from, int peer, const wire::Header&, c10::IValue value, std::exception_ptr error)>
+      request;
   /// A reply from `peer`; `error` set when it was malformed.
   std::function<void(int peer, const wire::Header&, c10::IValue value, std::exception_ptr error)> reply;
   /// The connection this member dialed to `peer` ended (the peer died, left, or sent bytes
@@ -132,13 +133,18 @@ class Transport {
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
 
-  mutable std::mutex mutex_;                // guards the members below
-  std::vector<ConnectionPtr> outgoing_;     // by group rank
-  std::vector<std::string> addresses_;      // by group rank, for dialing again
+  mutable std::mutex mutex_;             // guards the members below
+  std::vector<ConnectionPtr> outgoing_;  // by group rank
+  std::vector<std::string> addresses_;   // by group rank, for dialing again
   std::vector<std::unique_ptr<std::mutex>> dial_mutex_;
-  std::vector<ConnectionPtr> all_;          // every open connection (the I/O thread closes)
-  std::vector<char> same_host_;             // by group rank: rings apply
+  std::vector<ConnectionPtr> all_;  // every open connection (the I/O thread closes)
+  std::vector<char> same_host_;     // by group rank: rings apply
 };
+
+/// The timeout of one poll()/epoll_wait() that waits for `deadline` (on push's Clock):
+/// the milliseconds left, rounded up, at most `longest_ms`; at most Clock::kManualTick
+/// while a ManualClock is installed, so that the waiter notices the test moving time.
+int poll_timeout_ms(Clock::time_point deadline, int longest_ms);
 
 /// The address other members should dial this one at: 127.0.0.1 when the job's master is
 /// local, the address of `interface` when given, else the address this host reaches the

@@ -23,11 +23,10 @@ std::string errno_text(int code) { return std::strerror(code); }
 void Transport::loop() {
   epoll_event events[64];
   while (!stopping_) {
-    int timeout_ms = 1000;
-    if (auto next = callbacks_.tick()) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
-    }
+    // Asleep at most until the nearest call deadline (and 1 s at most, so that stopping_ is
+    // seen; 1 ms with a ManualClock, so that a deadline the test moves past is seen).
+    const auto next = callbacks_.tick();
+    const int timeout_ms = next ? poll_timeout_ms(*next, 1000) : 1000;
     const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
     for (int i = 0; i < n && !stopping_; ++i) {
       const uint64_t tag = events[i].data.u64;
@@ -60,7 +59,10 @@ bool Transport::read_some(Connection& c, std::string& why) {
               if (c.data_complete()) deliver(c);
               continue;
             }
-            if (n == 0) { why = "the peer closed the connection"; return false; }
+            if (n == 0) {
+              why = "the peer closed the connection";
+              return false;
+            }
             if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
             if (errno == EINTR) continue;
             why = errno_text(errno);
@@ -68,7 +70,10 @@ bool Transport::read_some(Connection& c, std::string& why) {
           }
         }
         const ssize_t n = ::recv(c.fd, c.staging.data(), c.staging.size(), MSG_DONTWAIT);
-        if (n == 0) { why = "the peer closed the connection"; return false; }
+        if (n == 0) {
+          why = "the peer closed the connection";
+          return false;
+        }
         if (n < 0) {
           if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
           if (errno == EINTR) continue;
@@ -178,9 +183,8 @@ void Transport::open_ring(Connection& c) {
 }
 
 void Transport::take_slot(Connection& c, uint64_t bytes) {
-  PUSH_CHECK(bytes == std::min(c.ring_left, c.recv_ring->slot_bytes()), kOrigin,
-             "malformed frame: a note of ", bytes, " bytes where ",
-             std::min(c.ring_left, c.recv_ring->slot_bytes()), " were due");
+  PUSH_CHECK(bytes == std::min(c.ring_left, c.recv_ring->slot_bytes()), kOrigin, "malformed frame: a note of ", bytes,
+             " bytes where ", std::min(c.ring_left, c.recv_ring->slot_bytes()), " were due");
   const char* src = c.recv_ring->front();
   if (!c.table_error) {
     for (uint64_t done = 0; done < bytes;) {
@@ -212,12 +216,12 @@ void Transport::deliver(Connection& c) {
   c.tensors.clear();
   c.table_error = nullptr;
   if (c.outgoing) {
-    PUSH_CHECK(wire::is_reply(header.type), kOrigin, "malformed frame: a request (type ",
-               header.type, ") where only replies are expected");
+    PUSH_CHECK(wire::is_reply(header.type), kOrigin, "malformed frame: a request (type ", header.type,
+               ") where only replies are expected");
     callbacks_.reply(c.peer, header, std::move(value), std::move(error));
   } else {
-    PUSH_CHECK(wire::is_request(header.type), kOrigin, "malformed frame: a reply (type ",
-               header.type, ") where only requests are expected");
+    PUSH_CHECK(wire::is_request(header.type), kOrigin, "malformed frame: a reply (type ", header.type,
+               ") where only requests are expected");
     callbacks_.request(c.shared_from_this(), c.peer, header, std::move(value), std::move(error));
   }
 }

@@ -16,8 +16,16 @@ namespace {
 constexpr const char* kOrigin = "push::dist::RpcGroup";
 
 enum Tag : uint8_t {
-  kNone = 0, kBool = 1, kInt = 2, kDouble = 3, kString = 4, kTensor = 5,
-  kTuple = 6, kList = 7, kDict = 8, kComplex = 9,
+  kNone = 0,
+  kBool = 1,
+  kInt = 2,
+  kDouble = 3,
+  kString = 4,
+  kTensor = 5,
+  kTuple = 6,
+  kList = 7,
+  kDict = 8,
+  kComplex = 9,
 };
 // Element kinds of lists and dicts: the static type a receiver rebuilds.
 enum Kind : uint8_t { kAny = 0, kBoolKind = 1, kIntKind = 2, kDoubleKind = 3, kStringKind = 4, kTensorKind = 5 };
@@ -31,41 +39,59 @@ void put(std::vector<char>& out, T v) {
 }
 
 uint32_t checked_count(std::size_t n, const char* what) {
-  PUSH_CHECK(n <= std::numeric_limits<uint32_t>::max(), kOrigin, "cannot send a ", what, " of ",
-             n, " elements (at most 2^32-1)");
+  PUSH_CHECK(n <= std::numeric_limits<uint32_t>::max(), kOrigin, "cannot send a ", what, " of ", n,
+             " elements (at most 2^32-1)");
   return static_cast<uint32_t>(n);
 }
 
 Kind kind_of(const c10::TypePtr& type) {
   switch (type->kind()) {
-    case c10::TypeKind::BoolType: return kBoolKind;
-    case c10::TypeKind::IntType: return kIntKind;
-    case c10::TypeKind::FloatType: return kDoubleKind;
-    case c10::TypeKind::StringType: return kStringKind;
-    case c10::TypeKind::TensorType: return kTensorKind;
-    default: return kAny;
+    case c10::TypeKind::BoolType:
+      return kBoolKind;
+    case c10::TypeKind::IntType:
+      return kIntKind;
+    case c10::TypeKind::FloatType:
+      return kDoubleKind;
+    case c10::TypeKind::StringType:
+      return kStringKind;
+    case c10::TypeKind::TensorType:
+      return kTensorKind;
+    default:
+      return kAny;
   }
 }
 
 c10::TypePtr type_of(Kind kind) {
   switch (kind) {
-    case kBoolKind: return c10::BoolType::get();
-    case kIntKind: return c10::IntType::get();
-    case kDoubleKind: return c10::FloatType::get();
-    case kStringKind: return c10::StringType::get();
-    case kTensorKind: return c10::TensorType::get();
-    default: return c10::AnyType::get();
+    case kBoolKind:
+      return c10::BoolType::get();
+    case kIntKind:
+      return c10::IntType::get();
+    case kDoubleKind:
+      return c10::FloatType::get();
+    case kStringKind:
+      return c10::StringType::get();
+    case kTensorKind:
+      return c10::TensorType::get();
+    default:
+      return c10::AnyType::get();
   }
 }
 
 bool matches(Kind kind, const c10::IValue& v) {
   switch (kind) {
-    case kBoolKind: return v.isBool();
-    case kIntKind: return v.isInt();
-    case kDoubleKind: return v.isDouble();
-    case kStringKind: return v.isString();
-    case kTensorKind: return v.isTensor();
-    default: return true;
+    case kBoolKind:
+      return v.isBool();
+    case kIntKind:
+      return v.isInt();
+    case kDoubleKind:
+      return v.isDouble();
+    case kStringKind:
+      return v.isString();
+    case kTensorKind:
+      return v.isTensor();
+    default:
+      return true;
   }
 }
 
@@ -129,8 +155,8 @@ struct Writer {
 
   uint32_t tensor(const at::Tensor& t) {
     if (!t.defined()) return kUndefinedTensor;
-    PUSH_CHECK(t.layout() == at::kStrided && !t.is_quantized(), kOrigin,
-               "cannot send a tensor with layout ", t.layout(), " (only dense tensors)");
+    PUSH_CHECK(t.layout() == at::kStrided && !t.is_quantized(), kOrigin, "cannot send a tensor with layout ",
+               t.layout(), " (only dense tensors)");
     // Bytes go straight from the storage: a view sends only its own elements.
     at::Tensor dense = t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
     tensors.push_back(dense.detach());
@@ -140,9 +166,18 @@ struct Writer {
 
 bool sendable_dtype(int8_t code) {
   switch (static_cast<at::ScalarType>(code)) {
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-    case at::kHalf: case at::kFloat: case at::kDouble: case at::kComplexFloat:
-    case at::kComplexDouble: case at::kBool: case at::kBFloat16:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kHalf:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+    case at::kBool:
+    case at::kBFloat16:
       return true;
     default:
       return false;
@@ -156,8 +191,7 @@ struct Reader {
 
   template <typename T>
   T get(const char* what) {
-    PUSH_CHECK(static_cast<std::size_t>(end - p) >= sizeof(T), kOrigin,
-               "malformed message: truncated ", what);
+    PUSH_CHECK(static_cast<std::size_t>(end - p) >= sizeof(T), kOrigin, "malformed message: truncated ", what);
     T v;
     std::memcpy(&v, p, sizeof(T));
     p += sizeof(T);
@@ -168,10 +202,14 @@ struct Reader {
     PUSH_CHECK(depth < kMaxDepth, kOrigin, "malformed message: nested deeper than ", kMaxDepth);
     const auto tag = get<uint8_t>("value tag");
     switch (tag) {
-      case kNone: return c10::IValue();
-      case kBool: return c10::IValue(get<uint8_t>("bool") != 0);
-      case kInt: return c10::IValue(get<int64_t>("int"));
-      case kDouble: return c10::IValue(get<double>("double"));
+      case kNone:
+        return c10::IValue();
+      case kBool:
+        return c10::IValue(get<uint8_t>("bool") != 0);
+      case kInt:
+        return c10::IValue(get<int64_t>("int"));
+      case kDouble:
+        return c10::IValue(get<double>("double"));
       case kComplex: {
         const double re = get<double>("complex");
         const double im = get<double>("complex");
@@ -179,8 +217,8 @@ struct Reader {
       }
       case kString: {
         const auto n = get<uint32_t>("string length");
-        PUSH_CHECK(static_cast<std::size_t>(end - p) >= n, kOrigin,
-                   "malformed message: a string of ", n, " bytes overruns the message");
+        PUSH_CHECK(static_cast<std::size_t>(end - p) >= n, kOrigin, "malformed message: a string of ", n,
+                   " bytes overruns the message");
         std::string s(p, n);
         p += n;
         return c10::IValue(std::move(s));
@@ -188,8 +226,8 @@ struct Reader {
       case kTensor: {
         const auto index = get<uint32_t>("tensor index");
         if (index == kUndefinedTensor) return c10::IValue(at::Tensor());
-        PUSH_CHECK(index < tensors->size(), kOrigin, "malformed message: tensor ", index,
-                   " of a table of ", tensors->size());
+        PUSH_CHECK(index < tensors->size(), kOrigin, "malformed message: tensor ", index, " of a table of ",
+                   tensors->size());
         return c10::IValue((*tensors)[index]);
       }
       case kTuple: {
@@ -222,22 +260,20 @@ struct Reader {
         return c10::IValue(dict);
       }
       default:
-        throw Error(c10::str("[", kOrigin, "] malformed message: unknown value tag ",
-                             static_cast<int>(tag)));
+        throw Error(c10::str("[", kOrigin, "] malformed message: unknown value tag ", static_cast<int>(tag)));
     }
   }
 
   uint32_t count(const char* what) {
     const auto n = get<uint32_t>(what);
     // Every element takes at least one byte: a count beyond the bytes left is a lie.
-    PUSH_CHECK(n <= static_cast<std::size_t>(end - p), kOrigin, "malformed message: a ", what,
-               " of ", n, " elements in ", end - p, " bytes");
+    PUSH_CHECK(n <= static_cast<std::size_t>(end - p), kOrigin, "malformed message: a ", what, " of ", n,
+               " elements in ", end - p, " bytes");
     return n;
   }
   Kind element_kind(const char* what) {
     const auto k = get<uint8_t>(what);
-    PUSH_CHECK(k <= kTensorKind, kOrigin, "malformed message: unknown ", what, " type ",
-               static_cast<int>(k));
+    PUSH_CHECK(k <= kTensorKind, kOrigin, "malformed message: unknown ", what, " type ", static_cast<int>(k));
     return static_cast<Kind>(k);
   }
   c10::IValue element(Kind kind, int depth, const char* what) {
@@ -277,12 +313,12 @@ Header read_header(const char* in, uint64_t max_bytes) {
   std::memcpy(&h.tensor_count, in + 20, 4);
   std::memcpy(&h.data_bytes, in + 24, 8);
   PUSH_CHECK(is_known(h.type), kOrigin, "malformed frame: unknown message type ", h.type);
-  PUSH_CHECK(h.meta_bytes <= max_bytes && h.data_bytes <= max_bytes - h.meta_bytes, kOrigin,
-             "frame of ", h.meta_bytes, " + ", h.data_bytes,
-             " bytes is over the limit of ", max_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
+  PUSH_CHECK(h.meta_bytes <= max_bytes && h.data_bytes <= max_bytes - h.meta_bytes, kOrigin, "frame of ", h.meta_bytes,
+             " + ", h.data_bytes, " bytes is over the limit of ", max_bytes,
+             " bytes (RpcGroupOptions::max_message_bytes)");
   // Each table entry takes at least 2 bytes of meta.
-  PUSH_CHECK(h.tensor_count <= h.meta_bytes / 2, kOrigin, "malformed frame: ", h.tensor_count,
-             " tensors announced in ", h.meta_bytes, " bytes of meta");
+  PUSH_CHECK(h.tensor_count <= h.meta_bytes / 2, kOrigin, "malformed frame: ", h.tensor_count, " tensors announced in ",
+             h.meta_bytes, " bytes of meta");
   return h;
 }
 
@@ -308,8 +344,7 @@ namespace {
 Reader table_reader(const std::vector<char>& meta) { return Reader{meta.data(), meta.data() + meta.size()}; }
 }  // namespace
 
-std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header,
-                                          ReceivePool* pool) {
+std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header, ReceivePool* pool) {
   Reader r = table_reader(meta);
   const auto n = r.get<uint32_t>("tensor table");
   PUSH_CHECK(n == header.tensor_count, kOrigin, "malformed message: a table of ", n,
@@ -319,11 +354,11 @@ std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const H
   uint64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const auto dtype = r.get<int8_t>("tensor dtype");
-    PUSH_CHECK(sendable_dtype(dtype), kOrigin, "malformed message: tensor ", i,
-               " has unknown dtype code ", static_cast<int>(dtype));
+    PUSH_CHECK(sendable_dtype(dtype), kOrigin, "malformed message: tensor ", i, " has unknown dtype code ",
+               static_cast<int>(dtype));
     const auto dims = r.get<uint8_t>("tensor rank");
-    PUSH_CHECK(dims <= kMaxDims, kOrigin, "malformed message: tensor ", i, " has ",
-               static_cast<int>(dims), " dimensions");
+    PUSH_CHECK(dims <= kMaxDims, kOrigin, "malformed message: tensor ", i, " has ", static_cast<int>(dims),
+               " dimensions");
     std::vector<int64_t> sizes(dims);
     const auto itemsize = static_cast<uint64_t>(c10::elementSize(static_cast<at::ScalarType>(dtype)));
     uint64_t bytes = itemsize;
@@ -331,8 +366,8 @@ std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const H
       s = r.get<int64_t>("tensor size");
       PUSH_CHECK(s >= 0, kOrigin, "malformed message: tensor ", i, " has size ", s);
       const auto u = static_cast<uint64_t>(s);
-      PUSH_CHECK(u == 0 || bytes <= header.data_bytes / u, kOrigin, "malformed message: tensor ",
-                 i, " is larger than the ", header.data_bytes, " data bytes announced");
+      PUSH_CHECK(u == 0 || bytes <= header.data_bytes / u, kOrigin, "malformed message: tensor ", i,
+                 " is larger than the ", header.data_bytes, " data bytes announced");
       bytes *= u;
     }
     total += bytes;
@@ -357,8 +392,7 @@ c10::IValue decode(const std::vector<char>& meta, const std::vector<at::Tensor>&
   }
   r.tensors = &tensors;
   auto value = r.value(0);
-  PUSH_CHECK(r.p == r.end, kOrigin, "malformed message: ", r.end - r.p,
-             " bytes left over after the value");
+  PUSH_CHECK(r.p == r.end, kOrigin, "malformed message: ", r.end - r.p, " bytes left over after the value");
   return value;
 }
 

@@ -1,79 +1,23 @@
 // World: rendezvous through c10d's TCPStore, names, the default Gloo group, groups.
 #include "c10d.h"
+#include "core/clock.h"
+#include "world_access.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <set>
-#include <thread>
 
 namespace push::dist {
 namespace detail {
 
-std::string bytes_to_string(const std::vector<uint8_t>& bytes) {
-  return std::string(bytes.begin(), bytes.end());
-}
-std::vector<uint8_t> string_to_bytes(const std::string& text) {
-  return std::vector<uint8_t>(text.begin(), text.end());
-}
+std::string bytes_to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> string_to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 std::string current_message() { return push::detail::describe(std::current_exception()); }
-
-void StoreBarrier::arrive_and_wait_for_live(int rank, Milliseconds timeout, const char* origin,
-                                            const std::function<std::set<int>()>& lost) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t generation = generation_++;
-  const std::string base = c10::str(prefix_, "live/", generation, "/");
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  try {
-    waiter_->set(base + std::to_string(rank), {1});
-    for (;;) {
-      const std::set<int> gone = lost();
-      std::vector<std::string> missing;
-      for (int r = 0; r < size_; ++r) {
-        if (!gone.count(r) && !waiter_->check({base + std::to_string(r)})) missing.push_back(std::to_string(r));
-      }
-      if (missing.empty()) return;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        throw Error(c10::str("ranks ", c10::Join(", ", missing), " of the group did not arrive"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  } catch (const std::exception&) {
-    throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_,
-                         " ranks did not complete within ", timeout.count(),
-                         " ms (a rank left or is stuck): ", current_message()));
-  }
-}
-
-void StoreBarrier::arrive_and_wait(Milliseconds timeout, const char* origin) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t generation = generation_++;
-  const std::string base = c10::str(prefix_, generation);
-  try {
-    if (waiter_->add(base + "/arrived", 1) == size_) {
-      // Last to arrive: release this generation, and drop the previous one's keys, which
-      // every rank has left (they all arrived here after it).
-      waiter_->set(base + "/open", {1});
-      if (generation > 0) {
-        const std::string previous = c10::str(prefix_, generation - 1);
-        waiter_->deleteKey(previous + "/arrived");
-        waiter_->deleteKey(previous + "/open");
-      }
-    } else {
-      waiter_->wait({base + "/open"}, timeout);
-    }
-  } catch (const std::exception&) {
-    throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_,
-                         " ranks did not complete within ", timeout.count(),
-                         " ms (a rank left or is stuck): ", current_message()));
-  }
-}
 
 namespace {
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 }  // namespace
 
@@ -84,14 +28,13 @@ WorldState::~WorldState() {
   try {
     store->add("push/world/left", 1);
     if (options.rank() != 0) return;
-    const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout();
-    while (store->add("push/world/left", 0) < options.world_size()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::cerr << "[push::dist::World] rank 0 leaves before every rank did (waited "
-                  << options.shutdown_timeout().count() << " ms)\n";
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    using push::detail::Clock;
+    const bool all_left =
+        Clock::poll_until(Clock::deadline_after(options.shutdown_timeout()), std::chrono::milliseconds(5),
+                          [&] { return store->add("push/world/left", 0) >= options.world_size(); });
+    if (!all_left) {
+      std::cerr << "[push::dist::World] rank 0 leaves before every rank did (waited "
+                << options.shutdown_timeout().count() << " ms)\n";
     }
   } catch (const std::exception&) {
     // The store is gone already (rank 0 left): nothing to coordinate.
@@ -116,8 +59,8 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> WorldState::make_gloo(const std::stri
   gloo_options->devices.push_back(device);
   gloo_options->threads = options.gloo_threads();
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(
-      prefixed, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), gloo_options);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(it - ranks.begin()),
+                                                     static_cast<int>(ranks.size()), gloo_options);
 }
 
 }  // namespace detail
@@ -134,8 +77,7 @@ int parse_int(const std::string& variable, const std::string& text, const char* 
   } catch (const std::exception&) {
     used = 0;
   }
-  PUSH_CHECK(used == text.size() && !text.empty(), origin, variable, "='", text,
-             "' is not an integer");
+  PUSH_CHECK(used == text.size() && !text.empty(), origin, variable, "='", text, "' is not an integer");
   return value;
 }
 
@@ -147,8 +89,7 @@ WorldOptions WorldOptions::from_env(const Lookup& lookup_in) {
     return value ? std::optional<std::string>(value) : std::nullopt;
   };
   // The first of `keys` that is set: torchrun's name, then OpenMPI's, then Slurm's.
-  auto first = [&](std::initializer_list<const char*> keys)
-      -> std::optional<std::pair<std::string, std::string>> {
+  auto first = [&](std::initializer_list<const char*> keys) -> std::optional<std::pair<std::string, std::string>> {
     for (const char* key : keys) {
       if (auto value = lookup(key)) return std::make_pair(std::string(key), *value);
     }
@@ -178,15 +119,16 @@ WorldOptions WorldOptions::from_env(const Lookup& lookup_in) {
 void WorldOptions::validate() const {
   constexpr const char* origin = "push::dist::WorldOptions";
   PUSH_CHECK(world_size_ >= 1, origin, "world size must be at least 1, got ", world_size_);
-  PUSH_CHECK(rank_ >= 0 && rank_ < world_size_, origin, "rank ", rank_,
-             " is out of range for world size ", world_size_, " (ranks are 0..", world_size_ - 1,
-             ")");
+  PUSH_CHECK(rank_ >= 0 && rank_ < world_size_, origin, "rank ", rank_, " is out of range for world size ", world_size_,
+             " (ranks are 0..", world_size_ - 1, ")");
   PUSH_CHECK(local_rank_ >= 0, origin, "local rank must be >= 0, got ", local_rank_);
   PUSH_CHECK(!master_addr_.empty(), origin, "master address (MASTER_ADDR) is empty");
-  PUSH_CHECK(master_port_ > 0 && master_port_ < 65536, origin, "master port (MASTER_PORT) ",
-             master_port_, " is not in 1..65535");
-  for (auto [what, t] : {std::pair{"init_timeout", init_timeout_}, {"timeout", timeout_},
-                         {"rpc_timeout", rpc_timeout_}, {"shutdown_timeout", shutdown_timeout_}}) {
+  PUSH_CHECK(master_port_ > 0 && master_port_ < 65536, origin, "master port (MASTER_PORT) ", master_port_,
+             " is not in 1..65535");
+  for (auto [what, t] : {std::pair{"init_timeout", init_timeout_},
+                         {"timeout", timeout_},
+                         {"rpc_timeout", rpc_timeout_},
+                         {"shutdown_timeout", shutdown_timeout_}}) {
     PUSH_CHECK(t.count() > 0, origin, what, " must be positive, got ", t.count(), " ms");
   }
   PUSH_CHECK(gloo_threads_ >= 1, origin, "gloo_threads must be >= 1, got ", gloo_threads_);
@@ -208,11 +150,10 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
   try {
     s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
   } catch (const std::exception&) {
-    throw Error(c10::str(
-        "[", origin, "] rank ", options.rank(), " of ", options.world_size(),
-        (options.rank() == 0 ? " cannot host the store at " : " cannot reach the store at "), where,
-        " (MASTER_ADDR:MASTER_PORT) within ", options.init_timeout().count(),
-        " ms: ", detail::current_message()));
+    throw Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(),
+                         (options.rank() == 0 ? " cannot host the store at " : " cannot reach the store at "), where,
+                         " (MASTER_ADDR:MASTER_PORT) within ", options.init_timeout().count(),
+                         " ms: ", detail::current_message()));
   }
   try {
     s.store->set(c10::str("push/world/name/", options.rank()), detail::string_to_bytes(options.name()));
@@ -221,13 +162,11 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
       s.names[r] = detail::bytes_to_string(s.store->get(c10::str("push/world/name/", r)));
     }
   } catch (const std::exception&) {
-    throw Error(c10::str("[", origin, "] rank ", options.rank(), ": not every rank joined at ",
-                         where, " within ", options.init_timeout().count(),
-                         " ms: ", detail::current_message()));
+    throw Error(c10::str("[", origin, "] rank ", options.rank(), ": not every rank joined at ", where, " within ",
+                         options.init_timeout().count(), " ms: ", detail::current_message()));
   }
   std::set<std::string> unique(s.names.begin(), s.names.end());
-  PUSH_CHECK(unique.size() == s.names.size(), origin, "two ranks have the same name: ",
-             c10::Join(", ", s.names));
+  PUSH_CHECK(unique.size() == s.names.size(), origin, "two ranks have the same name: ", c10::Join(", ", s.names));
   try {
     if (!options.interface().empty()) {
       s.device = c10d::ProcessGroupGloo::createDeviceForInterface(options.interface());
@@ -237,11 +176,10 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
       s.device = c10d::ProcessGroupGloo::createDefaultDevice();
     }
   } catch (const std::exception&) {
-    throw Error(c10::str("[", origin, "] cannot open a Gloo device (interface '",
-                         options.interface(), "'): ", detail::current_message()));
+    throw Error(c10::str("[", origin, "] cannot open a Gloo device (interface '", options.interface(),
+                         "'): ", detail::current_message()));
   }
-  s.barrier = std::make_unique<detail::StoreBarrier>(s.new_client(), "push/world/barrier/",
-                                                     options.world_size());
+  s.barrier = std::make_unique<detail::StoreBarrier>(s.new_client(), "push/world/barrier/", options.world_size());
   s.joined = true;
 }
 
@@ -253,7 +191,7 @@ int World::local_rank() const { return state_->options.local_rank(); }
 const std::string& World::name() const { return state_->options.name(); }
 const std::vector<std::string>& World::names() const { return state_->names; }
 const WorldOptions& World::options() const { return state_->options; }
-c10::intrusive_ptr<c10d::Store> World::store() const { return state_->store; }
+Store World::store() const { return detail::WorldAccess::make_store(state_->store); }
 
 int World::rank_of(const std::string& name) const {
   auto& names = state_->names;
@@ -264,8 +202,7 @@ int World::rank_of(const std::string& name) const {
 }
 
 void World::barrier(std::optional<Milliseconds> timeout) const {
-  state_->barrier->arrive_and_wait(timeout.value_or(state_->options.timeout()),
-                                   "push::dist::World::barrier");
+  state_->barrier->arrive_and_wait(timeout.value_or(state_->options.timeout()), "push::dist::World::barrier");
 }
 
 }  // namespace push::dist

@@ -95,9 +95,7 @@ PUSH_DIST_WORKER(collectives) {
   group.barrier_async().wait(5s);
 }
 
-TEST(DistCollective, GatherScatterBroadcastReduceBarrier) {
-  expect_all_ok(run_workers(3, "collectives"));
-}
+TEST(DistCollective, GatherScatterBroadcastReduceBarrier) { expect_all_ok(run_workers(3, "collectives")); }
 
 PUSH_DIST_WORKER(point_to_point) {
   auto world = push::testing::test_world();
@@ -137,9 +135,7 @@ PUSH_DIST_WORKER(point_to_point) {
   world.barrier();
 }
 
-TEST(DistCollective, TaggedSendRecvAndAnySource) {
-  expect_all_ok(run_workers(3, "point_to_point"));
-}
+TEST(DistCollective, TaggedSendRecvAndAnySource) { expect_all_ok(run_workers(3, "point_to_point")); }
 
 PUSH_DIST_WORKER(subgroups) {
   auto world = push::testing::test_world();
@@ -178,7 +174,8 @@ PUSH_DIST_WORKER(dies_mid_collective) {
   auto group = world.collective();
   group.barrier();
   if (world.rank() == world.size() - 1) {
-    // Die while the others are inside the all_reduce, waiting for this rank's data.
+    // Die while the others are inside the all_reduce, waiting for this rank's data: a real
+    // sleep, since what is timed is other processes reaching Gloo's wait.
     std::this_thread::sleep_for(300ms);
     std::raise(SIGKILL);
   }
@@ -196,22 +193,26 @@ TEST(DistFailure, RankKilledMidCollective) {
 }
 
 TEST(DistStartup, NobodyListeningOnMasterPort) {
-  const int port = push::testing::free_port();
+  const int port = push::dist::free_port();
   EXPECT_PUSH_ERROR(World(WorldOptions().rank(1).world_size(2).master_port(port).init_timeout(1500ms)),
                     "cannot reach the store at 127.0.0.1:" + std::to_string(port));
 }
 
 TEST(DistStartup, UnresolvableMasterAddress) {
-  EXPECT_PUSH_ERROR(World(WorldOptions().rank(1).world_size(2).master_addr("no-such-host.invalid")
-                              .master_port(push::testing::free_port()).init_timeout(1500ms)),
+  EXPECT_PUSH_ERROR(World(WorldOptions()
+                              .rank(1)
+                              .world_size(2)
+                              .master_addr("no-such-host.invalid")
+                              .master_port(push::dist::free_port())
+                              .init_timeout(1500ms)),
                     "no-such-host.invalid");
 }
 
 TEST(DistStartup, MissingRankNeverJoins) {
   // Rank 0 of 2 alone: the store starts, the second rank never comes.
-  EXPECT_PUSH_ERROR(World(WorldOptions().rank(0).world_size(2)
-                              .master_port(push::testing::free_port()).init_timeout(1500ms)),
-                    "not every rank joined");
+  EXPECT_PUSH_ERROR(
+      World(WorldOptions().rank(0).world_size(2).master_port(push::dist::free_port()).init_timeout(1500ms)),
+      "not every rank joined");
 }
 
 TEST(DistStartup, EnvironmentErrors) {
@@ -225,19 +226,17 @@ TEST(DistStartup, EnvironmentErrors) {
   EXPECT_PUSH_ERROR(WorldOptions::from_env(env({{"WORLD_SIZE", "2"}})), "RANK is not set");
   EXPECT_PUSH_ERROR(WorldOptions::from_env(env({{"RANK", "2"}, {"WORLD_SIZE", "2"}})),
                     "rank 2 is out of range for world size 2");
-  EXPECT_PUSH_ERROR(WorldOptions::from_env(env({{"RANK", "x"}, {"WORLD_SIZE", "2"}})),
-                    "RANK='x' is not an integer");
-  EXPECT_PUSH_ERROR(
-      WorldOptions::from_env(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}})),
-      "not in 1..65535");
-  auto torchrun = WorldOptions::from_env(env({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                              {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}}));
+  EXPECT_PUSH_ERROR(WorldOptions::from_env(env({{"RANK", "x"}, {"WORLD_SIZE", "2"}})), "RANK='x' is not an integer");
+  EXPECT_PUSH_ERROR(WorldOptions::from_env(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}})),
+                    "not in 1..65535");
+  auto torchrun = WorldOptions::from_env(env(
+      {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}}));
   EXPECT_EQ(torchrun.rank(), 1);
   EXPECT_EQ(torchrun.world_size(), 4);
   EXPECT_EQ(torchrun.master_addr(), "10.0.0.1");
   EXPECT_EQ(torchrun.master_port(), 1234);
-  auto mpi = WorldOptions::from_env(env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  auto mpi = WorldOptions::from_env(
+      env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
   EXPECT_EQ(mpi.rank(), 3);
   EXPECT_EQ(mpi.world_size(), 8);
   EXPECT_EQ(mpi.local_rank(), 1);
@@ -250,7 +249,7 @@ TEST(DistStartup, EnvironmentErrors) {
 TEST(DistCollective, AllReduce_CUDA) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   // One process: a world of one still runs the CUDA path end to end.
-  World world(WorldOptions().master_port(push::testing::free_port()));
+  World world(WorldOptions().master_port(push::dist::free_port()));
   auto t = torch::ones({4}, torch::kCUDA);
   world.collective().all_reduce(t);
   EXPECT_EQ(t.sum().item<double>(), 4.0);

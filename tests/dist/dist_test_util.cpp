@@ -1,11 +1,8 @@
 #include "dist_test_util.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,21 +25,7 @@ std::string self_path() {
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
 }
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    throw std::runtime_error("free_port: cannot bind a socket");
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int free_port() { return push::dist::free_port(); }
 
 namespace {
 
@@ -92,22 +75,21 @@ std::vector<std::string> environment_with(const std::vector<std::string>& extra)
 
 std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seconds deadline,
                              const std::vector<std::string>& extra_env) {
-  const int port = free_port();
+  const int port = push::dist::free_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> vars = {"PUSH_DIST_WORKER=" + worker,
-                                     "RANK=" + std::to_string(r),
-                                     "LOCAL_RANK=" + std::to_string(r),
-                                     "WORLD_SIZE=" + std::to_string(n),
-                                     "MASTER_ADDR=127.0.0.1",
-                                     "MASTER_PORT=" + std::to_string(port)};
+    std::vector<std::string> vars = {"PUSH_DIST_WORKER=" + worker,      "RANK=" + std::to_string(r),
+                                     "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n),
+                                     "MASTER_ADDR=127.0.0.1",           "MASTER_PORT=" + std::to_string(port)};
     vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    pids.push_back(spawn({self_path(), "--gtest_filter=DistWorker.DISABLED_Run",
-                          "--gtest_also_run_disabled_tests", "--gtest_brief=1"},
-                         environment_with(vars), -1));
+    pids.push_back(spawn(
+        {self_path(), "--gtest_filter=DistWorker.DISABLED_Run", "--gtest_also_run_disabled_tests", "--gtest_brief=1"},
+        environment_with(vars), -1));
   }
   std::vector<int> codes(n, -1);
   std::vector<bool> done(n, false);
+  // Real time, not push's Clock: the children run on the wall clock whatever clock this
+  // process has installed.
   const auto end = std::chrono::steady_clock::now() + deadline;
   int left = n;
   while (left > 0 && std::chrono::steady_clock::now() < end) {
@@ -123,16 +105,15 @@ std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seco
   }
   for (int r = 0; r < n; ++r) {
     if (done[r]) continue;
-    ADD_FAILURE() << "rank " << r << " of worker '" << worker << "' still ran after "
-                  << deadline.count() << " s: killed";
+    ADD_FAILURE() << "rank " << r << " of worker '" << worker << "' still ran after " << deadline.count()
+                  << " s: killed";
     kill(pids[r], SIGKILL);
     waitpid(pids[r], nullptr, 0);
   }
   return codes;
 }
 
-std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
-                                        const std::vector<std::string>& extra_env,
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                                         std::chrono::seconds deadline) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("run_program: pipe failed");
@@ -142,8 +123,7 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
   const auto end = std::chrono::steady_clock::now() + deadline;
   char buffer[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{fds[0], POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) > 0) {

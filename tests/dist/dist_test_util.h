@@ -22,12 +22,11 @@ struct WorkerRegistrar {
   WorkerRegistrar(const std::string& name, WorkerBody body) { worker_registry()[name] = std::move(body); }
 };
 
-/// A port nobody listens on right now (the kernel's pick for port 0).
+/// push::dist::free_port(), under the name tests outside tests/dist still call it by.
 int free_port();
 
 /// Exit status of each rank: the exit code, or 128 + signal; -1 when killed at the deadline.
-std::vector<int> run_workers(int n, const std::string& worker,
-                             std::chrono::seconds deadline = std::chrono::seconds(90),
+std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seconds deadline = std::chrono::seconds(90),
                              const std::vector<std::string>& extra_env = {});
 
 /// Expects every rank to have exited with 0 (a failure names the rank).
@@ -35,8 +34,7 @@ void expect_all_ok(const std::vector<int>& codes);
 
 /// Runs `argv` (absolute program path first) with extra environment; returns the exit
 /// status (as above) and everything it printed (stdout and stderr).
-std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
-                                        const std::vector<std::string>& extra_env,
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                                         std::chrono::seconds deadline);
 
 /// The World of a worker, with test-sized timeouts.
@@ -47,8 +45,7 @@ std::string self_path();
 
 }  // namespace push::testing
 
-#define PUSH_DIST_WORKER(name)                                                              \
-  static void push_dist_worker_##name();                                                   \
-  static ::push::testing::WorkerRegistrar push_dist_worker_registrar_##name(#name,         \
-                                                                            push_dist_worker_##name); \
+#define PUSH_DIST_WORKER(name)                                                                               \
+  static void push_dist_worker_##name();                                                                     \
+  static ::push::testing::WorkerRegistrar push_dist_worker_registrar_##name(#name, push_dist_worker_##name); \
   static void push_dist_worker_##name()

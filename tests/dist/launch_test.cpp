@@ -165,8 +165,7 @@ TEST(DistLaunch, TooFewFileDescriptorsIsAClearErrorAndNoRankIsOrphaned) {
   Subreaper reaper;
   // (open files, ranks): 3 are stdin/out/err; the launcher needs two pipes per rank.
   for (auto [max_fds, nproc] : {std::pair{8, 8}, {12, 8}, {16, 20}}) {
-    auto launcher =
-        start_launcher({"--nproc", std::to_string(nproc), "--", "/bin/sh", "-c", "exec sleep 60"}, max_fds);
+    auto launcher = start_launcher({"--nproc", std::to_string(nproc), "--", "/bin/sh", "-c", "exec sleep 60"}, max_fds);
     const std::string output = read_output(launcher.out, 1000, 20s);
     close(launcher.out);
     const int code = wait_launcher(launcher.pid, 20s);

@@ -22,8 +22,8 @@ RawPeer::RawPeer(int port, const std::optional<std::string>& token, int rank) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  PUSH_CHECK(::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, "RawPeer",
-             "cannot connect to port ", port, ": ", std::strerror(errno));
+  PUSH_CHECK(::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, "RawPeer", "cannot connect to port ",
+             port, ": ", std::strerror(errno));
   if (token) write(frame(wire::kHello, static_cast<uint64_t>(rank), std::vector<char>(token->begin(), token->end())));
 }
 
@@ -59,7 +59,8 @@ std::vector<char> RawPeer::frame(uint16_t type, uint64_t id, const std::vector<c
 
 std::vector<char> RawPeer::call_frame(uint64_t id, const std::string& function, std::vector<c10::IValue> args,
                                       uint16_t type) {
-  auto e = wire::encode(c10::ivalue::Tuple::create({c10::IValue(function), c10::ivalue::Tuple::create(std::move(args))}));
+  auto e =
+      wire::encode(c10::ivalue::Tuple::create({c10::IValue(function), c10::ivalue::Tuple::create(std::move(args))}));
   std::vector<char> data;
   for (const auto& t : e.tensors) {
     const char* p = static_cast<const char*>(t.data_ptr());
@@ -71,7 +72,8 @@ std::vector<char> RawPeer::call_frame(uint64_t id, const std::string& function, 
 bool RawPeer::read_exact(char* out, std::size_t n, std::chrono::steady_clock::time_point deadline) {
   std::size_t got = 0;
   while (got < n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -103,7 +105,8 @@ bool RawPeer::closed_within(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char sink[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;

@@ -26,8 +26,8 @@ class RawPeer {
   static std::vector<char> call_frame(uint64_t id, const std::string& function, std::vector<c10::IValue> args,
                                       uint16_t type = dist::detail::wire::kCall);
   /// A frame of `type` with raw meta and data bytes, its header computed from them.
-  static std::vector<char> frame(uint16_t type, uint64_t id, const std::vector<char>& meta,
-                                 uint32_t tensors = 0, const std::vector<char>& data = {});
+  static std::vector<char> frame(uint16_t type, uint64_t id, const std::vector<char>& meta, uint32_t tensors = 0,
+                                 const std::vector<char>& data = {});
 
   struct Reply {
     dist::detail::wire::Header header;

@@ -72,9 +72,7 @@ PUSH_DIST_WORKER(rpc_bounce) {
   g_group = nullptr;
 }
 
-TEST(DistRpcFibers, NestedCallsTwoHundredDeepAndCyclesComplete) {
-  expect_all_ok(run_workers(2, "rpc_bounce", 120s));
-}
+TEST(DistRpcFibers, NestedCallsTwoHundredDeepAndCyclesComplete) { expect_all_ok(run_workers(2, "rpc_bounce", 120s)); }
 
 PUSH_DIST_WORKER(rpc_thousand) {
   auto world = push::testing::test_world(60s);
@@ -100,6 +98,4 @@ PUSH_DIST_WORKER(rpc_thousand) {
   g_gate = nullptr;
 }
 
-TEST(DistRpcFibers, AThousandCallsWaitAtOnceInOneMember) {
-  expect_all_ok(run_workers(2, "rpc_thousand", 120s));
-}
+TEST(DistRpcFibers, AThousandCallsWaitAtOnceInOneMember) { expect_all_ok(run_workers(2, "rpc_thousand", 120s)); }

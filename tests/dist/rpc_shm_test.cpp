@@ -4,14 +4,17 @@
 // within 2 s instead of leaving it waiting on a full ring.
 #include "dist_test_util.h"
 
+#include "core/clock.h"
+
 #include <test_util.h>
 
 #include <torch/torch.h>
 
-#include <csignal>
 #include <dirent.h>
-#include <thread>
 #include <unistd.h>
+#include <csignal>
+#include <fstream>
+#include <thread>
 
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
@@ -29,6 +32,14 @@ c10::IValue shm_freeze(const RpcArgs&) {
 PUSH_RPC_FUNCTION(shm_echo);
 PUSH_RPC_FUNCTION(shm_pid);
 PUSH_RPC_FUNCTION(shm_freeze);
+
+/// Whether process `pid` is stopped by a signal (its state in /proc/<pid>/stat is T).
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto name_end = stat.rfind(')');  // the name may hold spaces and parentheses
+  return name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'T';
+}
 
 /// Rings this process has made (each is a memfd it keeps open).
 int rings_here() {
@@ -51,11 +62,11 @@ int rings_here() {
 c10::IValue large_value(int64_t seed) {
   torch::manual_seed(seed);
   c10::impl::GenericList list(c10::AnyType::get());
-  list.push_back(torch::randn({3 << 18}));                                // 3 MiB
-  list.push_back(torch::randint(-100, 100, {100}, torch::kInt8));         // 100 bytes
-  list.push_back(torch::randn({384, 512}, torch::kDouble).t());          // 1.5 MiB, transposed
+  list.push_back(torch::randn({3 << 18}));                         // 3 MiB
+  list.push_back(torch::randint(-100, 100, {100}, torch::kInt8));  // 100 bytes
+  list.push_back(torch::randn({384, 512}, torch::kDouble).t());    // 1.5 MiB, transposed
   list.push_back(torch::empty({0}));
-  list.push_back(torch::randn({5 << 20}));                                // 20 MiB
+  list.push_back(torch::randn({5 << 20}));  // 20 MiB
   return list;
 }
 
@@ -111,13 +122,10 @@ PUSH_DIST_WORKER(shm_values) {
   off.shutdown();
 }
 
-TEST(DistRpcShm, LargeValuesCrossThroughSharedMemoryUnchanged) {
-  expect_all_ok(run_workers(2, "shm_values", 120s));
-}
+TEST(DistRpcShm, LargeValuesCrossThroughSharedMemoryUnchanged) { expect_all_ok(run_workers(2, "shm_values", 120s)); }
 
 PUSH_DIST_WORKER(shm_reader_dies) {
-  auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .rpc_timeout(3s).timeout(3s).shutdown_timeout(2s));
+  auto world = push::dist::World(push::dist::WorldOptions::from_env().rpc_timeout(3s).timeout(3s).shutdown_timeout(2s));
   auto rpc = world.rpc_group("frozen", world.names(), push::dist::RpcGroupOptions().timeout(3s));
   if (world.rank() == 1) {
     rpc.barrier(60s);  // worker0's call of "shm_freeze" stops this process, then it is killed
@@ -125,7 +133,11 @@ PUSH_DIST_WORKER(shm_reader_dies) {
   }
   const auto pid = static_cast<pid_t>(rpc.rpc_sync(1, "shm_pid", {}).toInt());
   auto frozen = rpc.rpc_async(1, "shm_freeze", {}, 60s);
-  std::this_thread::sleep_for(300ms);
+  using push::detail::Clock;
+  if (!Clock::poll_until(Clock::deadline_after(30s), 1ms, [&] { return is_stopped(pid); })) {
+    ::kill(pid, SIGKILL);
+    FAIL() << "worker1 never stopped";
+  }
   // 64 MiB into a 16 MiB ring that nobody empties: the sender waits for a slot.
   std::atomic<bool> done{false};
   std::string error;
@@ -139,6 +151,8 @@ PUSH_DIST_WORKER(shm_reader_dies) {
     failed = std::chrono::steady_clock::now();
     done = true;
   });
+  // A real sleep: the point is that the sender, left alone for a while, neither finishes
+  // nor gives up while the reader is merely stopped.
   std::this_thread::sleep_for(500ms);
   EXPECT_FALSE(done) << "the sender should be waiting for the frozen reader: " << error;
   const auto killed = std::chrono::steady_clock::now();

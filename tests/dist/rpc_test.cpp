@@ -2,13 +2,15 @@
 // barriers, errors, malformed wire messages, a member dying mid-call; and `push launch`.
 #include "dist_test_util.h"
 
+#include "core/clock.h"
+
 #include <test_util.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
-#include <thread>
 #include <cstdlib>
-#include <unistd.h>
+#include <thread>
 
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
@@ -36,6 +38,14 @@ std::vector<std::string> first_names(int n) {
   return names;
 }
 
+/// Expects this member to hold no remote() values within 10 s: their releases arrive
+/// asynchronously, after the handles are gone.
+void expect_remote_values_released(const push::dist::RpcGroup& rpc) {
+  using push::detail::Clock;
+  Clock::poll_until(Clock::deadline_after(10s), 10ms, [&] { return rpc.owned_count() == 0; });
+  EXPECT_EQ(rpc.owned_count(), 0u);
+}
+
 }  // namespace
 
 PUSH_DIST_WORKER(rpc_calls) {
@@ -47,8 +57,8 @@ PUSH_DIST_WORKER(rpc_calls) {
   EXPECT_FALSE(rpc.is_member("worker99"));
   for (int to = 0; to < n; ++to) {  // to itself too
     EXPECT_EQ(rpc.rpc_sync(to, "whoami").toInt(), to);
-    auto sum = rpc.rpc_sync("worker" + std::to_string(to), "add",
-                            {torch::full({3}, rank + 1.0), torch::full({3}, 10.0 * to)});
+    auto sum =
+        rpc.rpc_sync("worker" + std::to_string(to), "add", {torch::full({3}, rank + 1.0), torch::full({3}, 10.0 * to)});
     EXPECT_EQ(sum.toTensor()[2].item<double>(), rank + 1.0 + 10.0 * to);
   }
   std::vector<push::Future<c10::IValue>> futures;
@@ -76,11 +86,7 @@ PUSH_DIST_WORKER(rpc_calls) {
   }
   rpc.barrier();
   // Every remote() handle above is gone: the owners drop the values (asynchronously).
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (rpc.owned_count() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(rpc.owned_count(), 0u);
+  expect_remote_values_released(rpc);
   rpc.barrier();
   {
     auto kept = rpc.remote(next, "echo", {torch::full({1}, 5.0)});
@@ -119,8 +125,7 @@ PUSH_DIST_WORKER(rpc_services) {
   EXPECT_TRUE(rpc.is_registered("count"));
   EXPECT_FALSE(rpc.is_registered("nothing"));
   EXPECT_TRUE(rpc.is_paired("weights"));
-  EXPECT_PUSH_ERROR(rpc.register_service("count", [](const RpcArgs&) { return c10::IValue(); }),
-                    "already registered");
+  EXPECT_PUSH_ERROR(rpc.register_service("count", [](const RpcArgs&) { return c10::IValue(); }), "already registered");
   EXPECT_PUSH_ERROR(rpc.pair("weights", c10::IValue(1)), "already paired");
   EXPECT_PUSH_ERROR(rpc.registered_sync("nothing", {}), "no service 'nothing'");
   EXPECT_PUSH_ERROR(rpc.get_paired("nothing"), "no value is paired under 'nothing'");
@@ -161,10 +166,9 @@ PUSH_DIST_WORKER(rpc_barriers) {
   auto store = world.store();
   // Nobody leaves barrier i before everyone has arrived at it.
   for (int i = 0; i < 1000; ++i) {
-    store->add("test/arrived", 1);
+    store.add("test/arrived", 1);
     rpc.barrier();
-    EXPECT_GE(store->add("test/arrived", 0), static_cast<int64_t>(world.size()) * (i + 1))
-        << "barrier " << i;
+    EXPECT_GE(store.add("test/arrived", 0), static_cast<int64_t>(world.size()) * (i + 1)) << "barrier " << i;
   }
 }
 
@@ -173,8 +177,7 @@ TEST(DistRpc, ThousandBarriersInARow) { expect_all_ok(run_workers(3, "rpc_barrie
 PUSH_DIST_WORKER(rpc_dies) {
   // The calls wait up to a minute: their failure must come from the closed connection.
   // The group's own timeout bounds shutdown's barrier, which worker1 never reaches.
-  auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .rpc_timeout(3s).timeout(3s).shutdown_timeout(2s));
+  auto world = push::dist::World(push::dist::WorldOptions::from_env().rpc_timeout(3s).timeout(3s).shutdown_timeout(2s));
   auto rpc = world.rpc_group("dying", world.names(), push::dist::RpcGroupOptions().timeout(3s));
   if (world.rank() == 0) {
     EXPECT_EQ(rpc.rpc_sync(1, "whoami", {}, 60s).toInt(), 1);
@@ -202,8 +205,8 @@ TEST(DistFailure, MemberDiesMidRpc) {
 }
 
 PUSH_DIST_WORKER(rpc_three_one_dies) {
-  auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .rpc_timeout(60s).timeout(3s).shutdown_timeout(2s));
+  auto world =
+      push::dist::World(push::dist::WorldOptions::from_env().rpc_timeout(60s).timeout(3s).shutdown_timeout(2s));
   // Shutdown's barrier cannot complete without worker2: bound it by the group's timeout.
   auto rpc = world.rpc_group("three", world.names(), push::dist::RpcGroupOptions().timeout(3s));
   const int rank = world.rank();
@@ -216,9 +219,9 @@ PUSH_DIST_WORKER(rpc_three_one_dies) {
     const auto start = std::chrono::steady_clock::now();
     EXPECT_PUSH_ERROR(rpc.rpc_sync(2, "die", {}, 60s), "worker2 (rank 2)");
     EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
-    world.store()->set("test/dead", {1});
+    world.store().set("test/dead", {1});
   }
-  world.store()->wait({"test/dead"});  // worker1 goes on once worker2 is gone
+  world.store().wait({"test/dead"});  // worker1 goes on once worker2 is gone
   // The two that are left go on calling each other, and themselves.
   for (int i = 0; i < 50; ++i) {
     EXPECT_EQ(rpc.rpc_sync(1 - rank, "whoami", {}, 60s).toInt(), 1 - rank);
@@ -242,11 +245,12 @@ TEST(DistFailure, ThreeMembersOneDiesTheOthersGoOn) {
 }
 
 PUSH_DIST_WORKER(rpc_init_timeout) {
-  auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .init_timeout(2s).timeout(30s).shutdown_timeout(5s));
+  auto world =
+      push::dist::World(push::dist::WorldOptions::from_env().init_timeout(2s).timeout(30s).shutdown_timeout(5s));
   if (world.rank() == 0) {
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_PUSH_ERROR(world.rpc_group("lonely", world.names()), "worker1 (rank 1) did not join RPC group 'lonely' within 2000 ms");
+    EXPECT_PUSH_ERROR(world.rpc_group("lonely", world.names()),
+                      "worker1 (rank 1) did not join RPC group 'lonely' within 2000 ms");
     EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
   }
   world.barrier();  // worker1 never creates the group
@@ -254,31 +258,43 @@ PUSH_DIST_WORKER(rpc_init_timeout) {
 
 TEST(DistFailure, GroupCreationObeysInitTimeout) { expect_all_ok(run_workers(2, "rpc_init_timeout", 60s)); }
 
-c10::IValue slow_echo(const RpcArgs& a) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(a.at(1).toInt()));
+// The job's store, set before the group exists (its handler threads start after it).
+push::dist::Store g_late_store;
+
+/// Echoes its argument once the caller opens the gate "test/late/open": a reply that comes
+/// after the caller's timeout, however fast the machine.
+c10::IValue gated_echo(const RpcArgs& a) {
+  g_late_store.wait({"test/late/open"});
   return a.at(0);
 }
-PUSH_RPC_FUNCTION(slow_echo);
+PUSH_RPC_FUNCTION(gated_echo);
 
 PUSH_DIST_WORKER(rpc_late_replies) {
   auto world = push::testing::test_world();
+  g_late_store = world.store();
   auto rpc = world.rpc_group("late", world.names());
   if (world.rank() == 0) {
-    const c10::IValue slow(int64_t{600});
-    EXPECT_PUSH_ERROR(rpc.rpc_sync(1, "slow_echo", {torch::ones({2}), slow}, 200ms), "within the timeout");
-    auto r = rpc.remote(1, "slow_echo", {torch::ones({1 << 16}), slow}, 200ms);
-    EXPECT_PUSH_ERROR(r.wait_confirmed(), "within the timeout");
-    // The late replies are dropped; calls after them get their own answers.
+    {
+      // The calls' deadlines are this process's: a ManualClock passes them while worker1's
+      // handlers wait at the gate, so both replies come late.
+      push::detail::ManualClock clock;
+      auto call = rpc.rpc_async(1, "gated_echo", {torch::ones({2})}, 200ms);
+      auto r = rpc.remote(1, "gated_echo", {torch::ones({1 << 16})}, 200ms);
+      clock.advance(200ms);
+      EXPECT_PUSH_ERROR(call.wait(), "within the timeout");
+      EXPECT_PUSH_ERROR(r.wait_confirmed(), "within the timeout");
+    }
+    world.store().set("test/late/open", {1});
+    // The late replies are dropped; calls after them get their own answers. worker1 runs
+    // worker0's calls in order on one loop and answers them on one connection, so the late
+    // replies arrive before the first answer below.
     for (int i = 0; i < 20; ++i) EXPECT_EQ(rpc.rpc_sync(1, "whoami").toInt(), 1);
-    std::this_thread::sleep_for(1s);
-    EXPECT_EQ(rpc.rpc_sync(1, "slow_echo", {c10::IValue(int64_t{3}), c10::IValue(int64_t{0})}).toInt(), 3);
+    EXPECT_EQ(rpc.rpc_sync(1, "gated_echo", {c10::IValue(int64_t{3})}).toInt(), 3);
   }
   rpc.barrier();
   if (world.rank() == 1) {
     // The value kept for the timed-out remote() is released when its reply finds no caller.
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (rpc.owned_count() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
-    EXPECT_EQ(rpc.owned_count(), 0u);
+    expect_remote_values_released(rpc);
   }
   rpc.barrier();
 }
@@ -307,9 +323,17 @@ PUSH_DIST_WORKER(launched_failing) {
 namespace {
 
 std::vector<std::string> launch(int n, const std::string& worker_args) {
-  return {PUSH_CLI_PATH, "launch", "--nproc", std::to_string(n), "--master-port", "0", "--",
-          push::testing::self_path(), "--gtest_filter=DistWorker.DISABLED_Run",
-          "--gtest_also_run_disabled_tests", "--gtest_brief=1"};
+  return {PUSH_CLI_PATH,
+          "launch",
+          "--nproc",
+          std::to_string(n),
+          "--master-port",
+          "0",
+          "--",
+          push::testing::self_path(),
+          "--gtest_filter=DistWorker.DISABLED_Run",
+          "--gtest_also_run_disabled_tests",
+          "--gtest_brief=1"};
 }
 
 }  // namespace
@@ -318,16 +342,14 @@ TEST(DistLaunch, StartsRanksWithEnvironmentAndPrefixesOutput) {
   auto [code, output] = push::testing::run_program(launch(3, ""), {"PUSH_DIST_WORKER=launched"}, 60s);
   EXPECT_EQ(code, 0) << output;
   for (int r = 0; r < 3; ++r) {
-    EXPECT_NE(output.find("[rank " + std::to_string(r) + "] sum=6 local_rank=" + std::to_string(r)),
-              std::string::npos)
+    EXPECT_NE(output.find("[rank " + std::to_string(r) + "] sum=6 local_rank=" + std::to_string(r)), std::string::npos)
         << output;
   }
 }
 
 TEST(DistLaunch, OneFailureStopsTheOthersWithItsCode) {
   const auto start = std::chrono::steady_clock::now();
-  auto [code, output] =
-      push::testing::run_program(launch(3, ""), {"PUSH_DIST_WORKER=launched_failing"}, 60s);
+  auto [code, output] = push::testing::run_program(launch(3, ""), {"PUSH_DIST_WORKER=launched_failing"}, 60s);
   EXPECT_EQ(code, 7) << output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
   EXPECT_NE(output.find("rank 1 exited with code 7"), std::string::npos) << output;
@@ -340,8 +362,8 @@ TEST(DistLaunch, ForwardsSigtermAndReapsChildren) {
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
-    execl(PUSH_CLI_PATH, PUSH_CLI_PATH, "launch", "--nproc", "2", "--", "/bin/sh", "-c",
-          "echo pid=$$; exec sleep 60", static_cast<char*>(nullptr));
+    execl(PUSH_CLI_PATH, PUSH_CLI_PATH, "launch", "--nproc", "2", "--", "/bin/sh", "-c", "echo pid=$$; exec sleep 60",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);

@@ -5,6 +5,7 @@
 #include "dist_test_util.h"
 #include "raw_peer.h"
 
+#include "dist/rpc_test_access.h"
 #include "dist/shm_ring.h"
 
 #include <test_util.h>
@@ -33,7 +34,7 @@ c10::IValue round_trip(const c10::IValue& v) { return wire::copy_value(v); }
 /// A one-member group in this process, for raw clients to talk to.
 struct Solo {
   explicit Solo(uint64_t max_bytes = uint64_t{1} << 20)
-      : world(push::dist::WorldOptions().master_port(push::testing::free_port()).init_timeout(30s)),
+      : world(push::dist::WorldOptions().master_port(push::dist::free_port()).init_timeout(30s)),
         rpc(world.rpc_group("solo", {world.name()},
                             push::dist::RpcGroupOptions().max_message_bytes(max_bytes).timeout(10s))) {}
   push::dist::World world;
@@ -45,8 +46,8 @@ struct Solo {
     RawPeer peer(port(), token());
     if (!peer.write(RawPeer::call_frame(7, "wire_rank", {}))) return false;
     auto reply = peer.read_reply(10s);
-    return reply && reply->header.type == wire::kReplyOk && reply->header.id == 7 &&
-           reply->value.isInt() && reply->value.toInt() == 42;
+    return reply && reply->header.type == wire::kReplyOk && reply->header.id == 7 && reply->value.isInt() &&
+           reply->value.toInt() == 42;
   }
 };
 
@@ -57,12 +58,12 @@ TEST(RpcWire, EveryValueKindSurvivesTheTrip) {
   c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
   d.insert("w", torch::ones({2}, torch::kInt32));
   c10::List<int64_t> ints({1, 2, 3});
-  auto v = c10::ivalue::Tuple::create(
-      {c10::IValue(), c10::IValue(true), c10::IValue(int64_t{-5}), c10::IValue(2.5),
-       c10::IValue(c10::complex<double>(1, -2)), c10::IValue(std::string("text")),
-       c10::IValue(t.t()), c10::IValue(t.slice(1, 1, 3)), c10::IValue(at::Tensor()),
-       c10::IValue(ints), c10::IValue(d), c10::IValue(torch::zeros({0, 3})),
-       c10::IValue(torch::tensor({true, false})), c10::IValue(torch::ones({2}, torch::kBFloat16))});
+  auto v = c10::ivalue::Tuple::create({c10::IValue(), c10::IValue(true), c10::IValue(int64_t{-5}), c10::IValue(2.5),
+                                       c10::IValue(c10::complex<double>(1, -2)), c10::IValue(std::string("text")),
+                                       c10::IValue(t.t()), c10::IValue(t.slice(1, 1, 3)), c10::IValue(at::Tensor()),
+                                       c10::IValue(ints), c10::IValue(d), c10::IValue(torch::zeros({0, 3})),
+                                       c10::IValue(torch::tensor({true, false})),
+                                       c10::IValue(torch::ones({2}, torch::kBFloat16))});
   auto back = round_trip(v).toTupleRef().elements();
   ASSERT_EQ(back.size(), 14u);
   EXPECT_TRUE(back[0].isNone());
@@ -119,8 +120,8 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
     EXPECT_EQ(reply->header.type, wire::kReplyError);
     EXPECT_NE(reply->value.toStringRef().find("malformed message"), std::string::npos);
     // A tensor table that disagrees with the data bytes announced: the data is skipped.
-    auto table = wire::encode(c10::ivalue::Tuple::create({c10::IValue(std::string("wire_echo")),
-                                                          c10::ivalue::Tuple::create({torch::ones({4})})}));
+    auto table = wire::encode(c10::ivalue::Tuple::create(
+        {c10::IValue(std::string("wire_echo")), c10::ivalue::Tuple::create({torch::ones({4})})}));
     ASSERT_TRUE(peer.write(RawPeer::frame(wire::kCall, 3, table.meta, 1, std::vector<char>(8, 0))));
     reply = peer.read_reply(10s);
     ASSERT_TRUE(reply);
@@ -141,12 +142,13 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
   auto bad_magic = RawPeer::call_frame(1, "wire_rank", {});
   bad_magic[0] ^= 0x5a;
   EXPECT_TRUE(closes(solo.token(), bad_magic));
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(99, 1, {'x'})));                       // unknown type
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kReplyOk, 1, {'x'})));           // a reply as a request
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kCall, 1, {}, 0, std::vector<char>(uint64_t{2} << 20))));  // over the limit
-  EXPECT_TRUE(closes(std::nullopt, RawPeer::call_frame(1, "wire_rank", {})));            // no hello first
+  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(99, 1, {'x'})));              // unknown type
+  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kReplyOk, 1, {'x'})));  // a reply as a request
+  EXPECT_TRUE(closes(solo.token(),
+                     RawPeer::frame(wire::kCall, 1, {}, 0, std::vector<char>(uint64_t{2} << 20))));  // over the limit
+  EXPECT_TRUE(closes(std::nullopt, RawPeer::call_frame(1, "wire_rank", {})));                        // no hello first
   EXPECT_TRUE(closes(std::string("another group"), RawPeer::call_frame(1, "wire_rank", {})));
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kHello, 0, {'x'})));             // a second hello
+  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kHello, 0, {'x'})));  // a second hello
   EXPECT_TRUE(solo.answers());
   EXPECT_EQ(solo.rpc.rpc_sync(solo.world.name(), "wire_rank").toInt(), 42);
 }
@@ -213,12 +215,12 @@ TEST(RpcWire, RingsAreCheckedBeforeTheyAreMappedAndTheirDataArrives) {
     return peer.closed_within(10s);
   };
   auto [head, data] = ring_call(RawPeer::call_frame(1, "wire_echo", {torch::ones({1024})}));
-  EXPECT_TRUE(closes({head, note(4096)}));                                       // ring data, no ring
-  EXPECT_TRUE(closes({RawPeer::frame(wire::kRing, 0, std::vector<char>(8))}));    // a short announcement
-  EXPECT_TRUE(closes({ring_frame(0, kSlot, 2)}));                                 // not a ring: this process's stdin
-  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 3)}));                        // not the announced size
+  EXPECT_TRUE(closes({head, note(4096)}));                                      // ring data, no ring
+  EXPECT_TRUE(closes({RawPeer::frame(wire::kRing, 0, std::vector<char>(8))}));  // a short announcement
+  EXPECT_TRUE(closes({ring_frame(0, kSlot, 2)}));                               // not a ring: this process's stdin
+  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 3)}));                      // not the announced size
   EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 2), ring_frame(ring->fd(), kSlot, 2)}));  // a second ring
-  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 2), head, note(100)}));       // a note of the wrong size
+  EXPECT_TRUE(closes({ring_frame(ring->fd(), kSlot, 2), head, note(100)}));  // a note of the wrong size
   EXPECT_TRUE(solo.answers());
 }
 
@@ -228,7 +230,8 @@ TEST(RpcWire, TenThousandRandomAndMutatedFramesNeitherCrashNorHangAMember) {
   const std::vector<std::vector<char>> seeds = {
       RawPeer::call_frame(1, "wire_rank", {}),
       RawPeer::call_frame(2, "wire_echo", {torch::arange(6.0).reshape({2, 3})}),
-      RawPeer::call_frame(3, "wire_echo", {c10::ivalue::Tuple::create({c10::IValue(std::string("a")), c10::IValue(1.5)})}),
+      RawPeer::call_frame(3, "wire_echo",
+                          {c10::ivalue::Tuple::create({c10::IValue(std::string("a")), c10::IValue(1.5)})}),
       RawPeer::call_frame(4, "no_such_function", {c10::IValue(int64_t{3})}, wire::kRemoteCall),
       RawPeer::frame(wire::kFetchRRef, 5, wire::encode(c10::IValue(int64_t{0})).meta),
       RawPeer::frame(wire::kFetchPaired, 6, wire::encode(c10::IValue(std::string("k"))).meta),
@@ -236,7 +239,8 @@ TEST(RpcWire, TenThousandRandomAndMutatedFramesNeitherCrashNorHangAMember) {
   auto mutate = [&](std::vector<char> f) {
     const int kind = static_cast<int>(rng() % 4);
     if (kind == 0) {  // flip bytes anywhere, header included
-      for (int i = 0, n = 1 + static_cast<int>(rng() % 4); i < n; ++i) f[rng() % f.size()] ^= static_cast<char>(1 + rng() % 255);
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 4); i < n; ++i)
+        f[rng() % f.size()] ^= static_cast<char>(1 + rng() % 255);
     } else if (kind == 1) {  // flip bytes past the header: the frame stays in step, its value breaks
       if (f.size() > wire::kHeaderBytes) {
         for (int i = 0, n = 1 + static_cast<int>(rng() % 4); i < n; ++i) {

@@ -25,10 +25,6 @@
 #include <optional>
 #include <vector>
 
-namespace c10d {
-class Work;
-}
-
 namespace push::dist {
 
 /// Element-wise reductions. `average` divides the sum by the group size (floating
@@ -45,8 +41,8 @@ struct CollectiveGroupOptions {
 
 namespace detail {
 struct GroupState;
-}
 struct WorkFactory;
+}  // namespace detail
 
 /// The handle of an asynchronous call. wait() rethrows the call's failure as a
 /// push::Error naming the call; a handle that was waited on can be waited on again.
@@ -61,10 +57,10 @@ class Work {
   /// The global rank the data came from (recv/irecv); -1 for other calls.
   int source_rank() const;
 
-  struct State;  // opaque: defined in src/dist/collective.cpp
+  struct State;  // opaque: defined in src/dist/work.h
 
  private:
-  friend struct WorkFactory;
+  friend struct detail::WorkFactory;
   std::shared_ptr<State> state_;
 };
 

@@ -32,8 +32,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/arg.h>
 
-#include <push/dist/world.h>
 #include <push/core/future.h>
+#include <push/dist/world.h>
 
 #include <functional>
 #include <memory>
@@ -75,8 +75,8 @@ struct FunctionRegistrar {
 /// A worker named by its name ("worker1") or its global rank.
 class Target {
  public:
-  Target(int rank) : value_(rank) {}  // NOLINT: implicit on purpose
-  Target(std::string name) : value_(std::move(name)) {}  // NOLINT
+  Target(int rank) : value_(rank) {}                       // NOLINT: implicit on purpose
+  Target(std::string name) : value_(std::move(name)) {}    // NOLINT
   Target(const char* name) : value_(std::string(name)) {}  // NOLINT
   const std::variant<int, std::string>& value() const { return value_; }
 
@@ -105,9 +105,9 @@ struct RpcGroupOptions {
 };
 
 namespace detail {
-struct RpcState;
+class RpcState;
 struct RRefState;
-class RpcTestAccess;
+class RpcTestAccess;  // src/dist: what the wire protocol's tests reach
 }  // namespace detail
 
 /// A value owned by one member (the result of remote(), or a paired value). Copies share
@@ -213,18 +213,7 @@ class ServiceSet {
   std::vector<std::string> keys_;
 };
 
-namespace detail {
-/// Tests of the wire protocol: where a member listens, and the token its connections
-/// must introduce themselves with (src/dist/wire.h has the frame format).
-class RpcTestAccess {
- public:
-  static int port(const RpcGroup& group);
-  static std::string token(const RpcGroup& group);
-};
-}  // namespace detail
-
 }  // namespace push::dist
 
 /// Registers the function `fn` under its own name at program start.
-#define PUSH_RPC_FUNCTION(fn) \
-  static ::push::dist::FunctionRegistrar push_rpc_function_##fn(#fn, fn)
+#define PUSH_RPC_FUNCTION(fn) static ::push::dist::FunctionRegistrar push_rpc_function_##fn(#fn, fn)

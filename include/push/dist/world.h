@@ -5,13 +5,14 @@
 //   world.rank(); world.size(); world.name();          // "worker<rank>" unless named
 //   push::dist::CollectiveGroup all = world.collective();
 //   push::dist::CollectiveGroup pair = world.new_group({0, 1});   // only ranks 0 and 1 call this
+//   world.store().set("myjob/ready", {1});                        // the job's key-value store
 //
 // A World is a cheap, copyable handle; groups keep it alive. Its members are thread-safe.
 // The constructor blocks until every rank has joined (or throws after init_timeout).
 #include <torch/arg.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <push/core/errors.h>
+#include <push/dist/store.h>
 
 #include <chrono>
 #include <functional>
@@ -19,7 +20,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
 
 namespace push::dist {
 
@@ -62,7 +62,8 @@ struct WorldOptions {
 
 namespace detail {
 struct WorldState;
-}
+class WorldAccess;
+}  // namespace detail
 class CollectiveGroup;
 struct CollectiveGroupOptions;
 class RpcGroup;
@@ -95,18 +96,16 @@ class World {
   CollectiveGroup new_group(std::vector<int> ranks, const CollectiveGroupOptions& options) const;
   /// An RPC group named `name` over `members` (names). Only the members call this.
   RpcGroup rpc_group(const std::string& name, std::vector<std::string> members) const;
-  RpcGroup rpc_group(const std::string& name, std::vector<std::string> members,
-                     const RpcGroupOptions& options) const;
+  RpcGroup rpc_group(const std::string& name, std::vector<std::string> members, const RpcGroupOptions& options) const;
 
   /// Blocks until every rank calls barrier() (through the store; any number of times).
   void barrier(std::optional<Milliseconds> timeout = std::nullopt) const;
 
-  /// The job's key-value store (c10d::TCPStore), for control-plane data.
-  c10::intrusive_ptr<c10d::Store> store() const;
-
-  const std::shared_ptr<detail::WorldState>& state() const { return state_; }
+  /// The job's key-value store (store.h), for control-plane data.
+  Store store() const;
 
  private:
+  friend class detail::WorldAccess;
   std::shared_ptr<detail::WorldState> state_;
 };
 
