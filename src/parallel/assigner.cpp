@@ -1,5 +1,18 @@
-// Model placement: machin's softmax relaxation trained by Adam, then a repair that makes the
-// most likely placement fit every device's budget.
+// Model placement. As machin: a softmax over devices per model, trained with Adam for
+// `iterations` steps on a weighted cost: connection (data between models x distance of
+// their devices), size (memory over a device's budget), complexity (each device's share of
+// the work against its share of compute) and entropy (towards a definite choice); each model
+// then takes its most likely device. Unlike machin, the result fits every budget: a model on
+// a device over its budget is moved to the device with room where the cost rises least
+// (machin's size term is only a penalty, and its argmax may overfill a device); when no
+// single move can repair it, the models are packed again, largest first, each on the device
+// the relaxation liked best among those with room. A problem that cannot fit is an error
+// that says by how many bytes (packing is NP-hard: in a rare problem that does fit, the
+// packing can still miss a fit, and the error says so too). Then, also unlike machin, moves
+// of one model and swaps of two that lower the cost (within the budgets) are made while
+// there are any: the relaxation's entropy term tends to freeze each model on whichever
+// device its random start favoured, which on the tests' small problems was not the best
+// placement. The start is seeded (machin's is not).
 #include <push/parallel/assigner.h>
 
 #include <torch/torch.h>
@@ -17,12 +30,12 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // The problem as tensors (double precision, sizes in MiB as machin's).
 struct Problem {
-  torch::Tensor size;          // [1, n]
-  torch::Tensor capacity;      // [1, m]
-  torch::Tensor conn;          // [n, n], normalised
-  torch::Tensor dist;          // [m, m], normalised
-  torch::Tensor cmplx;         // [1, n], normalised
-  torch::Tensor cmplx_cap;     // [1, m], normalised
+  torch::Tensor size;       // [1, n]
+  torch::Tensor capacity;   // [1, m]
+  torch::Tensor conn;       // [n, n], normalised
+  torch::Tensor dist;       // [m, m], normalised
+  torch::Tensor cmplx;      // [1, n], normalised
+  torch::Tensor cmplx_cap;  // [1, m], normalised
   ModelAssignerOptions options;
 
   // machin's cost of a placement P [n, m] (rows sum to 1).
@@ -63,7 +76,8 @@ int64_t estimate_model_bytes(const torch::nn::Module& module, double size_multip
 
 DeviceSpec cpu_device(double max_mem_ratio, double cpu_weight) {
   PUSH_CHECK(max_mem_ratio > 0 && max_mem_ratio <= 1, kOrigin, "max_mem_ratio must be in (0, 1], got ", max_mem_ratio);
-  const double available = static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double available =
+      static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   return DeviceSpec{c10::kCPU, static_cast<int64_t>(available * max_mem_ratio), cpu_weight};
 }
 

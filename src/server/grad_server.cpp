@@ -7,10 +7,12 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+
 #include "core/seed.h"
 
 namespace push::server {
@@ -274,7 +276,8 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
   PUSH_CHECK(group_.is_member(primary), kHost, "primary reducer '", primary, "' is not a member of group '",
              group_.name(), "'");
   for (const auto& s : secondaries) {
-    PUSH_CHECK(group_.is_member(s), kHost, "secondary reducer '", s, "' is not a member of group '", group_.name(), "'");
+    PUSH_CHECK(group_.is_member(s), kHost, "secondary reducer '", s, "' is not a member of group '", group_.name(),
+               "'");
   }
   const std::string self = group_.self();
   const bool is_secondary = std::find(secondaries.begin(), secondaries.end(), self) != secondaries.end();
@@ -348,9 +351,20 @@ int64_t GradServerHost::steps() const {
 
 // ---- client ----------------------------------------------------------------------------
 
+namespace {
+uint64_t next_handle() {
+  static std::atomic<uint64_t> count{0};
+  return count.fetch_add(1);
+}
+}  // namespace
+
 GradServer::GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout)
-    : group_(std::move(group)), name_(std::move(name)), timeout_(timeout),
-      random_(push::detail::mix_seed(group_.rank_of(group_.self()), std::hash<std::string>{}(name_),
+    : group_(std::move(group)),
+      name_(std::move(name)),
+      timeout_(timeout),
+      // Handles differ by rank and by their order on it: several on one rank spread their
+      // pushes over the secondaries as handles on different ranks do.
+      random_(push::detail::mix_seed(group_.rank_of(group_.self()), std::hash<std::string>{}(name_), next_handle(),
                                      push::detail::seed_purpose::kServer)) {
   PUSH_CHECK(!name_.empty(), kClient, "the server needs a name");
 }

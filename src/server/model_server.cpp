@@ -12,7 +12,8 @@ constexpr const char* kOrigin = "push::server::ModelServer";
 
 c10::Dict<std::string, at::Tensor> state_of(const torch::nn::Module& module) {
   c10::Dict<std::string, at::Tensor> out;
-  for (const auto& item : module.named_parameters()) out.insert(item.key(), item.value().detach().to(torch::kCPU).clone());
+  for (const auto& item : module.named_parameters())
+    out.insert(item.key(), item.value().detach().to(torch::kCPU).clone());
   for (const auto& item : module.named_buffers()) out.insert(item.key(), item.value().detach().to(torch::kCPU).clone());
   return out;
 }
@@ -62,7 +63,8 @@ bool ModelServer::pull(torch::nn::Module& module) {
   PUSH_CHECK(newest->value.isGenericDict(), kOrigin, "key '", model_name_, "' of server '", server_.name(),
              "' holds no model");
   c10::Dict<std::string, at::Tensor> state;
-  for (const auto& entry : newest->value.toGenericDict()) state.insert(entry.key().toStringRef(), entry.value().toTensor());
+  for (const auto& entry : newest->value.toGenericDict())
+    state.insert(entry.key().toStringRef(), entry.value().toTensor());
   load_state(module, state, kOrigin);
   version_ = newest->version;
   return true;

@@ -113,7 +113,8 @@ c10::IValue OrderedServer::call(const std::string& service, const char* what, di
 bool OrderedServer::push(const std::string& key, c10::IValue value, int64_t version,
                          std::optional<int64_t> prev_version) const {
   check_versions(kClient, name_, key, version, prev_version);
-  return call(push_service(name_), "push", {key, std::move(value), version, prev_version ? c10::IValue(*prev_version) : c10::IValue()})
+  return call(push_service(name_), "push",
+              {key, std::move(value), version, prev_version ? c10::IValue(*prev_version) : c10::IValue()})
       .toBool();
 }
 

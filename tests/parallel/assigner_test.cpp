@@ -39,7 +39,8 @@ TEST(ModelAssigner, ConnectedModelsShareADeviceAndTheWorkIsSpread) {
   auto b = assign_models(sizes, {}, {gpu(0, 1000, 3.0), gpu(1, 1000, 1.0)});
   EXPECT_EQ(std::count(b.begin(), b.end(), 0), 3);
   // A CPU of compute 0 gets nothing while the GPUs have room.
-  auto c = assign_models(sizes, {}, {push::parallel::DeviceSpec{c10::kCPU, 1000 * kMiB, 0.0}, gpu(0, 1000), gpu(1, 1000)});
+  auto c =
+      assign_models(sizes, {}, {push::parallel::DeviceSpec{c10::kCPU, 1000 * kMiB, 0.0}, gpu(0, 1000), gpu(1, 1000)});
   EXPECT_EQ(std::count(c.begin(), c.end(), 0), 0);
   // Seeded: the same problem, the same placement.
   EXPECT_EQ(assign_models(sizes, {{{0, 1}, 1.0}}, {gpu(0, 1000), gpu(1, 1000)}, ModelAssignerOptions().seed(5)),

@@ -61,7 +61,12 @@ TEST(ThreadPool, AFailedItemIsRethrownByIndexAfterEveryTaskEnded) {
   auto f = pool.apply_async([]() -> int { throw std::invalid_argument("no"); });
   EXPECT_THROW(f.wait(), std::invalid_argument);
   // imap: at the failing item only; the others are there.
-  auto stream = pool.imap([](int x) { if (x == 1) throw std::runtime_error("one"); return x; }, std::vector<int>{0, 1, 2});
+  auto stream = pool.imap(
+      [](int x) {
+        if (x == 1) throw std::runtime_error("one");
+        return x;
+      },
+      std::vector<int>{0, 1, 2});
   EXPECT_EQ(stream.next()->value, 0);
   EXPECT_THROW(stream.next(), TaskError);
   EXPECT_EQ(stream.next()->value, 2);
@@ -121,7 +126,7 @@ TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
         return 1;
       }));
     }
-    while (started < 3) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(push::testing::eventually([&] { return started == 3; }));
     std::vector<push::Future<int>> queued;
     for (int i = 0; i < 10; ++i) queued.push_back(pool.apply_async([] { return 2; }));
     EXPECT_EQ(pool.cancel_queued(), 10u);
@@ -142,7 +147,7 @@ TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
       waits = true;
       return f.wait();
     });
-    while (!waits) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(push::testing::eventually([&] { return waits.load(); }));
     pool.terminate();
     EXPECT_THROW(waiting.wait(), push::CancelledError);
     try {

@@ -44,7 +44,9 @@ PUSH_DIST_WORKER(grad_mean) {
   const double lr = 0.5;
   torch::optim::SGD sgd(served->parameters(), torch::optim::SGDOptions(lr));
   std::unique_ptr<GradServerHost> host;
-  if (world.rank() <= 2) host = std::make_unique<GradServerHost>(rpc, "ps", "worker0", std::vector<std::string>{"worker1", "worker2"}, options);
+  if (world.rank() <= 2)
+    host =
+        std::make_unique<GradServerHost>(rpc, "ps", "worker0", std::vector<std::string>{"worker1", "worker2"}, options);
   if (world.rank() == 0) host->manage_model(*served, sgd);
   rpc.barrier();
   GradServer ps(rpc, "ps");
@@ -68,7 +70,8 @@ PUSH_DIST_WORKER(grad_mean) {
   // Round 2, short batches flushed: 1, 2, 3 to worker1 and 10 to worker2. The mean over the
   // four is 4; machin's mean of batch means would give (2 + 10) / 2 = 6.
   const auto before = flat(*mine);
-  const std::vector<std::pair<double, std::string>> plan2[3] = {{{1, "worker1"}, {10, "worker2"}}, {{2, "worker1"}}, {{3, "worker1"}}};
+  const std::vector<std::pair<double, std::string>> plan2[3] = {
+      {{1, "worker1"}, {10, "worker2"}}, {{2, "worker1"}}, {{3, "worker1"}}};
   for (const auto& [value, to] : plan2[world.rank()]) {
     set_grads(*mine, value);
     ps.push(*mine, to);
@@ -126,14 +129,16 @@ PUSH_DIST_WORKER(grad_backpressure) {
     torch::nn::Linear no_grad(2, 1);
     EXPECT_PUSH_ERROR(ps.push(*no_grad), "parameter 'weight' has no gradient");
     EXPECT_PUSH_ERROR(ps.push(*mine, "worker1"), "'worker1' is not one of its secondary reducers");
-    EXPECT_PUSH_ERROR(GradServerHost(rpc, "q", "worker0", {"worker0"}, GradServerOptions().reduce_batch_size(4).max_queue_size(2)),
-                      "max_queue_size (2) must be >= reduce_batch_size (4)");
+    EXPECT_PUSH_ERROR(
+        GradServerHost(rpc, "q", "worker0", {"worker0"}, GradServerOptions().reduce_batch_size(4).max_queue_size(2)),
+        "max_queue_size (2) must be >= reduce_batch_size (4)");
     EXPECT_PUSH_ERROR(GradServerHost(rpc, "q", "worker0", {}), "needs at least one secondary");
     EXPECT_PUSH_ERROR(GradServerHost(rpc, "q", "worker9", {"worker0"}), "'worker9' is not a member");
     EXPECT_PUSH_ERROR(host.manage_model(*served, sgd), "manages a model already");
   } else {
     // Neither primary nor secondary; no such server.
-    EXPECT_PUSH_ERROR(GradServerHost(rpc, "r", "worker0", {"worker0"}), "is neither its primary reducer nor a secondary");
+    EXPECT_PUSH_ERROR(GradServerHost(rpc, "r", "worker0", {"worker0"}),
+                      "is neither its primary reducer nor a secondary");
     EXPECT_PUSH_ERROR(GradServer(rpc, "nobody").pull(*served), "server 'nobody'");
   }
   rpc.barrier();

@@ -28,12 +28,13 @@ PUSH_DIST_WORKER(ordered_cas) {
   const int64_t n = push::testing::scaled(1000, 50);
   const int64_t total = n * world.size();
   std::unique_ptr<OrderedServerHost> host;
-  if (world.rank() == 0) host = std::make_unique<OrderedServerHost>(rpc, "cas", OrderedServerOptions().version_depth(total + 1));
+  if (world.rank() == 0)
+    host = std::make_unique<OrderedServerHost>(rpc, "cas", OrderedServerOptions().version_depth(total + 1));
   rpc.barrier();
   OrderedServer server(rpc, "cas");
   if (world.rank() == 0) {
-    EXPECT_TRUE(server.push("chain", c10::IValue(c10::ivalue::Tuple::create({int64_t{-1}, int64_t{-1}})), 0,
-                            std::nullopt));
+    EXPECT_TRUE(
+        server.push("chain", c10::IValue(c10::ivalue::Tuple::create({int64_t{-1}, int64_t{-1}})), 0, std::nullopt));
     // A second creation loses, as any stale push does.
     EXPECT_FALSE(server.push("chain", c10::IValue(int64_t{7}), 1, std::nullopt));
   }
@@ -112,7 +113,8 @@ PUSH_DIST_WORKER(ordered_basics) {
     EXPECT_EQ(server.pull("w")->version, -4);
     // A server nobody hosts.
     EXPECT_PUSH_ERROR(OrderedServer(rpc, "nobody").pull("w"), "pull on server 'nobody'");
-    EXPECT_PUSH_ERROR(OrderedServerHost(rpc, "bad", OrderedServerOptions().version_depth(0)), "version_depth must be >= 1");
+    EXPECT_PUSH_ERROR(OrderedServerHost(rpc, "bad", OrderedServerOptions().version_depth(0)),
+                      "version_depth must be >= 1");
   }
   rpc.barrier();
   if (world.rank() == 0) {

@@ -19,7 +19,8 @@ TEST(ParameterServerExample, TwoWorkersTrainTheModelAsynchronously) {
       std::chrono::seconds(240));
   ASSERT_EQ(code, 0) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(steps (\d+) \(of (\d+) pushed\), training mse first ([0-9.]+) last ([0-9.]+))")))
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex(R"(steps (\d+) \(of (\d+) pushed\), training mse first ([0-9.]+) last ([0-9.]+))")))
       << out;
   EXPECT_EQ(m[1].str(), "800");  // every gradient applied (flush applies the last ones)
   EXPECT_EQ(m[2].str(), "800");

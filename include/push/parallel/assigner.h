@@ -9,21 +9,11 @@
 //        push::parallel::DeviceSpec{torch::Device("cuda:1"), 4LL << 30, 1.0}});
 //   assigner.assignment();   // e.g. {cuda:0, cuda:0, cuda:1}; models moved there (move_models)
 //
-// As machin: a softmax over devices per model, trained with Adam for `iterations` steps on
-// a weighted cost: connection (data between models x distance of their devices), size
-// (memory over a device's budget), complexity (each device's share of the work against its
-// share of compute) and entropy (towards a definite choice); each model then takes its most
-// likely device. Unlike machin, the result fits every budget: a model on a device over its
-// budget is moved to the device with room where the cost rises least (machin's size term is
-// only a penalty, and its argmax may overfill a device); when no single move can repair it,
-// the models are packed again, largest first, each on the device the relaxation liked best
-// among those with room. A problem that cannot fit is a push::Error that says by how many
-// bytes (packing is NP-hard: in a rare problem that does fit, the packing can still miss a
-// fit, and the error says so too). Then, also unlike machin, moves of one
-// model and swaps of two that lower the cost (within the budgets) are made while there are
-// any: the relaxation's entropy term tends to freeze each model on whichever device its
-// random start favoured, which on the tests' small problems was not the best placement. The
-// start is seeded (machin's is not), so one problem gives one placement.
+// What you get: every model on one device, every device within its budget (a problem that
+// cannot fit is a push::Error saying by how many bytes), at a low cost of machin's kind
+// (data between models on distant devices, memory over budget, work against compute), and
+// one placement per problem (the search is seeded). assigner.cpp says how it is found and
+// where it parts from machin.
 #include <push/core/errors.h>
 
 #include <torch/arg.h>

@@ -1,16 +1,11 @@
 #pragma once
 // SimpleQueue: a multi-producer multi-consumer queue of values (machin's SimpleQueue), in
-// one process; QueueHost / RemoteQueue: the same hosted by one member of an RpcGroup and
-// used by all of them, carrying c10::IValues.
+// one process (push::server::QueueHost hosts one for the members of an RpcGroup).
 //
 //   push::parallel::SimpleQueue<int> q;
 //   q.put(1);
 //   std::optional<int> v = q.get(std::chrono::milliseconds(100));  // nothing on timeout
 //   q.close();        // puts now fail; gets drain what is left, then fail
-//
-//   push::parallel::QueueHost host(rpc, "jobs");              // on one member
-//   push::parallel::RemoteQueue jobs(rpc, "jobs");            // on any member
-//   jobs.put(torch::ones(3));  auto item = jobs.get(std::chrono::seconds(1));
 //
 // get() waits as push's futures do: inside a fiber (a particle handler, an RPC handler, a
 // ThreadPool task) it suspends the fiber, not the thread. A get on a closed, empty queue
@@ -18,7 +13,6 @@
 // order they went in; waiting getters are served in the order they started waiting.
 #include <push/core/errors.h>
 #include <push/core/future.h>
-#include <push/dist/rpc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -126,41 +120,6 @@ class SimpleQueue {
   std::deque<T> items_;
   std::deque<std::shared_ptr<Promise<T>>> waiters_;
   bool closed_ = false;
-};
-
-/// Hosts the queue `name` on this member of `group` until destruction (services
-/// "<name>/put", "<name>/get", "<name>/size", "<name>/close"). A get waiting on the host is
-/// a suspended RPC handler fiber, not a thread.
-class QueueHost {
- public:
-  QueueHost(dist::RpcGroup group, std::string name);
-  ~QueueHost() { queue_->close(); }  // gets waiting on the host fail instead of waiting on
-  QueueHost(const QueueHost&) = delete;
-  QueueHost& operator=(const QueueHost&) = delete;
-  SimpleQueue<c10::IValue>& queue() { return *queue_; }
-
- private:
-  std::shared_ptr<SimpleQueue<c10::IValue>> queue_;
-  dist::ServiceSet services_;
-};
-
-/// Any member's handle on the queue `name` of `group`. Values are copies (tensors arrive
-/// as CPU tensors). A get's timeout is its wait on the host; the call itself gives up a
-/// minute after that (a host that died fails it at once). A value the host hands to a get
-/// whose caller died meanwhile is lost with it.
-class RemoteQueue {
- public:
-  RemoteQueue(dist::RpcGroup group, std::string name);
-  void put(c10::IValue value) const;
-  std::optional<c10::IValue> get(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
-  size_t size() const;
-  bool empty() const { return size() == 0; }
-  void close() const;
-
- private:
-  c10::IValue call(const std::string& op, dist::RpcArgs args, std::optional<dist::Milliseconds> timeout = std::nullopt) const;
-  dist::RpcGroup group_;
-  std::string name_;
 };
 
 }  // namespace push::parallel

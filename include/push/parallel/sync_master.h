@@ -98,9 +98,9 @@ class SyncMaster {
       if (missing.empty()) return take(*round, future, index);
       std::string names;
       for (int i : missing) names += (names.empty() ? "" : ", ") + std::to_string(i);
-      auto error = std::make_exception_ptr(Error(c10::str("[push::parallel::SyncMaster] participant",
-                                                          missing.size() == 1 ? " " : "s ", names, " of ", n_,
-                                                          " did not arrive within ", timeout_.count(), " ms")));
+      auto error = std::make_exception_ptr(
+          Error(c10::str("[push::parallel::SyncMaster] participant", missing.size() == 1 ? " " : "s ", names, " of ",
+                         n_, " did not arrive within ", timeout_.count(), " ms")));
       try {
         round->results.set_error(error);  // the others waiting fail with the same error
       } catch (...) {

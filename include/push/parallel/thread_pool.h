@@ -24,15 +24,16 @@
 // every thread; running tasks finish first, and waiting ones are unwound.
 #include <push/core/errors.h>
 #include <push/core/future.h>
+#include <push/parallel/results.h>
 
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <mutex>
-#include <thread>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -40,21 +41,6 @@
 #include <vector>
 
 namespace push::parallel {
-
-/// A task of map/imap/starmap failed: which item, and the original exception.
-class TaskError : public Error {
- public:
-  TaskError(const char* origin, size_t index, std::exception_ptr cause)
-      : Error(c10::str("[", origin, "] task ", index, " failed: ", push::detail::describe(cause))),
-        index_(index),
-        cause_(std::move(cause)) {}
-  size_t index() const { return index_; }
-  const std::exception_ptr& cause() const { return cause_; }
-
- private:
-  size_t index_;
-  std::exception_ptr cause_;
-};
 
 /// The value of a task that returns `void` (folly's Unit): its future says only "done".
 using Unit = std::monostate;
@@ -101,92 +87,6 @@ TaskValue<std::invoke_result_t<F, A...>> invoke_task(F& f, A&&... a) {
 
 }  // namespace detail
 
-/// One result of imap / imap_unordered: the item's index and its task's value.
-template <class T>
-struct Indexed {
-  size_t index;
-  T value;
-};
-
-/// Results of imap (item order) or imap_unordered (completion order), one at a time.
-template <class T>
-class Results {
- public:
-  explicit Results(std::vector<Future<Indexed<T>>> slots) : slots_(std::move(slots)) {}
-  /// The next result (waiting for it), or nothing once all were returned. A failed task
-  /// throws its TaskError here; next() after it goes on with the following results.
-  std::optional<Indexed<T>> next() {
-    if (next_ == slots_.size()) return std::nullopt;
-    return slots_[next_++].wait();
-  }
-  size_t size() const { return slots_.size(); }
-
- private:
-  std::vector<Future<Indexed<T>>> slots_;
-  size_t next_ = 0;
-};
-
-namespace detail {
-
-/// futures[i], whose failure becomes a TaskError naming i.
-template <class T>
-std::vector<Future<T>> named_failures(const std::vector<Future<T>>& futures, const char* origin) {
-  std::vector<Future<T>> out;
-  out.reserve(futures.size());
-  for (size_t i = 0; i < futures.size(); ++i) {
-    out.push_back(futures[i].then_complete([i, origin](const Future<T>& done) {
-      if (auto error = done.error()) throw TaskError(origin, i, error);
-      return done.wait();
-    }));
-  }
-  return out;
-}
-
-/// futures[i] as (i, value), in item order.
-template <class T>
-std::vector<Future<Indexed<T>>> in_item_order(const std::vector<Future<T>>& futures) {
-  std::vector<Future<Indexed<T>>> out;
-  out.reserve(futures.size());
-  for (size_t i = 0; i < futures.size(); ++i) {
-    out.push_back(futures[i].then([i](const T& v) { return Indexed<T>{i, v}; }));
-  }
-  return out;
-}
-
-/// The same in the order the futures complete: each completion fills the next slot.
-template <class T>
-std::vector<Future<Indexed<T>>> in_completion_order(const std::vector<Future<T>>& futures) {
-  struct Order {
-    std::mutex mutex;
-    size_t done = 0;
-    std::vector<Promise<Indexed<T>>> slots;
-  };
-  auto order = std::make_shared<Order>();
-  std::vector<Future<Indexed<T>>> out;
-  for (size_t i = 0; i < futures.size(); ++i) {
-    order->slots.emplace_back();
-    out.push_back(order->slots.back().future());
-  }
-  for (size_t i = 0; i < futures.size(); ++i) {
-    Future<T> done = futures[i];
-    done.on_complete([done, order, i] {
-      Promise<Indexed<T>> slot;
-      {
-        std::lock_guard lock(order->mutex);
-        slot = order->slots[order->done++];
-      }
-      if (auto error = done.error()) {
-        slot.set_error(error);
-      } else {
-        slot.set_value(Indexed<T>{i, done.wait()});
-      }
-    });
-  }
-  return out;
-}
-
-}  // namespace detail
-
 /// The typed methods over a PoolCore. Derived provides core() and invoke(f, worker,
 /// args...), which calls f with the worker's context (CtxThreadPool) or without (ThreadPool).
 template <class Derived>
@@ -209,33 +109,37 @@ class PoolMethods {
   /// f(item) for every item; the results in item order.
   template <class F, class Item>
   auto map(F f, const std::vector<Item>& items) {
-    return wait_all(each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-                        "push::parallel::ThreadPool::map"));
+    return wait_all(each(
+        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+        "push::parallel::ThreadPool::map"));
   }
   /// f(args...) for every tuple of arguments; the results in order.
   template <class F, class... T>
   auto starmap(F f, const std::vector<std::tuple<T...>>& items) {
-    return wait_all(each(std::move(f), items,
-                        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
-                          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
-                        },
-                        "push::parallel::ThreadPool::starmap"));
+    return wait_all(each(
+        std::move(f), items,
+        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
+          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
+        },
+        "push::parallel::ThreadPool::starmap"));
   }
   /// f(item) for every item; the results one at a time, in item order.
   template <class F, class Item>
   auto imap(F f, const std::vector<Item>& items) {
-    auto futures = each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-                        "push::parallel::ThreadPool::imap");
+    auto futures = each(
+        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+        "push::parallel::ThreadPool::imap");
     using T = typename decltype(futures)::value_type::value_type;
-    return Results<T>(detail::in_item_order(futures));
+    return Results<T>(in_item_order(futures));
   }
   /// f(item) for every item; the results one at a time, as their tasks complete.
   template <class F, class Item>
   auto imap_unordered(F f, const std::vector<Item>& items) {
-    auto futures = each(std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-                        "push::parallel::ThreadPool::imap_unordered");
+    auto futures = each(
+        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+        "push::parallel::ThreadPool::imap_unordered");
     using T = typename decltype(futures)::value_type::value_type;
-    return Results<T>(detail::in_completion_order(futures));
+    return Results<T>(in_completion_order(futures));
   }
 
   int size() const { return static_cast<const Derived&>(*this).core().size(); }
@@ -277,13 +181,11 @@ class PoolMethods {
     std::vector<Future<T>> futures;
     futures.reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
-      futures.push_back(submit<T>([this, shared, call, item = items[i]](int worker) {
-        return call(self(), *shared, worker, item);
-      }));
+      futures.push_back(
+          submit<T>([this, shared, call, item = items[i]](int worker) { return call(self(), *shared, worker, item); }));
     }
-    return detail::named_failures(futures, origin);
+    return name_failures(futures, origin);
   }
-
 };
 
 /// A pool of `threads` workers (<= 0: one per hardware thread).

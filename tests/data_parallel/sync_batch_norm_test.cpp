@@ -2,7 +2,7 @@
 // normalise as one batch norm on the whole batch: outputs, running statistics, input
 // gradients and the sum of the replicas' weight and bias gradients to 1e-5. A participant
 // that never arrives, or a callback that throws, fails every participant with the reason.
-#include <push/parallel/sync_batch_norm.h>
+#include <push/data_parallel/sync_batch_norm.h>
 #include <push/parallel/thread_pool.h>
 
 #include <gtest/gtest.h>
@@ -14,16 +14,16 @@
 #include "test_util.h"
 
 using namespace std::chrono_literals;
-using push::parallel::BatchNormSync;
-using push::parallel::SyncBatchNorm;
-using push::parallel::SyncBatchNormOptions;
+using push::data_parallel::BatchNormSync;
+using push::data_parallel::SyncBatchNorm;
+using push::data_parallel::SyncBatchNormOptions;
 using push::parallel::SyncMaster;
 
 namespace {
 
 void expect_close(const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
-  EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-5)) << what << ": largest difference "
-                                                  << (a - b).abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-5))
+      << what << ": largest difference " << (a - b).abs().max().item<double>();
 }
 
 // Replicas `first .. first + local - 1` of `total` (all ranks together) on threads, each
@@ -119,7 +119,9 @@ TEST(SyncBatchNorm, AReplicaThatNeverComesOrAFailingCallbackIsNamed) {
     EXPECT_EQ(b.wait(), 42);
     // SyncBatchNorm itself refuses an event loop (a pool task here; a particle handler alike).
     auto sync1 = std::make_shared<BatchNormSync>(1);
-    EXPECT_PUSH_ERROR(one.apply([&] { return SyncBatchNorm(SyncBatchNormOptions(3), sync1, 0)(torch::randn({4, 3})); }),
+    EXPECT_PUSH_ERROR(one.apply([&] {
+      return SyncBatchNorm(SyncBatchNormOptions(3), sync1, 0)(torch::randn({4, 3}));
+    }),
                       "runs on an event loop");
   }
   // Rounds repeat.

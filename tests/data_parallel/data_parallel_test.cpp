@@ -2,7 +2,8 @@
 // concatenated batches (SGD, to 1e-6), with small buckets and an unused parameter; shard()
 // splits the rows of every epoch among the ranks.
 #include <push/data/dataset.h>
-#include <push/parallel/data_parallel.h>
+#include <push/data_parallel/data_parallel.h>
+#include <push/data_parallel/non_blocking_data_parallel.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -13,14 +14,14 @@
 #include "test_util.h"
 
 using namespace std::chrono_literals;
-using push::parallel::DataParallel;
-using push::parallel::DataParallelOptions;
+using push::data_parallel::DataParallel;
+using push::data_parallel::DataParallelOptions;
 
 namespace {
 
 torch::nn::Sequential mlp() {
-  return torch::nn::Sequential(torch::nn::Linear(4, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16), torch::nn::Tanh(),
-                               torch::nn::Linear(16, 1));
+  return torch::nn::Sequential(torch::nn::Linear(4, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16),
+                               torch::nn::Tanh(), torch::nn::Linear(16, 1));
 }
 
 PUSH_DIST_WORKER(data_parallel) {
@@ -80,9 +81,8 @@ PUSH_DIST_WORKER(data_parallel) {
   // (Every rank fails at the same point, so no rank waits for another.)
   sgd.zero_grad();
   auto bad = net->forward(x).sum();
-  auto hook = net->named_parameters()["2.weight"].register_hook([](const torch::Tensor&) -> torch::Tensor {
-    throw std::runtime_error("a failing backward");
-  });
+  auto hook = net->named_parameters()["2.weight"].register_hook(
+      [](const torch::Tensor&) -> torch::Tensor { throw std::runtime_error("a failing backward"); });
   EXPECT_THROW(bad.backward(), std::exception);
   net->named_parameters()["2.weight"].remove_hook(hook);
   sgd.zero_grad();
@@ -98,7 +98,7 @@ PUSH_DIST_WORKER(data_parallel) {
   EXPECT_TRUE(torch::allclose(net->named_parameters()["0.bias"].grad(), once, 1e-6, 1e-6));
   // shard: every row once per epoch (10 rows padded to a multiple of the ranks).
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
-    auto rows = push::parallel::shard(10, group, epoch);
+    auto rows = push::data_parallel::shard(10, group, epoch);
     EXPECT_EQ(rows.size(0), (10 + size - 1) / size);
     std::vector<torch::Tensor> all;
     group.all_gather(all, rows);
@@ -108,7 +108,7 @@ PUSH_DIST_WORKER(data_parallel) {
     }
     EXPECT_EQ(seen.size(), 10u);
   }
-  EXPECT_FALSE(torch::equal(push::parallel::shard(10, group, 0), push::parallel::shard(10, group, 1)));
+  EXPECT_FALSE(torch::equal(push::data_parallel::shard(10, group, 0), push::data_parallel::shard(10, group, 1)));
 }
 
 TEST(DataParallel, TwoRanksTakeTheStepsOfOneProcessOnTheWholeBatch) {
@@ -135,14 +135,14 @@ double train(bool blocking, push::dist::CollectiveGroup& group, const push::data
   // the step on the mean gradient); Adam's state is each rank's own in non-blocking mode.
   torch::optim::Adam sgd(net->parameters(), torch::optim::AdamOptions(0.01));
   std::unique_ptr<DataParallel> dp;
-  std::unique_ptr<push::parallel::NonBlockingDataParallel> nb;
+  std::unique_ptr<push::data_parallel::NonBlockingDataParallel> nb;
   if (blocking) {
     dp = std::make_unique<DataParallel>(*net, group);
   } else {
-    nb = std::make_unique<push::parallel::NonBlockingDataParallel>(net, group);
+    nb = std::make_unique<push::data_parallel::NonBlockingDataParallel>(net, group);
   }
   for (int64_t epoch = 0; epoch < 30; ++epoch) {
-    auto rows = push::parallel::shard(data.size(), group, epoch);
+    auto rows = push::data_parallel::shard(data.size(), group, epoch);
     for (int64_t b = 0; b + 32 <= rows.size(0); b += 32) {
       auto idx = rows.narrow(0, b, 32);
       auto x = data.x.index_select(0, idx), y = data.y.index_select(0, idx);

@@ -1,21 +1,21 @@
 // Blocking data parallelism: gradient hooks fill buckets; a full bucket's all_reduce starts
 // at once, in bucket order; the end of backward waits for all and adds the averages.
-#include <push/parallel/data_parallel.h>
+#include <push/data_parallel/data_parallel.h>
 
 #include <push/core/errors.h>
+#include <push/data_parallel/replicas.h>
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/torch.h>
 
 #include <mutex>
 
-#include "flat.h"
 #include "core/seed.h"
+#include "data_parallel/quiet_wait.h"
 
-namespace push::parallel {
-using detail::broadcast_from_first;
+namespace push::data_parallel {
 namespace {
-constexpr const char* kOrigin = "push::parallel::DataParallel";
+constexpr const char* kOrigin = "push::data_parallel::DataParallel";
 }  // namespace
 
 struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
@@ -29,14 +29,14 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
     size_t bucket = 0;
     size_t position = 0;  // in its bucket's slots
     int64_t offset = 0;
-    torch::Tensor zero;   // what its hook hands backward: one zero, expanded (no memory)
+    torch::Tensor zero;  // what its hook hands backward: one zero, expanded (no memory)
     unsigned hook = 0;
   };
   struct Bucket {
-    torch::Tensor buffer;         // the bucket's gradients, flat, then their average
+    torch::Tensor buffer;  // the bucket's gradients, flat, then their average
     std::vector<size_t> slots;
-    std::vector<bool> filled;     // per slot of the bucket, this backward
-    size_t pending = 0;           // slots not yet filled this backward
+    std::vector<bool> filled;  // per slot of the bucket, this backward
+    size_t pending = 0;        // slots not yet filled this backward
     bool launched = false;
     dist::Work work;
   };
@@ -227,9 +227,7 @@ DataParallel::~DataParallel() {
   }
 }
 
-void DataParallel::broadcast_buffers() {
-  broadcast_from_first(state_->module->buffers(), state_->group);
-}
+void DataParallel::broadcast_buffers() { broadcast_from_first(state_->module->buffers(), state_->group); }
 
 const std::vector<std::vector<std::string>>& DataParallel::buckets() const { return state_->bucket_names; }
 
@@ -238,91 +236,17 @@ int64_t DataParallel::reductions() const {
   return state_->reductions;
 }
 
-// ---- non-blocking -------------------------------------------------------------------------
-
-struct NonBlockingDataParallel::State {
-  torch::nn::Sequential net;
-  dist::CollectiveGroup group;
-  struct Layer {
-    std::vector<torch::Tensor> params;
-    torch::Tensor buffer;  // the layer's parameters, flat, then their average
-    dist::Work work;
-    bool outstanding = false;
-  };
-  std::vector<Layer> layers;  // one per child of the Sequential (maybe without parameters)
-
-  void apply(Layer& layer) {
-    if (!layer.outstanding) return;
-    layer.work.wait();
-    layer.outstanding = false;
-    detail::unpack(layer.buffer, layer.params);
-  }
-};
-
-NonBlockingDataParallel::NonBlockingDataParallel(torch::nn::Sequential net, dist::CollectiveGroup group)
-    : state_(std::make_unique<State>()) {
-  auto& s = *state_;
-  s.net = std::move(net);
-  s.group = std::move(group);
-  broadcast_from_first(s.net->parameters(), s.group);
-  broadcast_from_first(s.net->buffers(), s.group);
-  for (size_t k = 0; k < s.net->size(); ++k) {
-    State::Layer layer;
-    for (auto& p : s.net->ptr(k)->parameters()) {
-      PUSH_CHECK(layer.params.empty() || (p.scalar_type() == layer.params[0].scalar_type() &&
-                                          p.device() == layer.params[0].device()),
-                 "push::parallel::NonBlockingDataParallel", "layer ", k, " mixes dtypes or devices");
-      layer.params.push_back(p);
-    }
-    const int64_t numel = detail::total_numel(layer.params);
-    if (numel > 0) layer.buffer = torch::empty({numel}, layer.params[0].options().requires_grad(false));
-    s.layers.push_back(std::move(layer));
-  }
-}
-
-NonBlockingDataParallel::~NonBlockingDataParallel() {
-  // Outstanding collectives end before their buffers go.
-  for (auto& layer : state_->layers) {
-    if (layer.outstanding) detail::wait_quietly(layer.work);
-  }
-}
-
-void NonBlockingDataParallel::start_averaging() {
-  auto& s = *state_;
-  torch::NoGradGuard no_grad;
-  for (auto& layer : s.layers) {
-    if (layer.params.empty()) continue;
-    s.apply(layer);  // a previous average not applied yet: applied first, in order
-    detail::pack(layer.params, layer.buffer);
-    layer.work = s.group.all_reduce_async(layer.buffer, dist::ReduceOp::average);
-    layer.outstanding = true;
-  }
-}
-
-torch::Tensor NonBlockingDataParallel::forward(const torch::Tensor& x) {
-  auto& s = *state_;
-  torch::Tensor h = x;
-  for (size_t k = 0; k < s.layers.size(); ++k) {
-    s.apply(s.layers[k]);
-    h = (s.net->begin() + static_cast<std::ptrdiff_t>(k))->forward(h);
-  }
-  return h;
-}
-
-void NonBlockingDataParallel::synchronize() {
-  for (auto& layer : state_->layers) state_->apply(layer);
-}
-
 torch::Tensor shard(int64_t n, const dist::CollectiveGroup& group, int64_t epoch, uint64_t seed, bool shuffle) {
-  PUSH_CHECK(n > 0, "push::parallel::shard", "no rows to shard (n = ", n, ")");
+  PUSH_CHECK(n > 0, "push::data_parallel::shard", "no rows to shard (n = ", n, ")");
   torch::Tensor order;
   if (shuffle) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(push::detail::mix_seed(seed, epoch, push::detail::seed_purpose::kShard));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(
+        push::detail::mix_seed(seed, epoch, push::detail::seed_purpose::kShard));
     order = torch::randperm(n, gen, torch::kLong);
   } else {
     order = torch::arange(n, torch::kLong);
   }
-  return detail::share_of(order, group.group_rank(), group.size());
+  return share_of(order, group.group_rank(), group.size());
 }
 
-}  // namespace push::parallel
+}  // namespace push::data_parallel

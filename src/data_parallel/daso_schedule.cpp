@@ -1,6 +1,6 @@
 // DASO's schedule (heat's DASO.step and epoch_loss_logic, without the node-local skips):
 // which batches start a global sync, which wait for it, and which receive a late one.
-#include <push/parallel/daso.h>
+#include <push/data_parallel/daso_schedule.h>
 
 #include <push/core/errors.h>
 
@@ -8,9 +8,9 @@
 #include <cmath>
 #include <limits>
 
-namespace push::parallel {
+namespace push::data_parallel {
 namespace {
-constexpr const char* kOrigin = "push::parallel::DasoSchedule";
+constexpr const char* kOrigin = "push::data_parallel::DasoSchedule";
 }
 
 DasoSchedule::DasoSchedule(DasoOptions options)
@@ -22,15 +22,15 @@ DasoSchedule::DasoSchedule(DasoOptions options)
              o.cooldown_epochs());
   PUSH_CHECK(o.max_global_skips() >= 1, kOrigin, "max_global_skips must be at least 1, got ", o.max_global_skips());
   PUSH_CHECK(o.skip_reduction_factor() >= 1 && o.local_skip_factor() >= 1, kOrigin,
-             "skip_reduction_factor and local_skip_factor must be at least 1, got ", o.skip_reduction_factor(),
-             " and ", o.local_skip_factor());
+             "skip_reduction_factor and local_skip_factor must be at least 1, got ", o.skip_reduction_factor(), " and ",
+             o.local_skip_factor());
   PUSH_CHECK(o.stability_level() >= 0 && o.stability_level() < 1, kOrigin, "stability_level must be in [0, 1), got ",
              o.stability_level());
   PUSH_CHECK(o.stability_patience() >= 0, kOrigin, "stability_patience must not be negative, got ",
              o.stability_patience());
   PUSH_CHECK(o.ranks_per_node() >= 0, kOrigin, "ranks_per_node must not be negative, got ", o.ranks_per_node());
-  PUSH_CHECK(o.downcast() == torch::kBFloat16 || o.downcast() == torch::kHalf || o.downcast() == torch::kFloat,
-             kOrigin, "downcast must be bfloat16, half or float, got ", c10::toString(o.downcast()));
+  PUSH_CHECK(o.downcast() == torch::kBFloat16 || o.downcast() == torch::kHalf || o.downcast() == torch::kFloat, kOrigin,
+             "downcast must be bfloat16, half or float, got ", c10::toString(o.downcast()));
   if (o.warmup_epochs() == 0) start_cycling();
 }
 
@@ -118,4 +118,4 @@ void DasoSchedule::end_epoch(double mean_loss) {
   }
 }
 
-}  // namespace push::parallel
+}  // namespace push::data_parallel

@@ -1,14 +1,14 @@
 // The queue of one member, served to the others.
-#include <push/parallel/queue.h>
+#include <push/server/queue_host.h>
 
-namespace push::parallel {
+namespace push::server {
 namespace {
-constexpr const char* kHost = "push::parallel::QueueHost";
-constexpr const char* kClient = "push::parallel::RemoteQueue";
+constexpr const char* kHost = "push::server::QueueHost";
+constexpr const char* kClient = "push::server::RemoteQueue";
 }  // namespace
 
 QueueHost::QueueHost(dist::RpcGroup group, std::string name)
-    : queue_(std::make_shared<SimpleQueue<c10::IValue>>()), services_(std::move(group)) {
+    : queue_(std::make_shared<parallel::SimpleQueue<c10::IValue>>()), services_(std::move(group)) {
   PUSH_CHECK(!name.empty(), kHost, "the queue needs a name");
   auto q = queue_;
   services_.add(name + "/put", [q](const dist::RpcArgs& a) {
@@ -31,7 +31,8 @@ RemoteQueue::RemoteQueue(dist::RpcGroup group, std::string name) : group_(std::m
   PUSH_CHECK(!name_.empty(), kClient, "the queue needs a name");
 }
 
-c10::IValue RemoteQueue::call(const std::string& op, dist::RpcArgs args, std::optional<dist::Milliseconds> timeout) const {
+c10::IValue RemoteQueue::call(const std::string& op, dist::RpcArgs args,
+                              std::optional<dist::Milliseconds> timeout) const {
   try {
     return group_.registered_sync(name_ + "/" + op, std::move(args), timeout);
   } catch (const dist::RemoteError& e) {
@@ -58,4 +59,4 @@ size_t RemoteQueue::size() const { return static_cast<size_t>(call("size", {}).t
 
 void RemoteQueue::close() const { call("close", {}); }
 
-}  // namespace push::parallel
+}  // namespace push::server

@@ -2,7 +2,7 @@
 // epochs sync after every batch and wait; after the warm-up, syncs start every 4 batches and
 // are received 1 batch later; a stable loss halves the skips; from 1 they restart at
 // max_global_skips; every epoch's last batch waits for its sync.
-#include <push/parallel/daso.h>
+#include <push/data_parallel/daso.h>
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 
 #include "test_util.h"
 
-using push::parallel::DasoOptions;
-using push::parallel::DasoSchedule;
-using push::parallel::DasoStep;
+using push::data_parallel::DasoOptions;
+using push::data_parallel::DasoSchedule;
+using push::data_parallel::DasoStep;
 
 namespace {
 
@@ -33,8 +33,9 @@ TEST(DasoSchedule, MatchesTheScheduleComputedByHand) {
   // 13 epochs of 6 batches: warm-up 2, cool-down 2 (epochs 11 and 12), max_global_skips 4,
   // patience 1 (stable after 2 epochs without a 5% improvement), restart wait 4 / 2 = 2.
   // The loss after epoch e sets epoch e + 1's schedule.
-  DasoSchedule schedule(DasoOptions(13).warmup_epochs(2).cooldown_epochs(2).max_global_skips(4)
-                            .stability_patience(1).local_skip_factor(2));
+  DasoSchedule schedule(
+      DasoOptions(13).warmup_epochs(2).cooldown_epochs(2).max_global_skips(4).stability_patience(1).local_skip_factor(
+          2));
   schedule.set_batches_per_epoch(6);
   const std::vector<double> losses = {3.0, 2.0, 1.0, 0.99, 0.98, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6};
   const std::vector<std::string> expected = {
@@ -83,8 +84,7 @@ std::string epoch_of(DasoSchedule& schedule, int64_t batches) {
 TEST(DasoSchedule, ReceivesWhenDueAndNeverStallsAtZero) {
   // patience 0: every epoch that does not improve is stable. Equal losses: the first one
   // improves (on infinity), each later one is stable.
-  DasoSchedule schedule(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(8)
-                            .stability_patience(0));
+  DasoSchedule schedule(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(8).stability_patience(0));
   EXPECT_EQ(schedule.global_skip(), 4);  // cycling before any end_epoch
   EXPECT_EQ(epoch_of(schedule, 6), "S1R..S1X");
   schedule.end_epoch(1.0);  // improves: 4
@@ -99,8 +99,12 @@ TEST(DasoSchedule, ReceivesWhenDueAndNeverStallsAtZero) {
   EXPECT_EQ(schedule.batches_to_wait(), 2);
   EXPECT_EQ(epoch_of(schedule, 12), "S2.R.....S2.RB");
   // A reduction factor larger than the skip: down to 1, not 0 (0 would block for good).
-  DasoSchedule steep(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).stability_patience(0)
-                         .skip_reduction_factor(16).local_skip_factor(16));
+  DasoSchedule steep(DasoOptions(20)
+                         .warmup_epochs(0)
+                         .cooldown_epochs(0)
+                         .stability_patience(0)
+                         .skip_reduction_factor(16)
+                         .local_skip_factor(16));
   epoch_of(steep, 3);
   steep.end_epoch(1.0);
   epoch_of(steep, 3);
@@ -113,10 +117,11 @@ TEST(DasoSchedule, ReceivesWhenDueAndNeverStallsAtZero) {
   EXPECT_EQ(steep.batches_to_wait(), 1);
   // A wait as long as the skip: each sync is received when the next one is sent, and the
   // receive says how long it waited.
-  DasoSchedule even(DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(2)
-                        .stability_patience(0).local_skip_factor(1));
+  DasoSchedule even(
+      DasoOptions(20).warmup_epochs(0).cooldown_epochs(0).max_global_skips(2).stability_patience(0).local_skip_factor(
+          1));
   EXPECT_EQ(even.global_skip(), 2);  // 4 after the warm-up, but never above max_global_skips
-  for (int e = 0; e < 3; ++e) {  // 2 (improving), then 2 -> 1, then the restart at 2 with wait 2
+  for (int e = 0; e < 3; ++e) {      // 2 (improving), then 2 -> 1, then the restart at 2 with wait 2
     epoch_of(even, 3);
     even.end_epoch(1.0);
   }

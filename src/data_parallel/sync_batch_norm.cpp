@@ -1,16 +1,16 @@
 // Synchronized batch norm: per-channel sums of x and x² (and the count) summed over the
 // replicas and ranks by a differentiable sum whose backward sums the gradients alike.
-#include <push/parallel/sync_batch_norm.h>
+#include <push/data_parallel/sync_batch_norm.h>
 
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
 #include "core/event_loop.h"
 
-namespace push::parallel {
+namespace push::data_parallel {
 namespace {
 
-constexpr const char* kOrigin = "push::parallel::SyncBatchNorm";
+constexpr const char* kOrigin = "push::data_parallel::SyncBatchNorm";
 
 // Keeps the sync alive in the autograd graph (an IValue capsule), for a backward that runs
 // after its module is gone.
@@ -37,7 +37,8 @@ struct AllSum : torch::autograd::Function<AllSum> {
 
 }  // namespace
 
-BatchNormSync::BatchNormSync(int replicas, std::optional<dist::CollectiveGroup> group, std::chrono::milliseconds timeout)
+BatchNormSync::BatchNormSync(int replicas, std::optional<dist::CollectiveGroup> group,
+                             std::chrono::milliseconds timeout)
     : group_(std::move(group)),
       master_(
           replicas,
@@ -91,8 +92,8 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     auto x = input.to(torch::kFloat64);
     const double count = static_cast<double>(input.numel() / c);
     auto local = torch::cat({x.sum(dims), (x * x).sum(dims), torch::full({1}, count, x.options())});
-    PUSH_CHECK(push::detail::EventLoop::current() == nullptr, kOrigin,
-               "replica ", replica_, " runs on an event loop (a particle or RPC handler): its backward would wait",
+    PUSH_CHECK(push::detail::EventLoop::current() == nullptr, kOrigin, "replica ", replica_,
+               " runs on an event loop (a particle or RPC handler): its backward would wait",
                " inside the autograd engine, which fibers do not keep apart; use one thread per replica");
     auto total = AllSum::apply(local, sync_, static_cast<int64_t>(replica_));
     auto n = total[2 * c].detach();
@@ -118,4 +119,4 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
   return y;
 }
 
-}  // namespace push::parallel
+}  // namespace push::data_parallel

@@ -1,10 +1,11 @@
 // DASO's communication: node-local gradient averaging, and global parameter syncs over one
 // group per local index, sent in the downcast type, summed in float32, received at once or
 // some batches later and blended, then broadcast to the node.
-#include <push/parallel/daso.h>
+#include <push/data_parallel/daso.h>
 
 #include <push/core/errors.h>
-#include <push/parallel/data_parallel.h>
+#include <push/data_parallel/data_parallel.h>
+#include <push/data_parallel/replicas.h>
 
 #include <torch/torch.h>
 
@@ -12,11 +13,12 @@
 #include <optional>
 #include <string>
 
-#include "flat.h"
+#include "core/flat.h"
+#include "data_parallel/quiet_wait.h"
 
-namespace push::parallel {
+namespace push::data_parallel {
 namespace {
-constexpr const char* kOrigin = "push::parallel::Daso";
+constexpr const char* kOrigin = "push::data_parallel::Daso";
 
 }  // namespace
 
@@ -24,21 +26,21 @@ struct Daso::State {
   torch::nn::Module* module = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   DasoSchedule schedule;
-  DasoGroups groups;                    // this object's own: its collectives never interleave with others'
-  std::unique_ptr<DataParallel> local;  // node-local averaging through hooks
-  std::vector<torch::Tensor> params;    // the trainable ones, in module order
-  torch::Tensor flat;                   // float32 scratch of their values
-  torch::Tensor flat_grad;              // average_in_step: their gradients
+  DasoGroups groups;                        // this object's own: its collectives never interleave with others'
+  std::unique_ptr<DataParallel> local;      // node-local averaging through hooks
+  std::vector<torch::Tensor> params;        // the trainable ones, in module order
+  torch::Tensor flat;                       // float32 scratch of their values
+  std::optional<GradientAverager> in_step;  // average_in_step, with several ranks per node
   // One sync is in flight at a time (a late one is received before the next is sent), so
   // these serve every sync: what this rank sends, in the downcast type and as Gloo moves
   // it (the same bytes), and the float32 sum of what it gathers.
   torch::Tensor payload, wire, sum;
 
   struct Sync {
-    int sender = 0;       // the local rank whose global group sent it
+    int sender = 0;  // the local rank whose global group sent it
     std::vector<torch::Tensor> gathered;
     dist::Work work;
-    bool mine = false;    // this rank took part
+    bool mine = false;  // this rank took part
   };
   std::optional<Sync> outstanding;
   int next_sender = 0;
@@ -49,7 +51,7 @@ struct Daso::State {
   const DasoOptions& options() const { return schedule.options(); }
 
   void average_gradients_in_step() {
-    if (groups.node_group) detail::average_gradients(params, flat_grad, *groups.node_group);
+    if (in_step) in_step->average(params);
   }
 
   // Starts a global sync from the group of local rank `sender`: its members send their
@@ -59,7 +61,7 @@ struct Daso::State {
     s.sender = sender;
     s.mine = groups.local_rank == sender;
     if (s.mine) {
-      detail::pack(params, flat);
+      push::detail::pack(params, flat);
       payload.copy_(flat);
       s.work = groups.global.all_gather_async(s.gathered, wire);
     }
@@ -81,15 +83,15 @@ struct Daso::State {
       if (blocking) {
         flat.copy_(sum.div_(n));
       } else {
-        detail::pack(params, flat);
+        push::detail::pack(params, flat);
         const double k = waited > 0 ? 2.0 * static_cast<double>(waited) : 1.0;
         flat.mul_(k).add_(sum).div_(k + n);
       }
-      detail::unpack(flat, params);
+      push::detail::unpack(flat, params);
     }
     if (groups.node_group) {  // the senders' result, to the rest of their node
       groups.node_group->broadcast(flat, groups.node * groups.ranks_per_node + s.sender);
-      if (!s.mine) detail::unpack(flat, params);
+      if (!s.mine) push::detail::unpack(flat, params);
     }
     ++received;
   }
@@ -123,7 +125,7 @@ DasoGroups DasoGroups::make(const dist::World& world, int ranks_per_node) {
   std::vector<int> node_ranks, global_ranks;
   for (int r = 0; r < g.ranks_per_node; ++r) node_ranks.push_back(g.node * g.ranks_per_node + r);
   for (int n = 0; n < g.nodes; ++n) global_ranks.push_back(n * g.ranks_per_node + g.local_rank);
-  g.everyone = detail::group_of_everyone(world);
+  g.everyone = group_of_everyone(world);
   if (g.ranks_per_node > 1) g.node_group = world.new_group(node_ranks);
   g.global = world.new_group(global_ranks);
   return g;
@@ -148,7 +150,7 @@ Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGr
   }
   PUSH_CHECK(!s.params.empty(), kOrigin, "the module has no trainable parameters");
   const auto flat_options = s.params[0].options().dtype(torch::kFloat).requires_grad(false);
-  s.flat = torch::empty({detail::total_numel(s.params)}, flat_options);
+  s.flat = torch::empty({push::detail::total_numel(s.params)}, flat_options);
   s.sum = torch::empty_like(s.flat);
   // Gloo (in LibTorch 1.13) moves no bfloat16: 16-bit payloads travel as half, bit for
   // bit, and are summed in float32, in one order on every rank.
@@ -156,11 +158,13 @@ Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGr
   s.payload = torch::empty_like(s.flat, flat_options.dtype(downcast));
   s.wire = downcast == torch::kFloat ? s.payload : s.payload.view(torch::kHalf);
 
-  detail::broadcast_from_first(module.parameters(), s.groups.everyone);
-  detail::broadcast_from_first(module.buffers(), s.groups.everyone);
+  broadcast_from_first(module.parameters(), s.groups.everyone);
+  broadcast_from_first(module.buffers(), s.groups.everyone);
   if (s.groups.node_group && !s.options().average_in_step()) {
     s.local = std::make_unique<DataParallel>(module, *s.groups.node_group,
                                              DataParallelOptions().bucket_bytes(s.options().bucket_bytes()));
+  } else if (s.groups.node_group) {
+    s.in_step.emplace(*s.groups.node_group);
   }
 }
 
@@ -178,7 +182,7 @@ void Daso::step() {
 
 void Daso::step(const std::function<void()>& apply) {
   auto& s = *state_;
-  if (s.options().average_in_step()) s.average_gradients_in_step();
+  s.average_gradients_in_step();
   apply();
   const DasoStep step = s.schedule.next();
   if (step.receive) {
@@ -213,4 +217,4 @@ int Daso::local_rank() const { return state_->groups.local_rank; }
 int64_t Daso::syncs_sent() const { return state_->sent; }
 int64_t Daso::syncs_received() const { return state_->received; }
 
-}  // namespace push::parallel
+}  // namespace push::data_parallel

@@ -3,8 +3,8 @@
 // epoch ends with one set of parameters on every rank; both ways of averaging on a node.
 // Bad node layouts are named.
 #include <push/data/dataset.h>
-#include <push/parallel/daso.h>
-#include <push/parallel/data_parallel.h>
+#include <push/data_parallel/daso.h>
+#include <push/data_parallel/data_parallel.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -13,8 +13,8 @@
 #include "test_util.h"
 
 using namespace std::chrono_literals;
-using push::parallel::Daso;
-using push::parallel::DasoOptions;
+using push::data_parallel::Daso;
+using push::data_parallel::DasoOptions;
 
 namespace {
 
@@ -39,15 +39,15 @@ double train(push::dist::World& world, const push::data::Dataset& data, std::opt
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
   auto group = world.collective();
   std::unique_ptr<Daso> daso;
-  std::unique_ptr<push::parallel::DataParallel> dp;
+  std::unique_ptr<push::data_parallel::DataParallel> dp;
   if (daso_options) {
     daso = std::make_unique<Daso>(*net, adam, world, *daso_options);
   } else {
-    dp = std::make_unique<push::parallel::DataParallel>(*net, group);
+    dp = std::make_unique<push::data_parallel::DataParallel>(*net, group);
   }
   int64_t skipping_epochs = 0;
   for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
-    auto rows = push::parallel::shard(data.size(), group, epoch);
+    auto rows = push::data_parallel::shard(data.size(), group, epoch);
     const int64_t batches = rows.size(0) / kBatch;
     if (daso) daso->set_batches_per_epoch(batches);
     if (daso && daso->schedule().global_skip() > 0) ++skipping_epochs;

@@ -5,9 +5,9 @@
 // of a batch, normalise as one BatchNorm on the whole batch would; the backward pass
 // reduces its gradients the same way.
 //
-//   auto sync = std::make_shared<push::parallel::BatchNormSync>(2, world.collective());
+//   auto sync = std::make_shared<push::data_parallel::BatchNormSync>(2, world.collective());
 //   // replica r (on its own thread) builds its network with
-//   push::parallel::SyncBatchNorm bn(push::parallel::SyncBatchNormOptions(16), sync, r);
+//   push::data_parallel::SyncBatchNorm bn(push::data_parallel::SyncBatchNormOptions(16), sync, r);
 //
 // Each replica holds its own weight, bias and running statistics (all replicas compute the
 // same statistics, so running statistics stay equal); the sum of the replicas' weight and
@@ -28,7 +28,7 @@
 #include <memory>
 #include <optional>
 
-namespace push::parallel {
+namespace push::data_parallel {
 
 /// What replicas of SyncBatchNorm share: `replicas` participants in this process, and the
 /// ranks of `group` when given (each rank with the same number of replicas).
@@ -43,7 +43,7 @@ class BatchNormSync {
 
  private:
   std::optional<dist::CollectiveGroup> group_;
-  SyncMaster<torch::Tensor, torch::Tensor> master_;
+  parallel::SyncMaster<torch::Tensor, torch::Tensor> master_;
 };
 
 struct SyncBatchNormOptions {
@@ -70,4 +70,4 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 };
 TORCH_MODULE(SyncBatchNorm);
 
-}  // namespace push::parallel
+}  // namespace push::data_parallel

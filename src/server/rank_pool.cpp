@@ -1,17 +1,19 @@
 // The pool of ranks: a queue of calls, a slot count per worker, and one dispatcher thread
 // that sends a call whenever a slot frees (completions arrive on the RPC threads and only
 // post to the dispatcher).
-#include <push/parallel/rank_pool.h>
+#include <push/server/rank_pool.h>
+
+#include <push/parallel/thread_pool.h>
 
 #include <algorithm>
-#include <deque>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 
-namespace push::parallel {
+namespace push::server {
 namespace {
-constexpr const char* kOrigin = "push::parallel::RankPool";
+constexpr const char* kOrigin = "push::server::RankPool";
 }  // namespace
 
 struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
@@ -33,7 +35,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
   std::vector<int> busy;  // calls in flight per worker
   int64_t in_flight = 0;
   bool closed = false;
-  std::unique_ptr<detail::PoolCore> dispatcher;
+  std::unique_ptr<parallel::ThreadPool> dispatcher;  // one thread
 
   void enqueue(Call call) {
     {
@@ -48,7 +50,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
   void poke() {
     auto self = shared_from_this();
     try {
-      dispatcher->submit([self](int) { self->dispatch(); }, [](std::exception_ptr) {});
+      dispatcher->apply_async([self] { self->dispatch(); });
     } catch (const Error&) {
       // The pool is going: nothing is queued any more.
     }
@@ -149,7 +151,7 @@ RankPool::RankPool(dist::RpcGroup group, std::vector<std::string> workers, int p
   impl_->per_worker = per_worker;
   impl_->timeout = timeout;
   impl_->busy.assign(impl_->workers.size(), 0);
-  impl_->dispatcher = std::make_unique<detail::PoolCore>(1, kOrigin);
+  impl_->dispatcher = std::make_unique<parallel::ThreadPool>(1);
 }
 
 RankPool::~RankPool() {
@@ -180,7 +182,7 @@ std::vector<Future<c10::IValue>> RankPool::each(const std::string& function, std
   std::vector<Future<c10::IValue>> calls;
   calls.reserve(items.size());
   for (auto& item : items) calls.push_back(apply_async(function, std::move(item)));
-  return detail::named_failures(calls, origin);
+  return parallel::name_failures(calls, origin);
 }
 
 namespace {
@@ -194,20 +196,22 @@ std::vector<dist::RpcArgs> single(const std::vector<c10::IValue>& items) {
 }  // namespace
 
 std::vector<c10::IValue> RankPool::map(const std::string& function, const std::vector<c10::IValue>& items) {
-  return wait_all(each(function, single(items), "push::parallel::RankPool::map"));
+  return wait_all(each(function, single(items), "push::server::RankPool::map"));
 }
 
 std::vector<c10::IValue> RankPool::starmap(const std::string& function, const std::vector<dist::RpcArgs>& items) {
-  return wait_all(each(function, items, "push::parallel::RankPool::starmap"));
+  return wait_all(each(function, items, "push::server::RankPool::starmap"));
 }
 
-Results<c10::IValue> RankPool::imap(const std::string& function, const std::vector<c10::IValue>& items) {
-  return Results<c10::IValue>(detail::in_item_order(each(function, single(items), "push::parallel::RankPool::imap")));
+parallel::Results<c10::IValue> RankPool::imap(const std::string& function, const std::vector<c10::IValue>& items) {
+  return parallel::Results<c10::IValue>(
+      parallel::in_item_order(each(function, single(items), "push::server::RankPool::imap")));
 }
 
-Results<c10::IValue> RankPool::imap_unordered(const std::string& function, const std::vector<c10::IValue>& items) {
-  return Results<c10::IValue>(
-      detail::in_completion_order(each(function, single(items), "push::parallel::RankPool::imap_unordered")));
+parallel::Results<c10::IValue> RankPool::imap_unordered(const std::string& function,
+                                                        const std::vector<c10::IValue>& items) {
+  return parallel::Results<c10::IValue>(
+      parallel::in_completion_order(each(function, single(items), "push::server::RankPool::imap_unordered")));
 }
 
 size_t RankPool::cancel_queued() { return impl_->cancel_queued(); }
@@ -217,4 +221,4 @@ size_t RankPool::queued() const {
   return impl_->queue.size();
 }
 
-}  // namespace push::parallel
+}  // namespace push::server

@@ -5,9 +5,9 @@
 // API lacks).
 //
 //   auto group = world.collective();
-//   push::parallel::DataParallel dp(*net, group);        // rank 0's parameters everywhere
+//   push::data_parallel::DataParallel dp(*net, group);        // rank 0's parameters everywhere
 //   for (int64_t epoch = 0; ...) {
-//     auto rows = push::parallel::shard(data.size(0), group, epoch);   // this rank's rows
+//     auto rows = push::data_parallel::shard(data.size(0), group, epoch);   // this rank's rows
 //     for (batch of rows) {
 //       optimizer.zero_grad();
 //       loss_fn(net->forward(x[batch]), y[batch]).backward();  // gradients averaged here
@@ -34,11 +34,10 @@
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
 
-namespace push::parallel {
+namespace push::data_parallel {
 
 struct DataParallelOptions {
   /// Target size of a gradient bucket (a parameter larger than this is a bucket alone).
@@ -69,35 +68,6 @@ class DataParallel {
   std::shared_ptr<State> state_;
 };
 
-/// heat's non-blocking DataParallel, for a Sequential network. Gradients stay local: each
-/// rank steps on its own; then start_averaging() starts averaging each layer's parameters
-/// over the ranks, asynchronously, and forward() applies each layer's average just before
-/// that layer runs (LibTorch's C++ modules have no forward pre-hooks: this object's
-/// forward walks the Sequential itself). So the exchange of a layer overlaps the forward
-/// of the layers before it. synchronize() applies whatever is outstanding (before
-/// evaluating, saving, or reading the parameters). Collective: every rank calls
-/// start_averaging() and forward() equally often.
-class NonBlockingDataParallel {
- public:
-  /// Broadcasts the network's parameters and buffers from the group's first rank.
-  NonBlockingDataParallel(torch::nn::Sequential net, dist::CollectiveGroup group);
-  ~NonBlockingDataParallel();
-  NonBlockingDataParallel(const NonBlockingDataParallel&) = delete;
-  NonBlockingDataParallel& operator=(const NonBlockingDataParallel&) = delete;
-
-  /// After the local optimizer step: every layer's parameters start their average.
-  void start_averaging();
-  /// The network's forward, each layer on the average of its parameters.
-  torch::Tensor forward(const torch::Tensor& x);
-  /// Applies every outstanding average.
-  void synchronize();
-
-  struct State;
-
- private:
-  std::unique_ptr<State> state_;
-};
-
 /// This rank's rows of a data set of `n` rows for `epoch`: a permutation drawn from
 /// (seed, epoch), the same on every rank (or 0..n-1 without shuffle), padded by repeating
 /// its start to a multiple of the group size, then every size-th row from this rank's
@@ -105,4 +75,4 @@ class NonBlockingDataParallel {
 torch::Tensor shard(int64_t n, const dist::CollectiveGroup& group, int64_t epoch, uint64_t seed = 0,
                     bool shuffle = true);
 
-}  // namespace push::parallel
+}  // namespace push::data_parallel

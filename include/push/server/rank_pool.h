@@ -7,7 +7,7 @@
 //   c10::IValue square(const push::dist::RpcArgs& a) { return a[0].toInt() * a[0].toInt(); }
 //   PUSH_RPC_FUNCTION(square);
 //   ...
-//   push::parallel::RankPool pool(rpc, {"worker1", "worker2"});
+//   push::server::RankPool pool(rpc, {"worker1", "worker2"});
 //   auto all = pool.map("square", {1, 2, 3});              // [1, 4, 9], in item order
 //   auto f = pool.apply_async("square", {c10::IValue(7)});
 //
@@ -19,13 +19,13 @@
 // worker that died gets none after its loss is known, and once every worker is lost the
 // queued calls fail. Destruction cancels queued calls and waits for those in flight.
 #include <push/dist/rpc.h>
-#include <push/parallel/thread_pool.h>
+#include <push/parallel/results.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace push::parallel {
+namespace push::server {
 
 class RankPool {
  public:
@@ -43,8 +43,8 @@ class RankPool {
   std::vector<c10::IValue> map(const std::string& function, const std::vector<c10::IValue>& items);
   /// function(args...) for every argument list.
   std::vector<c10::IValue> starmap(const std::string& function, const std::vector<dist::RpcArgs>& items);
-  Results<c10::IValue> imap(const std::string& function, const std::vector<c10::IValue>& items);
-  Results<c10::IValue> imap_unordered(const std::string& function, const std::vector<c10::IValue>& items);
+  parallel::Results<c10::IValue> imap(const std::string& function, const std::vector<c10::IValue>& items);
+  parallel::Results<c10::IValue> imap_unordered(const std::string& function, const std::vector<c10::IValue>& items);
   /// Fails the calls not sent yet with push::CancelledError; returns how many.
   size_t cancel_queued();
   /// Calls waiting for a free slot.
@@ -58,4 +58,4 @@ class RankPool {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace push::parallel
+}  // namespace push::server

@@ -1,8 +1,8 @@
 // RankPool and RemoteQueue over 3 ranks: registered functions run on the worker ranks,
 // results in order, no worker above its slot count, failures named by item, queued calls
 // cancellable; a queue hosted by one rank fed and drained by the others.
-#include <push/parallel/queue.h>
-#include <push/parallel/rank_pool.h>
+#include <push/server/queue_host.h>
+#include <push/server/rank_pool.h>
 
 #include <gtest/gtest.h>
 
@@ -15,10 +15,10 @@
 
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
-using push::parallel::RankPool;
-using push::parallel::RemoteQueue;
-using push::parallel::QueueHost;
 using push::parallel::TaskError;
+using push::server::QueueHost;
+using push::server::RankPool;
+using push::server::RemoteQueue;
 
 namespace {
 
@@ -88,8 +88,7 @@ PUSH_DIST_WORKER(rank_pool) {
     // 4 slots busy for 1 s; the 6 calls behind them can be cancelled.
     std::vector<push::Future<c10::IValue>> calls;
     for (int i = 0; i < 10; ++i) calls.push_back(pool.apply_async("pool_slow"));
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (pool.queued() > 6 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    push::testing::eventually([&] { return pool.queued() <= 6; });
     EXPECT_EQ(pool.queued(), 6u);  // 4 sent, the rest wait for a slot
     EXPECT_EQ(pool.cancel_queued(), 6u);
     int cancelled = 0;
