@@ -6,15 +6,25 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 
+#include "core/clock.h"
+
 namespace push::testing {
+
+/// Whether `done()` holds within `limit`, checked every millisecond on push's clock: for an
+/// event nobody can notify the test of (a thread that ends, a process that dies). Where a
+/// future or a promise can say it, wait on that instead.
+template <class Done>
+bool eventually(Done done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  return detail::Clock::poll_until(detail::Clock::deadline_after(limit), std::chrono::milliseconds(1), done);
+}
 
 /// The small network most tests use: 1 -> 8 -> 1.
 inline torch::nn::AnyModule tiny_mlp() {
-  return to_any_module(torch::nn::Sequential(torch::nn::Linear(1, 8), torch::nn::Tanh(),
-                                             torch::nn::Linear(8, 1)));
+  return to_any_module(torch::nn::Sequential(torch::nn::Linear(1, 8), torch::nn::Tanh(), torch::nn::Linear(8, 1)));
 }
 
 inline OptimizerFactory adam(double lr = 1e-2) {
@@ -23,20 +33,17 @@ inline OptimizerFactory adam(double lr = 1e-2) {
   };
 }
 
-inline torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& label) {
-  return torch::mse_loss(out, label);
-}
+inline torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& label) { return torch::mse_loss(out, label); }
 
 /// Expects `statement` to throw a push::Error (or subclass) whose text contains `needle`.
-#define EXPECT_PUSH_ERROR(statement, needle)                                            \
-  do {                                                                                  \
-    try {                                                                               \
-      statement;                                                                        \
-      ADD_FAILURE() << "expected a push::Error containing '" << (needle) << "'";        \
-    } catch (const ::push::Error& e) {                                                  \
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                  \
-          << "message was: " << e.what();                                               \
-    }                                                                                   \
+#define EXPECT_PUSH_ERROR(statement, needle)                                                           \
+  do {                                                                                                 \
+    try {                                                                                              \
+      statement;                                                                                       \
+      ADD_FAILURE() << "expected a push::Error containing '" << (needle) << "'";                       \
+    } catch (const ::push::Error& e) {                                                                 \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message was: " << e.what(); \
+    }                                                                                                  \
   } while (false)
 
 /// True when this test binary is built with ThreadSanitizer or AddressSanitizer. Both run

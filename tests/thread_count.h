@@ -3,6 +3,8 @@
 // loops, lanes, their pools) measure.
 #include <dirent.h>
 
+#include "test_util.h"
+
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -22,13 +24,8 @@ inline int count_threads() {
 // A thread that was joined can stay listed in /proc for a moment (the kernel reaps it after
 // waking the joiner): wait, at most 5 s, until no more than `limit` threads remain.
 inline int settled_thread_count(int limit) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int n = count_threads();
-  while (n > limit && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    n = count_threads();
-  }
-  return n;
+  eventually([&] { return count_threads() <= limit; }, std::chrono::seconds(5));
+  return count_threads();
 }
 
 // Threads whose name starts with `prefix` (a thread inherits its creator's name).

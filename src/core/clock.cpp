@@ -11,22 +11,26 @@ Clock::time_point Clock::now() {
   return time_point(std::chrono::nanoseconds(manual_ns_.load(std::memory_order_acquire)));
 }
 
-Clock::time_point Clock::deadline_after(std::chrono::nanoseconds timeout) {
-  const time_point start = now();
-  if (timeout <= std::chrono::nanoseconds::zero()) return start;
-  const auto room = std::chrono::duration_cast<std::chrono::nanoseconds>(time_point::max() - start);
-  return timeout >= room ? time_point::max() : start + std::chrono::duration_cast<duration>(timeout);
-}
-
 void Clock::sleep_until(time_point deadline) {
   if (!manual()) {
     std::this_thread::sleep_until(deadline);
     return;
   }
+  const ManualWaiter counted;
   while (now() < deadline) std::this_thread::sleep_for(kManualTick);
 }
 
 bool Clock::poll_until(time_point deadline, duration interval, const std::function<bool()>& done) {
+  if (manual()) {
+    // The condition is checked every tick of real time (it may turn true without manual
+    // time moving: another process, another thread); the deadline is manual time's.
+    const ManualWaiter counted;
+    for (;;) {
+      if (done()) return true;
+      if (now() >= deadline) return false;
+      std::this_thread::sleep_for(kManualTick);
+    }
+  }
   for (;;) {
     if (done()) return true;
     const time_point t = now();
@@ -35,20 +39,28 @@ bool Clock::poll_until(time_point deadline, duration interval, const std::functi
   }
 }
 
+namespace {
+std::atomic<bool> g_installed{false};  // claimed before manual time is set, released after it ends
+}  // namespace
+
 ManualClock::ManualClock() {
   bool expected = false;
-  Clock::manual_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              Clock::Steady::now().time_since_epoch()).count(),
-                          std::memory_order_release);
-  PUSH_CHECK(Clock::manual_.compare_exchange_strong(expected, true), "push::detail::ManualClock",
+  PUSH_CHECK(g_installed.compare_exchange_strong(expected, true), "push::detail::ManualClock",
              "a ManualClock is installed already");
+  // The time first, then the switch: nobody reads manual time before it is set.
+  Clock::manual_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::Steady::now().time_since_epoch()).count(),
+      std::memory_order_release);
+  Clock::manual_.store(true, std::memory_order_release);
 }
 
-ManualClock::~ManualClock() { Clock::manual_.store(false, std::memory_order_release); }
+ManualClock::~ManualClock() {
+  Clock::manual_.store(false, std::memory_order_release);
+  g_installed.store(false, std::memory_order_release);
+}
 
 void ManualClock::advance(std::chrono::nanoseconds by) {
-  PUSH_CHECK(by.count() >= 0, "push::detail::ManualClock::advance", "time only moves forward, got ",
-             by.count(), " ns");
+  PUSH_CHECK(by.count() >= 0, "push::detail::ManualClock::advance", "time only moves forward, got ", by.count(), " ns");
   Clock::manual_ns_.fetch_add(by.count(), std::memory_order_acq_rel);
 }
 

@@ -8,10 +8,11 @@
 //   auto f = loop_or_handler_waits_for(50ms);  // its deadline: Clock::now() + 50ms
 //   clock.advance(50ms);                       // the deadline passes now, for everyone
 //
-// With a ManualClock installed, the waits below poll every kManualTick of real time for
-// their condition or the manual deadline (the clock cannot wake a condition variable it
-// does not know of), so code under test keeps its real structure: the same threads, the
-// same condition variables. Only one ManualClock exists at a time (per process).
+// With a ManualClock installed, wait_until and poll_until check their condition every
+// kManualTick of real time and their deadline against manual time (the clock cannot wake a
+// condition variable it does not know of), so code under test keeps its real structure:
+// the same threads, the same condition variables; sleep_until sleeps until manual time
+// reaches its deadline. Only one ManualClock exists at a time (per process).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,8 +32,11 @@ class Clock {
   static time_point now();
   /// Whether a ManualClock is installed.
   static bool manual() { return manual_.load(std::memory_order_acquire); }
-  /// `now() + timeout`, saturated (a timeout of years, or duration::max(), never wraps).
-  static time_point deadline_after(std::chrono::nanoseconds timeout);
+  /// `now() + timeout`, saturated: a timeout of years, or any duration's max() ("until it
+  /// happens"), never wraps. Compared in the caller's own unit, so that converting it to
+  /// the clock's nanoseconds cannot overflow first.
+  template <class Rep, class Period>
+  static time_point deadline_after(std::chrono::duration<Rep, Period> timeout);
 
   /// Waits on `cv` (its mutex held by `lock`) until `ready()` or `deadline`; true when
   /// ready. Without a deadline it waits for `ready()` alone.
@@ -52,12 +56,20 @@ class Clock {
 
  private:
   friend class ManualClock;
+  /// Counts a thread waiting on a manual deadline while it lives.
+  struct ManualWaiter {
+    ManualWaiter() { manual_waiters_.fetch_add(1, std::memory_order_acq_rel); }
+    ~ManualWaiter() { manual_waiters_.fetch_sub(1, std::memory_order_acq_rel); }
+  };
   static inline std::atomic<bool> manual_{false};
   static inline std::atomic<int64_t> manual_ns_{0};  // since the epoch of steady_clock
+  static inline std::atomic<int> manual_waiters_{0};
 };
 
 /// Installs manual time for its lifetime: it starts at the real now() and moves only by
-/// advance(). Construct it before the code under test starts its threads.
+/// advance(). Construct it before the code under test starts its threads and destroy it
+/// after they stop: once it is gone, now() is the real clock's again, which may be behind
+/// the manual time a deadline was set on (that deadline then comes later, never earlier).
 class ManualClock {
  public:
   ManualClock();
@@ -67,7 +79,21 @@ class ManualClock {
 
   /// Moves time forward; every deadline up to the new now() has passed.
   void advance(std::chrono::nanoseconds by);
+  /// Threads waiting right now for a deadline on this clock (a sleep, a timed wait, an
+  /// event loop's nearest timer): a test advances once the waits it means to time out are
+  /// in place, so that their deadlines are where it expects them.
+  int waiters() const { return Clock::manual_waiters_.load(std::memory_order_acquire); }
 };
+
+template <class Rep, class Period>
+Clock::time_point Clock::deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  using Timeout = std::chrono::duration<Rep, Period>;
+  const time_point start = now();
+  if (timeout <= Timeout::zero()) return start;
+  // Converting the room (nanoseconds) to a coarser unit only shrinks its count.
+  const auto room = std::chrono::duration_cast<Timeout>(time_point::max() - start);
+  return timeout >= room ? time_point::max() : start + std::chrono::duration_cast<duration>(timeout);
+}
 
 template <class Ready>
 bool Clock::wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
@@ -77,6 +103,7 @@ bool Clock::wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>
     return true;
   }
   if (!manual()) return cv.wait_until(lock, *deadline, ready);
+  const ManualWaiter counted;
   while (!ready()) {
     if (now() >= *deadline) return false;
     cv.wait_for(lock, kManualTick);

@@ -79,8 +79,8 @@ void EventLoop::post(Job job) {
     }
   }
   if (job.cancel) {
-    job.cancel(std::make_exception_ptr(
-        CancelledError(c10::str("[push] ", options_.stopped, "; the work was not started"))));
+    job.cancel(
+        std::make_exception_ptr(CancelledError(c10::str("[push] ", options_.stopped, "; the work was not started"))));
   }
 }
 
@@ -122,8 +122,8 @@ void EventLoop::run() {
   }
   for (Job& job : leftover) {
     if (job.kind != Job::Kind::kResume && job.cancel) {
-      job.cancel(std::make_exception_ptr(CancelledError(
-          c10::str("[push] ", options_.stopped, " before the work started"))));
+      job.cancel(
+          std::make_exception_ptr(CancelledError(c10::str("[push] ", options_.stopped, " before the work started"))));
     }
   }
   cancel_suspended();
@@ -161,8 +161,7 @@ void EventLoop::run_task_guarded(Task* task) {
   try {
     run_task(task);
   } catch (...) {
-    TORCH_WARN("[push::EventLoop] ", options_.name, ": resuming a fiber failed: ",
-               describe(std::current_exception()));
+    TORCH_WARN("[push::EventLoop] ", options_.name, ": resuming a fiber failed: ", describe(std::current_exception()));
   }
 }
 
@@ -206,8 +205,7 @@ void EventLoop::report(Cancel* cancel, const std::exception_ptr& error) {
   } catch (...) {
     // Its future was already complete: nothing is waiting for this error.
   }
-  TORCH_WARN("[push::EventLoop] ", options_.name, ": a job failed with no future to report to: ",
-             describe(error));
+  TORCH_WARN("[push::EventLoop] ", options_.name, ": a job failed with no future to report to: ", describe(error));
 }
 
 void EventLoop::dispatch(Job& job) {
@@ -220,8 +218,8 @@ void EventLoop::dispatch(Job& job) {
       try {
         task = take_task();
       } catch (...) {
-        throw Error(c10::str("[push::EventLoop] ", options_.name, ": cannot start ",
-                             describe_job(job.owner), ": ", describe(std::current_exception())));
+        throw Error(c10::str("[push::EventLoop] ", options_.name, ": cannot start ", describe_job(job.owner), ": ",
+                             describe(std::current_exception())));
       }
       task->run = std::move(job.run);
       task->cancel = std::move(job.cancel);
@@ -282,8 +280,7 @@ void EventLoop::remove_suspended(Task* task) {
 
 bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_point> deadline) {
   Task* task = current_;
-  TORCH_INTERNAL_ASSERT(task && Fiber::current() == &task->fiber,
-                        "suspend_until outside a fiber job");
+  TORCH_INTERNAL_ASSERT(task && Fiber::current() == &task->fiber, "suspend_until outside a fiber job");
   const auto cancelled = [this] {
     return CancelledError(c10::str("[push] ", options_.stopped, " while a handler was waiting"));
   };

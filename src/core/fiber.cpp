@@ -24,8 +24,7 @@ void __tsan_switch_to_fiber(void* fiber, unsigned flags);
 #if defined(PUSH_ASAN)
 extern "C" {
 void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, std::size_t size);
-void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old,
-                                     std::size_t* size_old);
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, std::size_t* size_old);
 }
 #endif
 
@@ -34,9 +33,7 @@ namespace {
 
 thread_local Fiber* t_current = nullptr;
 
-EhGlobals* eh_globals() {
-  return reinterpret_cast<EhGlobals*>(abi::__cxa_get_globals());
-}
+EhGlobals* eh_globals() { return reinterpret_cast<EhGlobals*>(abi::__cxa_get_globals()); }
 
 std::size_t page_size() {
   static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -73,8 +70,7 @@ Fiber::Fiber(std::size_t stack_size, const c10::Device& device) : device_(device
   stack_size_ = (stack_size + page - 1) / page * page;
   mapping_size_ = stack_size_ + page;
   // MAP_NORESERVE: a thousand suspended handlers cost only the pages they touched.
-  mapping_ = ::mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  mapping_ = ::mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapping_ == MAP_FAILED) {
     const int error = errno;
     throw Error(c10::str("[push::detail::Fiber] cannot map a fiber stack of ", mapping_size_,
@@ -90,8 +86,8 @@ Fiber::Fiber(std::size_t stack_size, const c10::Device& device) : device_(device
   if (::mprotect(mapping_, page, PROT_NONE) != 0) {
     const int error = errno;
     ::munmap(mapping_, mapping_size_);
-    throw Error(c10::str("[push::detail::Fiber] cannot protect the guard page of a fiber stack: ",
-                         std::strerror(error)));
+    throw Error(
+        c10::str("[push::detail::Fiber] cannot protect the guard page of a fiber stack: ", std::strerror(error)));
   }
   stack_ = static_cast<char*>(mapping_) + page;
 #if defined(PUSH_TSAN)
@@ -127,13 +123,11 @@ void Fiber::start(std::function<void()> body) {
   context_.uc_link = nullptr;
   const auto self = reinterpret_cast<std::uintptr_t>(this);
   ::makecontext(&context_, reinterpret_cast<void (*)()>(&Fiber::trampoline), 2,
-                static_cast<unsigned int>(self & 0xffffffffu),
-                static_cast<unsigned int>(self >> 32));
+                static_cast<unsigned int>(self & 0xffffffffu), static_cast<unsigned int>(self >> 32));
 }
 
 void Fiber::trampoline(unsigned int lo, unsigned int hi) {
-  auto* self = reinterpret_cast<Fiber*>(static_cast<std::uintptr_t>(lo) |
-                                        (static_cast<std::uintptr_t>(hi) << 32));
+  auto* self = reinterpret_cast<Fiber*>(static_cast<std::uintptr_t>(lo) | (static_cast<std::uintptr_t>(hi) << 32));
   self->run_body();
 }
 

@@ -98,7 +98,7 @@ class Fiber {
   EhGlobals eh_fiber_{};
   EhGlobals eh_caller_{};
   c10::Device device_;
-  std::optional<ThreadState> state_;  // the fiber's, while suspended
+  std::optional<ThreadState> state_;           // the fiber's, while suspended
   const ThreadState* caller_state_ = nullptr;  // the resume() running it: restored on switch-out
   Fiber* previous_ = nullptr;
 

@@ -68,8 +68,8 @@ void write_file(const fs::path& path, std::string_view bytes, const char* origin
 
 void write_file_atomic(const fs::path& path, std::string_view bytes, const char* origin) {
   static std::atomic<uint64_t> counter{0};
-  const fs::path tmp = path.parent_path() / c10::str(".", path.filename().string(), ".tmp-", ::getpid(), "-",
-                                                     counter.fetch_add(1));
+  const fs::path tmp =
+      path.parent_path() / c10::str(".", path.filename().string(), ".tmp-", ::getpid(), "-", counter.fetch_add(1));
   try {
     write_file(tmp, bytes, origin, path.string());
     if (::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -104,8 +104,7 @@ void FutureCore::mark_ready(std::exception_ptr error, c10::function_ref<void()> 
     try {
       callback();
     } catch (...) {
-      TORCH_WARN("[push::Future] a continuation threw (the others still ran): ",
-                 describe(std::current_exception()));
+      TORCH_WARN("[push::Future] a continuation threw (the others still ran): ", describe(std::current_exception()));
     }
   }
 }

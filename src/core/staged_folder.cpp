@@ -3,16 +3,16 @@
 
 #include <push/core/errors.h>
 
-#include <array>
-#include <atomic>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "core/files.h"
 
@@ -86,7 +86,10 @@ void untrack(const fs::path* p) {
 
 StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std::string what_folder,
                            const Replaceable& replaceable)
-    : target_(resolve_path(target)), origin_(std::move(origin_name)), what_(std::move(what_folder)), replaceable_(replaceable) {
+    : target_(resolve_path(target)),
+      origin_(std::move(origin_name)),
+      what_(std::move(what_folder)),
+      replaceable_(replaceable) {
   const char* origin = origin_.c_str();
   const std::string what = what_ + " " + quoted(target);
   PUSH_CHECK(!target.empty() && target_.has_filename() && target_ != target_.root_path(), origin, what,
@@ -121,8 +124,8 @@ StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std:
     const int err = errno;
     staging_.clear();
     discard();
-    throw Error(c10::str("[", origin, "] cannot write ", what, ": cannot create a folder beside it: ",
-                         std::strerror(err)));
+    throw Error(
+        c10::str("[", origin, "] cannot write ", what, ": cannot create a folder beside it: ", std::strerror(err)));
   }
   track(&staging_);
   lock_ = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -172,7 +175,13 @@ void StagedFolder::publish() {
     PUSH_CHECK(why.empty(), origin, what_, " ", quoted(target_), " ", why, "; choose a new or empty folder");
   }
   const unsigned flags = exists ? RENAME_EXCHANGE : RENAME_NOREPLACE;
-  if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), flags) != 0) {
+  int rc = ::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), flags);
+  if (rc != 0 && errno == EINVAL && !exists && !fs::exists(target_, ec)) {
+    // A file system that takes no renameat2 flags (NFS): a plain rename onto the absent
+    // target. Only replacing an existing folder needs RENAME_EXCHANGE.
+    rc = ::rename(staging_.c_str(), target_.c_str());
+  }
+  if (rc != 0) {
     throw Error(c10::str("[", origin, "] cannot publish ", what_, " ", quoted(target_), ": ", std::strerror(errno)));
   }
   published_ = true;

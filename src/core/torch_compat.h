@@ -17,8 +17,7 @@
 #include <variant>
 
 #define PUSH_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||       \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace push::compat {
 
@@ -29,8 +28,7 @@ inline void synchronize(const torch::Device& device) {
 
 /// The key of a parameter's entry in Optimizer::state(): the TensorImpl's address as text
 /// in 1.13, the address itself in later versions (taken from the map's own key type).
-using OptimizerStateKey =
-    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+using OptimizerStateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 template <class Key = OptimizerStateKey>
 Key optimizer_state_key(const at::Tensor& t) {
   if constexpr (std::is_same_v<Key, std::string>) {
@@ -69,9 +67,7 @@ inline int cuda_device_count() {
 /// Whether the autograd engine is running a backward pass on this thread (a hook is
 /// running inside it). Both 1.13 and 2.x expose the current graph task's exec info,
 /// non-null exactly while one is current.
-inline bool in_backward_pass() {
-  return torch::autograd::get_current_graph_task_exec_info() != nullptr;
-}
+inline bool in_backward_pass() { return torch::autograd::get_current_graph_task_exec_info() != nullptr; }
 
 /// A thread's autocast state, which LibTorch keeps in thread_locals outside
 /// at::ThreadLocalState (1.13 saves only the enabled flags, as dispatch keys, there):
@@ -146,8 +142,7 @@ class AutocastState {
 #if PUSH_TORCH_AT_LEAST(2, 4)
     return at::autocast::is_autocast_enabled(type);
 #else
-    return type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled()
-                                        : at::autocast::is_enabled();
+    return type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
 #endif
   }
   static void set_enabled(c10::DeviceType type, bool enabled) {
@@ -163,8 +158,7 @@ class AutocastState {
   }
 
  private:
-  static constexpr std::array<c10::DeviceType, 2> kTypes = {c10::DeviceType::CPU,
-                                                            c10::DeviceType::CUDA};
+  static constexpr std::array<c10::DeviceType, 2> kTypes = {c10::DeviceType::CPU, c10::DeviceType::CUDA};
   std::array<bool, 2> enabled_{};
   std::array<at::ScalarType, 2> dtype_{};
   bool cache_enabled_ = true;
@@ -191,13 +185,11 @@ using NcclGroup = c10d::ProcessGroupNCCL;
 /// An NCCL group over `ranks` (this process's rank included), rendezvous under `prefix`.
 template <class World>
 c10::intrusive_ptr<NcclGroup> make_nccl_group(const World& world, const std::string& prefix,
-                                              const std::vector<int>& ranks,
-                                              std::chrono::milliseconds timeout) {
+                                              const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
   auto options = NcclGroup::Options::create();
   options->timeout = timeout;
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, world.store());
-  const int rank =
-      static_cast<int>(std::find(ranks.begin(), ranks.end(), world.rank()) - ranks.begin());
+  const int rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), world.rank()) - ranks.begin());
   return c10::make_intrusive<NcclGroup>(store, rank, static_cast<int>(ranks.size()), options);
 }
 

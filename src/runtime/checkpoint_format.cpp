@@ -39,17 +39,14 @@ std::string replaceable(const fs::path& dir) {
   return "";
 }
 
-fs::path particle_file(const fs::path& dir, Pid pid) {
-  return dir / ("particle-" + std::to_string(pid) + ".pt");
-}
+fs::path particle_file(const fs::path& dir, Pid pid) { return dir / ("particle-" + std::to_string(pid) + ".pt"); }
 
 // The manifest's text: everything up to "end" is covered by the checksum after it.
 std::string manifest_text(const std::vector<ManifestEntry>& entries) {
   std::ostringstream body;
   body << kMagic << ' ' << kFormat << "\nparticles " << entries.size() << '\n';
   for (const auto& e : entries) {
-    body << e.pid << ' ' << e.lane << ' ' << e.scheduler_steps << ' ' << e.bytes << ' '
-         << hex(e.crc) << '\n';
+    body << e.pid << ' ' << e.lane << ' ' << e.scheduler_steps << ' ' << e.bytes << ' ' << hex(e.crc) << '\n';
   }
   std::string text = body.str();
   return text + "end " + hex(crc32c(text.data(), text.size())) + '\n';
@@ -86,10 +83,9 @@ std::vector<ManifestEntry> read_manifest(const fs::path& dir) {
   std::set<Pid> seen;
   for (int64_t i = 0; i < count; ++i) {
     ManifestEntry e;
-    if (!(in >> e.pid >> e.lane >> e.scheduler_steps >> e.bytes >> std::hex >> e.crc >> std::dec) ||
-        e.pid < 0 || e.lane < 0 || e.scheduler_steps < 0) {
-      throw Error(c10::str(kManifest, " line ", i + 3,
-                           " is not '<pid> <lane> <steps> <bytes> <crc32c>'"));
+    if (!(in >> e.pid >> e.lane >> e.scheduler_steps >> e.bytes >> std::hex >> e.crc >> std::dec) || e.pid < 0 ||
+        e.lane < 0 || e.scheduler_steps < 0) {
+      throw Error(c10::str(kManifest, " line ", i + 3, " is not '<pid> <lane> <steps> <bytes> <crc32c>'"));
     }
     if (!seen.insert(e.pid).second) {
       throw Error(c10::str(kManifest, " lists particle ", e.pid, " twice"));
@@ -102,8 +98,7 @@ std::vector<ManifestEntry> read_manifest(const fs::path& dir) {
 
 // Writes `archive` to `path` through our own checked writes (LibTorch's file writer
 // reports a failed write by throwing from a destructor), recording size and CRC-32C.
-void write_particle(torch::serialize::OutputArchive& archive, const fs::path& path,
-                    ManifestEntry& entry) {
+void write_particle(torch::serialize::OutputArchive& archive, const fs::path& path, ManifestEntry& entry) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw Error(c10::str("cannot create ", path.filename().string(), ": ", std::strerror(errno)));
@@ -131,15 +126,13 @@ void write_particle(torch::serialize::OutputArchive& archive, const fs::path& pa
 // A particle file, checked against the manifest before LibTorch parses a byte of it.
 // The bytes are parsed from memory, so what was checked is what is loaded; the archive
 // copies every tensor out of them (jit::load is eager), so they are freed on return.
-torch::serialize::InputArchive open_particle(const fs::path& dir, const ManifestEntry& e,
-                                             const torch::Device& device) {
+torch::serialize::InputArchive open_particle(const fs::path& dir, const ManifestEntry& e, const torch::Device& device) {
   const fs::path path = particle_file(dir, e.pid);
   const std::string name = path.filename().string();
   if (!fs::exists(path)) throw Error(c10::str("missing ", name));
   const std::string bytes = read_file(path, nullptr);
   if (bytes.size() != e.bytes) {
-    throw Error(c10::str(name, " has ", bytes.size(), " bytes but ", e.bytes,
-                         " were saved (truncated or replaced)"));
+    throw Error(c10::str(name, " has ", bytes.size(), " bytes but ", e.bytes, " were saved (truncated or replaced)"));
   }
   const uint32_t crc = crc32c(bytes.data(), bytes.size());
   if (crc != e.crc) {
@@ -153,8 +146,7 @@ torch::serialize::InputArchive open_particle(const fs::path& dir, const Manifest
     throw Error(c10::str(name, " is unreadable: ", describe(std::current_exception())));
   }
   c10::IValue saved_pid;
-  if (!archive.try_read("push.pid", saved_pid) || !saved_pid.isInt() ||
-      saved_pid.toInt() != e.pid) {
+  if (!archive.try_read("push.pid", saved_pid) || !saved_pid.isInt() || saved_pid.toInt() != e.pid) {
     throw Error(c10::str(name, " does not hold particle ", e.pid));
   }
   return archive;
@@ -191,8 +183,7 @@ void load_into(ParticleRecord& r, torch::serialize::InputArchive& archive, const
     const TensorLayout &want = expected[i], &got = loaded[i];
     if (want.sizes != got.sizes || want.dtype != got.dtype) {
       throw Error(c10::str(want.kind, " '", want.name, "' is ", got.dtype, c10::IntArrayRef(got.sizes),
-                           " in the checkpoint but ", want.dtype, c10::IntArrayRef(want.sizes),
-                           " here"));
+                           " in the checkpoint but ", want.dtype, c10::IntArrayRef(want.sizes), " here"));
     }
   }
   torch::serialize::InputArchive optimizer_archive;
@@ -213,9 +204,8 @@ void load_into(ParticleRecord& r, torch::serialize::InputArchive& archive, const
       r.optimizer->load(optimizer_archive);
     } catch (...) {
       // LibTorch reports a state of another optimizer type as an internal assert.
-      throw Error(c10::str("its saved optimizer state does not fit its ",
-                           c10::demangle(typeid(*r.optimizer).name()), " here (",
-                           describe(std::current_exception()), ")"));
+      throw Error(c10::str("its saved optimizer state does not fit its ", c10::demangle(typeid(*r.optimizer).name()),
+                           " here (", describe(std::current_exception()), ")"));
     }
   }
   c10::IValue state;

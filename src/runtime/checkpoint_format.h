@@ -50,8 +50,7 @@ std::string manifest_text(const std::vector<ManifestEntry>& entries);
 std::vector<ManifestEntry> read_manifest(const std::filesystem::path& dir);
 /// Writes `archive` to `path` through checked writes, fsyncs it, and records its size and
 /// CRC-32C in `entry`.
-void write_particle(torch::serialize::OutputArchive& archive, const std::filesystem::path& path,
-                    ManifestEntry& entry);
+void write_particle(torch::serialize::OutputArchive& archive, const std::filesystem::path& path, ManifestEntry& entry);
 /// A particle file, checked against its manifest entry before LibTorch parses a byte of it.
 torch::serialize::InputArchive open_particle(const std::filesystem::path& dir, const ManifestEntry& e,
                                              const torch::Device& device);

@@ -17,7 +17,7 @@ namespace {
 struct Incoming {
   ManifestEntry entry;
   int lane = 0;
-  bool here = true;                         // this rank loads it (false: another rank does)
+  bool here = true;  // this rank loads it (false: another rank does)
   torch::serialize::InputArchive archive;
   ParticleRecord* live = nullptr;           // the particle here it overwrites, or
   std::unique_ptr<ParticleRecord> created;  // the new particle it becomes (already loaded)
@@ -63,8 +63,7 @@ void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions
     for (Pid pid : registry_.particle_ids()) {
       if (!saved.count(pid)) extra += (extra.empty() ? "" : ", ") + std::to_string(pid);
     }
-    PUSH_CHECK(extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '",
-               dir.string(), "'");
+    PUSH_CHECK(extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '", dir.string(), "'");
     for (auto& in : incoming) {
       const std::optional<Where> placed = registry_.find(in.entry.pid);
       if (placed) in.live = placed->record;
@@ -76,8 +75,8 @@ void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions
         in.here = false;
         continue;
       }
-      PUSH_CHECK(make_options != nullptr, origin, "checkpoint '", dir.string(), "' has particle ",
-                 in.entry.pid, ", which this distribution lacks; pass make_options to create it");
+      PUSH_CHECK(make_options != nullptr, origin, "checkpoint '", dir.string(), "' has particle ", in.entry.pid,
+                 ", which this distribution lacks; pass make_options to create it");
       ParticleOptions options = make_options(in.entry.pid);
       // Without a world a particle returns to its saved lane when there is one; with one,
       // new particles are placed by the rule of this job (the saved job may have differed).
@@ -163,9 +162,9 @@ void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions
             load_into(r, in.archive, in.entry);
           } catch (...) {
             cache.unpin(r);
-            throw Error(c10::str("[", origin, "] particle ", r.pid, " from '", dir.string(),
-                                 "' loaded into a scratch copy but not into the particle: ",
-                                 describe(std::current_exception())));
+            throw Error(c10::str(
+                "[", origin, "] particle ", r.pid, " from '", dir.string(),
+                "' loaded into a scratch copy but not into the particle: ", describe(std::current_exception())));
           }
           r.version.fetch_add(1, std::memory_order_acq_rel);
           cache.unpin(r);

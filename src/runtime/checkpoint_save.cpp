@@ -46,8 +46,8 @@ void Checkpointer::save(const fs::path& dir) {
   if (registry_.distributed()) {
     c10::impl::GenericList mine(c10::ListType::ofInts());
     for (const auto& e : entries) {
-      mine.push_back(c10::List<int64_t>({e.pid, e.lane, e.scheduler_steps, static_cast<int64_t>(e.bytes),
-                                         static_cast<int64_t>(e.crc)}));
+      mine.push_back(c10::List<int64_t>(
+          {e.pid, e.lane, e.scheduler_steps, static_cast<int64_t>(e.bytes), static_cast<int64_t>(e.crc)}));
     }
     entries.clear();
     for (const auto& rank_entries : collectives_.agree(mine, failure, "save (writing particles)", origin)) {
@@ -57,7 +57,8 @@ void Checkpointer::save(const fs::path& dir) {
                                         static_cast<uint32_t>(t.at(4))});
       }
     }
-    std::sort(entries.begin(), entries.end(), [](const ManifestEntry& a, const ManifestEntry& b) { return a.pid < b.pid; });
+    std::sort(entries.begin(), entries.end(),
+              [](const ManifestEntry& a, const ManifestEntry& b) { return a.pid < b.pid; });
   } else if (failure) {
     std::rethrow_exception(failure);
   }

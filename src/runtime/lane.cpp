@@ -1,3 +1,6 @@
+// A device lane (lane.h): the event loop of one device, its thread set up with the device
+// current and the lane's own intra-op and BLAS thread counts, and the particle hooks the
+// loop calls around every suspension.
 #include "runtime/lane.h"
 
 #include <ATen/Parallel.h>

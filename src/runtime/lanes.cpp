@@ -35,7 +35,8 @@ Lanes::Lanes(const PushOptions& options, int count, int ranks_on_host) {
   for (int i = 0; i < count; ++i) {
     LaneConfig config;
     config.index = i;
-    config.device = cuda > 0 ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)) : torch::Device(torch::kCPU);
+    config.device =
+        cuda > 0 ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)) : torch::Device(torch::kCPU);
     config.cache_size = options.cache_size();
     config.view_size = options.view_size();
     config.intra_op_threads = threads;

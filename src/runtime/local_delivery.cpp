@@ -57,8 +57,9 @@ PFuture LocalDelivery::send(ParticleRecord& target, const std::string& message, 
       promise.set_error(wrap_particle_error(record->pid, message, std::current_exception()));
     }
   };
-  lanes_.at(record->lane).post_handler(*record, std::move(handler),
-                                       [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
+  lanes_.at(record->lane).post_handler(*record, std::move(handler), [promise](std::exception_ptr e) {
+    promise.set_error(std::move(e));
+  });
   return promise.future();
 }
 
@@ -85,7 +86,8 @@ Future<ParticleView> LocalDelivery::view(ParticleRecord& target, const ParticleR
     // switch-in), so a view of itself is always fresh and never enters the view cache,
     // where a sibling could later take it for the particle's current state.
     try {
-      return Future<ParticleView>::ready(ParticleView(std::make_shared<const ParticleView::Data>(snapshot(target, device))));
+      return Future<ParticleView>::ready(
+          ParticleView(std::make_shared<const ParticleView::Data>(snapshot(target, device))));
     } catch (...) {
       return Future<ParticleView>::failed(std::current_exception());
     }

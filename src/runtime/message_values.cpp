@@ -7,8 +7,7 @@
 namespace push::detail {
 
 // `value` with `fn` applied to every tensor in it (lists, tuples and dicts rebuilt).
-c10::IValue map_tensors(const c10::IValue& value,
-                        const std::function<torch::Tensor(const torch::Tensor&)>& fn) {
+c10::IValue map_tensors(const c10::IValue& value, const std::function<torch::Tensor(const torch::Tensor&)>& fn) {
   if (value.isTensor()) return fn(value.toTensor());
   if (value.isTensorList()) {
     c10::List<torch::Tensor> out;
@@ -66,9 +65,8 @@ bool any_tensor(const c10::IValue& value, const std::function<bool(const torch::
 
 // Tensors in a message are moved to the receiver's device (a no-op when already there).
 c10::IValue to_device(const c10::IValue& value, const torch::Device& device) {
-  return map_tensors(value, [&](const torch::Tensor& t) {
-    return t.defined() && t.device() != device ? t.to(device) : t;
-  });
+  return map_tensors(value,
+                     [&](const torch::Tensor& t) { return t.defined() && t.device() != device ? t.to(device) : t; });
 }
 
 bool has_tensor_off(const Args& args, const torch::Device& device) {

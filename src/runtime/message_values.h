@@ -14,8 +14,7 @@
 namespace push::detail {
 
 /// `value` with `fn` applied to every tensor in it (lists, tuples and dicts rebuilt).
-c10::IValue map_tensors(const c10::IValue& value,
-                        const std::function<torch::Tensor(const torch::Tensor&)>& fn);
+c10::IValue map_tensors(const c10::IValue& value, const std::function<torch::Tensor(const torch::Tensor&)>& fn);
 /// Whether `pred` holds for some defined tensor in `value`.
 bool any_tensor(const c10::IValue& value, const std::function<bool(const torch::Tensor&)>& pred);
 /// Tensors in `value` moved to `device` (a no-op for those already there).

@@ -8,8 +8,7 @@ namespace push {
 
 void Particle::check_thread(const char* origin) const {
   detail::Lane* lane = detail::Lane::current();
-  PUSH_CHECK(lane != nullptr && (lane->running() == record_ || lane->lends(record_)), origin, "particle ",
-             record_->pid,
+  PUSH_CHECK(lane != nullptr && (lane->running() == record_ || lane->lends(record_)), origin, "particle ", record_->pid,
              " can only be used inside one of its own handlers");
 }
 
@@ -29,8 +28,8 @@ torch::nn::AnyModule& Particle::any_module() {
 
 torch::optim::Optimizer& Particle::optimizer() {
   check_thread("push::Particle::optimizer");
-  PUSH_CHECK(record_->optimizer != nullptr, "push::Particle::optimizer", "particle ",
-             record_->pid, " was created without an optimizer factory");
+  PUSH_CHECK(record_->optimizer != nullptr, "push::Particle::optimizer", "particle ", record_->pid,
+             " was created without an optimizer factory");
   return *record_->optimizer;
 }
 
@@ -57,8 +56,8 @@ PFuture Particle::zero_grad() {
 
 PFuture Particle::scheduler_step() {
   return run_now("scheduler_step", [&]() -> c10::IValue {
-    PUSH_CHECK(record_->scheduler != nullptr, "push::Particle::scheduler_step", "particle ",
-               record_->pid, " was created without a scheduler factory");
+    PUSH_CHECK(record_->scheduler != nullptr, "push::Particle::scheduler_step", "particle ", record_->pid,
+               " was created without a scheduler factory");
     record_->scheduler->step();
     ++record_->scheduler_steps;
     return {};
@@ -84,8 +83,8 @@ void Particle::borrow(const std::vector<Pid>& pids, const std::function<void(con
   for (Pid pid : pids) {
     const detail::Where at = runtime_->registry().where(pid, origin);
     PUSH_CHECK(at.record != nullptr && at.record->lane == record_->lane, origin, "particle ", pid,
-               " is not on the lane of particle ", record_->pid, " (rank ", runtime_->rank(), " lane ",
-               record_->lane, "); it is on rank ", at.rank, " lane ", at.lane);
+               " is not on the lane of particle ", record_->pid, " (rank ", runtime_->rank(), " lane ", record_->lane,
+               "); it is on rank ", at.rank, " lane ", at.lane);
     PUSH_CHECK(std::find(records.begin(), records.end(), at.record) == records.end(), origin, "particle ", pid,
                " is listed twice");
     records.push_back(at.record);
@@ -139,8 +138,7 @@ std::vector<ParticleView> Particle::wait(const std::vector<Future<ParticleView>>
 
 void Particle::register_receive(const std::string& message, Handler handler) {
   check_thread("push::Particle::register_receive");
-  PUSH_CHECK(handler != nullptr, "push::Particle::register_receive", "the handler for '",
-             message, "' is empty");
+  PUSH_CHECK(handler != nullptr, "push::Particle::register_receive", "the handler for '", message, "' is empty");
   record_->handlers[message] = std::move(handler);
 }
 

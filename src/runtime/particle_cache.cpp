@@ -1,7 +1,7 @@
 #include "runtime/particle_cache.h"
 
-#include "core/torch_compat.h"
 #include <push/core/errors.h>
+#include "core/torch_compat.h"
 
 #include <torch/optim.h>
 
@@ -73,7 +73,6 @@ int64_t bytes_of(const torch::Tensor& t) {
   return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
 }
 
-
 }  // namespace
 
 void ParticleCache::insert(ParticleRecord& record) {
@@ -111,8 +110,7 @@ void ParticleCache::make_room() {
 }
 
 void ParticleCache::evict(ParticleRecord& r) {
-  TORCH_INTERNAL_ASSERT(r.resident && r.pins == 0, "evicting particle ", r.pid,
-                        " that is not resident or is pinned");
+  TORCH_INTERNAL_ASSERT(r.resident && r.pins == 0, "evicting particle ", r.pid, " that is not resident or is pinned");
   torch::NoGradGuard no_grad;
   collect_slots(r);
   r.host.resize(r.slots.size());
@@ -120,8 +118,7 @@ void ParticleCache::evict(ParticleRecord& r) {
   for (size_t i = 0; i < r.slots.size(); ++i) {
     const torch::Tensor& t = r.slots[i];
     if (!same_layout(r.host[i], t)) {
-      r.host[i] = torch::empty(t.sizes(),
-                               t.options().device(torch::kCPU).pinned_memory(pinned));
+      r.host[i] = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(pinned));
     }
     r.host[i].copy_(t, /*non_blocking=*/pinned);
   }

@@ -57,7 +57,7 @@ class ParticleCache {
 
   torch::Device device_;
   int capacity_;
-  std::list<ParticleRecord*> lru_;  // front: least recently used
+  std::list<ParticleRecord*> lru_;    // front: least recently used
   std::vector<torch::Tensor> spare_;  // CPU only: the last evicted particle's storage
   std::atomic<int64_t> resident_{0};
   std::atomic<int64_t> evictions_{0};

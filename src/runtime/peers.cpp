@@ -47,8 +47,7 @@ std::shared_ptr<Peers> Peers::create(const dist::World& world, int lanes) {
   static std::once_flag registered;
   std::call_once(registered, [] {
     dist::register_function(kFunction, [](const dist::RpcArgs& body) -> c10::IValue {
-      PUSH_CHECK(body.size() >= 2 && body[0].isString() && body[1].isInt(), kFunction,
-                 "a malformed request");
+      PUSH_CHECK(body.size() >= 2 && body[0].isString() && body[1].isInt(), kFunction, "a malformed request");
       std::shared_ptr<Peers> peers;
       {
         std::lock_guard<std::mutex> lock(registry_mutex());
@@ -71,19 +70,19 @@ std::shared_ptr<Peers> Peers::create(const dist::World& world, int lanes) {
   p.names_ = world.names();
 
   // Lanes and host of every rank, through the store.
-  auto store = world.store();
+  const dist::Store store = world.store();
   const std::string prefix = c10::str("push-runtime/", p.name_, "/rank");
   const std::string mine = c10::str(lanes, " ", host_name());
-  store->set(prefix + std::to_string(p.rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+  store.set(prefix + std::to_string(p.rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> keys;
   for (int r = 0; r < world.size(); ++r) keys.push_back(prefix + std::to_string(r));
   try {
-    store->wait(keys, world.options().init_timeout());
+    store.wait(keys, world.options().init_timeout());
   } catch (const std::exception& e) {
     std::string missing;
     for (int r = 0; r < world.size(); ++r) {
       try {
-        if (!store->check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        if (!store.check({keys[static_cast<size_t>(r)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       } catch (const std::exception&) {
       }
     }
@@ -93,7 +92,7 @@ std::shared_ptr<Peers> Peers::create(const dist::World& world, int lanes) {
                          std::string(e.what()).substr(0, std::string(e.what()).find('\n')), ")"));
   }
   for (int r = 0; r < world.size(); ++r) {
-    const auto bytes = store->get(keys[static_cast<size_t>(r)]);
+    const auto bytes = store.get(keys[static_cast<size_t>(r)]);
     std::istringstream in(std::string(bytes.begin(), bytes.end()));
     int n = 0;
     std::string host;
@@ -233,8 +232,7 @@ c10::IValue Peers::collect(int64_t round, int from, const std::string& what, c10
       r.call = what;
       r.first = from;
     }
-    PUSH_CHECK(!r.values[static_cast<size_t>(from)], kFunction, describe(from), " joined collective ",
-               round, " twice");
+    PUSH_CHECK(!r.values[static_cast<size_t>(from)], kFunction, describe(from), " joined collective ", round, " twice");
     if (r.call != what) {
       // The ranks are out of step (one skipped or reordered a collective, or their
       // distributions differ): nothing they exchange from here on pairs up.
@@ -308,8 +306,8 @@ void Peers::fail_rounds_missing(int rank, const std::string& why) {
     }
   }
   for (auto& p : failed) {
-    p.set_error(std::make_exception_ptr(Error(c10::str(
-        describe(rank), " left the job before every rank met (", why, ")"))));
+    p.set_error(
+        std::make_exception_ptr(Error(c10::str(describe(rank), " left the job before every rank met (", why, ")"))));
   }
 }
 

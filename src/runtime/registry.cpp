@@ -114,8 +114,8 @@ Where Registry::place(Pid pid, const ParticleOptions& options, const char* origi
     PUSH_CHECK(!options.rank() || *options.rank() == 0, origin, "rank(", *options.rank(),
                ") needs a distribution over a World (PushOptions::world)");
     const int lane = options.device().value_or(static_cast<int>(pid % lanes_));
-    PUSH_CHECK(lane >= 0 && lane < lanes_, origin, "device ", lane, " is out of range: the distribution has ",
-               lanes_, " device", lanes_ == 1 ? "" : "s", " (0..", lanes_ - 1, ")");
+    PUSH_CHECK(lane >= 0 && lane < lanes_, origin, "device ", lane, " is out of range: the distribution has ", lanes_,
+               " device", lanes_ == 1 ? "" : "s", " (0..", lanes_ - 1, ")");
     return Where{0, lane};
   }
   const auto [rank0, lane0] = peers_->global_lane(pid);
@@ -196,18 +196,22 @@ ParticleRecord& Registry::await_local(Pid pid, std::chrono::milliseconds timeout
     const auto left = deadline - Clock::now();
     if (left <= decltype(left)::zero() || !created.wait_for(left)) {
       std::shared_lock<std::shared_mutex> lock(mutex_);
-      throw Error(c10::str("[", origin, "] ", unknown_id_text(pid), " on ", describe(rank_), ": not created here within ",
-                           timeout.count(), " ms (rpc_timeout); every rank must make the same p_create calls"));
+      throw Error(c10::str("[", origin, "] ", unknown_id_text(pid), " on ", describe(rank_),
+                           ": not created here within ", timeout.count(),
+                           " ms (rpc_timeout); every rank must make the same p_create calls"));
     }
   }
 }
 
 void add_particle(Lanes& lanes, Registry& registry, std::unique_ptr<ParticleRecord> record) {
   ParticleRecord* raw = record.get();
-  lanes.call<bool>(raw->lane, [&lanes, raw] {
-         lanes.at(raw->lane).cache().insert(*raw);
-         return true;
-       }).wait();
+  lanes
+      .call<bool>(raw->lane,
+                  [&lanes, raw] {
+                    lanes.at(raw->lane).cache().insert(*raw);
+                    return true;
+                  })
+      .wait();
   registry.add(std::move(record));
 }
 

@@ -22,8 +22,7 @@ std::string remote_detail(const std::exception_ptr& error) {
 // naming the particle, the message and the rank.
 std::exception_ptr remote_particle_error(Pid pid, const std::string& message, const std::string& rank,
                                          const std::exception_ptr& error) {
-  return std::make_exception_ptr(
-      ParticleError(pid, message, c10::str("on ", rank, ": ", remote_detail(error)), error));
+  return std::make_exception_ptr(ParticleError(pid, message, c10::str("on ", rank, ": ", remote_detail(error)), error));
 }
 
 c10::IValue tensor_or_none(const torch::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }

@@ -12,10 +12,17 @@ const ParticleView::Data& ParticleView::data() const {
   return *data_;
 }
 
-torch::Tensor ParticleView::flat_parameters() const {
-  const auto& ps = parameters();
-  return ps.empty() ? torch::empty({0}) : torch::nn::utils::parameters_to_vector(ps);
+namespace {
+// LibTorch's parameters_to_vector views each tensor flat: a copy with another layout
+// (channels-last, say) is made contiguous first.
+torch::Tensor flat(std::vector<torch::Tensor> tensors) {
+  if (tensors.empty()) return torch::empty({0});
+  for (auto& t : tensors) t = t.contiguous();
+  return torch::nn::utils::parameters_to_vector(tensors);
 }
+}  // namespace
+
+torch::Tensor ParticleView::flat_parameters() const { return flat(parameters()); }
 
 torch::Tensor ParticleView::flat_gradients() const {
   const auto& ps = parameters();
@@ -23,7 +30,7 @@ torch::Tensor ParticleView::flat_gradients() const {
   for (size_t i = 0; i < ps.size(); ++i) {
     if (!gs[i].defined()) gs[i] = torch::zeros_like(ps[i]);
   }
-  return gs.empty() ? torch::empty({0}) : torch::nn::utils::parameters_to_vector(gs);
+  return flat(std::move(gs));
 }
 
 namespace detail {

@@ -103,8 +103,7 @@ TEST(EventLoop, WaitOutsideAFiberOnTheLoopThreadIsAnErrorNotADeadlock) {
   auto loop = started_loop();
   Promise<int> never;
   Future<int> pending = never.future();
-  EXPECT_PUSH_ERROR(inline_job(*loop, [pending] { return pending.wait(); }).wait(),
-                    "cannot block an event loop");
+  EXPECT_PUSH_ERROR(inline_job(*loop, [pending] { return pending.wait(); }).wait(), "cannot block an event loop");
 }
 
 TEST(EventLoop, StopCancelsQueuedJobsUnwindsSuspendedFibersAndJoins) {
@@ -157,8 +156,7 @@ TEST(EventLoop, AnExceptionInAJobReachesItsFutureAndTheLoopRunsOn) {
   // A fiber's error crosses into the fiber that waits on it, as a thrown exception.
   auto rethrows = [] {
     try {
-      return in_fiber(*EventLoop::current(), []() -> int { throw Error("inner fiber failed"); })
-          .wait();
+      return in_fiber(*EventLoop::current(), []() -> int { throw Error("inner fiber failed"); }).wait();
     } catch (const Error& e) {
       throw Error(std::string("caught: ") + e.what());
     }
@@ -190,7 +188,7 @@ TEST(EventLoop, AThousandWaitingFibersNeedNoMoreThreads) {
 class RecordingLoop final : public EventLoop {
  public:
   RecordingLoop() : EventLoop(Options{}) {}
-  ~RecordingLoop() override { stop(); }  // before `events` goes: the loop calls the hooks
+  ~RecordingLoop() override { stop(); }               // before `events` goes: the loop calls the hooks
   std::vector<std::pair<std::string, void*>> events;  // loop thread; read after a handoff
 
  private:
@@ -211,8 +209,7 @@ TEST(EventLoop, HooksSeeTheOwnerAroundEachSuspensionButNotACancellation) {
   first.set_value(5);
   EXPECT_EQ(done.future().wait(), 5);
   loop->stop();  // b is unwound: it is not resumed as if its wait had completed
-  const std::vector<std::pair<std::string, void*>> expected{
-      {"suspend", &a}, {"suspend", &b}, {"resume", &a}};
+  const std::vector<std::pair<std::string, void*>> expected{{"suspend", &a}, {"suspend", &b}, {"resume", &a}};
   EXPECT_EQ(loop->events, expected);
 }
 

@@ -15,15 +15,13 @@ using testing::tiny_mlp;
 
 OptimizerFactory sgd_momentum() {
   return [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(std::move(ps),
-                                               torch::optim::SGDOptions(0.05).momentum(0.9));
+    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.05).momentum(0.9));
   };
 }
 
 // Trains `n` particles for a few epochs, interleaving them message by message and
 // reading each other's views, and returns every particle's parameters.
-std::vector<std::vector<torch::Tensor>> train(int lanes, int cache_size, int n,
-                                              const OptimizerFactory& optimizer) {
+std::vector<std::vector<torch::Tensor>> train(int lanes, int cache_size, int n, const OptimizerFactory& optimizer) {
   Push dist(tiny_mlp, PushOptions().devices(lanes).cache_size(cache_size).seed(7));
   auto x = torch::linspace(-2, 2, 32).unsqueeze(1);
   auto y = torch::sin(x);
@@ -116,9 +114,8 @@ TEST(Cache, LeastRecentlyUsedIsEvictedFirst) {
 
 TEST(Cache, ViewsOfEvictedParticlesComeFromTheHostStore) {
   Push dist(tiny_mlp, PushOptions().cache_size(1));
-  auto opts = ParticleOptions().on("peek", [](Particle& p, const Args& a) {
-    return c10::IValue(p.get(a[0].toInt()).wait().flat_parameters());
-  });
+  auto opts = ParticleOptions().on(
+      "peek", [](Particle& p, const Args& a) { return c10::IValue(p.get(a[0].toInt()).wait().flat_parameters()); });
   dist.p_create(opts);
   dist.p_create(opts);
   dist.p_launch(0, "peek", int64_t{0}).wait();  // 0 resident, 1 evicted
@@ -130,9 +127,7 @@ TEST(Cache, ViewsOfEvictedParticlesComeFromTheHostStore) {
 
 // One weight registered under two names (weight tying): 3 names, 10 numbers.
 struct Tied : torch::nn::Module {
-  Tied() : fc(register_module("fc", torch::nn::Linear(2, 2))) {
-    register_parameter("tied", fc->weight);
-  }
+  Tied() : fc(register_module("fc", torch::nn::Linear(2, 2))) { register_parameter("tied", fc->weight); }
   torch::Tensor forward(torch::Tensor x) { return fc(x).matmul(named_parameters()["tied"]); }
   torch::nn::Linear fc;
 };
@@ -164,7 +159,7 @@ TEST(Cache, TiedParametersLookTheSameResidentOrEvicted) {
   EXPECT_TRUE(torch::equal(evicted[0], resident[0]));
   EXPECT_TRUE(torch::equal(evicted[1], resident[1]));
   EXPECT_TRUE(torch::any(resident[1] != 0).item<bool>());  // the gradients are real
-  auto named = dist.p_named_parameters(0);  // 0 is evicted now
+  auto named = dist.p_named_parameters(0);                 // 0 is evicted now
   ASSERT_EQ(named.size(), 3u);
   EXPECT_TRUE(torch::equal(named[0].second, named[1].second));  // "tied" and "fc.weight"
   // Training continues with the weight still shared after a restore.

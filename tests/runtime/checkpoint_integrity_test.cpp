@@ -30,8 +30,7 @@ fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("integri
 
 OptimizerFactory sgd_momentum() {
   return [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(std::move(ps),
-                                               torch::optim::SGDOptions(0.05).momentum(0.9));
+    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.05).momentum(0.9));
   };
 }
 
@@ -86,9 +85,8 @@ TEST(CheckpointIntegrity, AFailedLoadChangesNothing) {
 TEST(CheckpointIntegrity, ParametersOfAnotherShapeAreRefused) {
   const fs::path dir = fresh_dir("shape");
   {
-    Push saved([] {
-      return torch::nn::Sequential(torch::nn::Linear(1, 4), torch::nn::Tanh(), torch::nn::Linear(4, 1));
-    });
+    Push saved(
+        [] { return torch::nn::Sequential(torch::nn::Linear(1, 4), torch::nn::Tanh(), torch::nn::Linear(4, 1)); });
     saved.p_create();
     saved.save(dir);
   }

@@ -112,7 +112,37 @@ TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointInPlace) {
   other.load(dir, [](Pid) { return ParticleOptions(); });
   EXPECT_TRUE(torch::equal(other.p_parameters(pid)[0], before[0]));
   for (const auto& entry : fs::directory_iterator(dir.parent_path())) {
-    EXPECT_EQ(entry.path().filename().string().find("atomic.tmp"), std::string::npos);
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(name.find("atomic.tmp"), std::string::npos) << name;
+    EXPECT_EQ(name.find(".partial-"), std::string::npos) << name << ": a staging folder is left";
+  }
+}
+
+TEST(Checkpoint, SaveReplacesOnlyAFolderItMayAndFollowsALink) {
+  Push dist(tiny_mlp);
+  Pid pid = dist.p_create(trainable());
+  const fs::path dir = fresh_dir("targets");
+  fs::create_directories(dir);
+  EXPECT_PUSH_ERROR(dist.save("/"), "is not a folder one can write");
+  EXPECT_PUSH_ERROR(dist.save("."), "is the current folder or contains it");
+  std::ofstream(dir / "file") << "not a folder";
+  EXPECT_PUSH_ERROR(dist.save(dir / "file"), "exists and is not a folder");
+  fs::create_directories(dir / "other");
+  std::ofstream(dir / "other" / "notes.txt") << "mine";
+  EXPECT_PUSH_ERROR(dist.save(dir / "other"), "holds something other than a push checkpoint");
+  EXPECT_TRUE(fs::exists(dir / "other" / "notes.txt"));
+  // A link to a checkpoint folder: the folder behind it is replaced, the link still leads there.
+  dist.save(dir / "real");
+  fs::create_directory_symlink(dir / "real", dir / "link");
+  dist.p_launch(pid, "epoch").wait();
+  dist.save(dir / "link");
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  Push other(tiny_mlp);
+  other.load(dir / "link", [](Pid) { return trainable(); });
+  EXPECT_TRUE(torch::equal(other.p_parameters(pid)[0], dist.p_parameters(pid)[0]));
+  // Nothing staged is left anywhere.
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".partial-"), std::string::npos) << entry.path();
   }
 }
 

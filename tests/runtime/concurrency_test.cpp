@@ -44,9 +44,7 @@ TEST_P(Lanes, PingPongBetweenAThousandParticles) {
                         Pid next = (p.pid() + 1) % n;
                         return p.send(next, "pong", p.pid()).wait();
                       })
-                  .on("pong", [](Particle& p, const Args& a) {
-                    return c10::IValue(a[0].toInt() * 10000 + p.pid());
-                  });
+                  .on("pong", [](Particle& p, const Args& a) { return c10::IValue(a[0].toInt() * 10000 + p.pid()); });
   for (int i = 0; i < n; ++i) dist.p_create(opts);
   const int threads_before = count_threads();
   std::vector<PFuture> fs;
@@ -75,16 +73,12 @@ TEST_P(Lanes, ChainsOfWaitsOnOneDevice) {
 TEST_P(Lanes, CyclesReenterAWaitingParticle) {
   // A's handler waits on B, whose handler calls back into A while A is still waiting.
   Push dist(scalar_module, PushOptions().devices(GetParam()));
-  auto opts = ParticleOptions()
-                  .on("start",
-                      [](Particle& p, const Args& a) {
-                        return p.send(a[0].toInt(), "bounce", p.pid()).wait();
-                      })
-                  .on("bounce",
-                      [](Particle& p, const Args& a) {
-                        return c10::IValue(p.send(a[0].toInt(), "leaf").wait().toInt() + 1);
-                      })
-                  .on("leaf", [](Particle& p, const Args&) { return c10::IValue(p.pid() * 100); });
+  auto opts =
+      ParticleOptions()
+          .on("start", [](Particle& p, const Args& a) { return p.send(a[0].toInt(), "bounce", p.pid()).wait(); })
+          .on("bounce",
+              [](Particle& p, const Args& a) { return c10::IValue(p.send(a[0].toInt(), "leaf").wait().toInt() + 1); })
+          .on("leaf", [](Particle& p, const Args&) { return c10::IValue(p.pid() * 100); });
   for (int i = 0; i < 4; ++i) dist.p_create(opts);
   std::vector<PFuture> fs;
   for (Pid a = 0; a < 4; ++a) fs.push_back(dist.p_launch(a, "start", (a + 1) % 4));
@@ -167,8 +161,8 @@ TEST_P(Lanes, LaneThreadsAreBoundedAndJoined) {
   // push never grows OpenBLAS's pool past its size at start (OPENBLAS_NUM_THREADS or the
   // cores, the size OpenBLAS starts with).
   const char* blas_env = std::getenv("OPENBLAS_NUM_THREADS");
-  const int blas_cap = blas_env != nullptr ? std::max(1, std::atoi(blas_env))
-                                           : static_cast<int>(std::thread::hardware_concurrency());
+  const int blas_cap =
+      blas_env != nullptr ? std::max(1, std::atoi(blas_env)) : static_cast<int>(std::thread::hardware_concurrency());
   for (int intra : {2, 1}) {
     SCOPED_TRACE("intra_op_threads " + std::to_string(intra));
     const int before = count_threads();
@@ -196,10 +190,7 @@ TEST_P(Lanes, LaneThreadsAreBoundedAndJoined) {
     EXPECT_LE(settled_thread_count(left), left);
   }
   // With one intra-op thread no pool keeps a worker a lane created: none is left.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (threads_named("push-lane-") > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  testing::eventually([] { return threads_named("push-lane-") == 0; }, std::chrono::seconds(5));
   EXPECT_EQ(threads_named("push-lane-"), 0);
 }
 
@@ -234,8 +225,7 @@ TEST_P(Lanes, WaitInsideCatchBlockKeepsExceptionState) {
                         } catch (const std::exception& e) {
                           // Suspend inside the catch block; other handlers throw meanwhile.
                           p.send(a[0].toInt(), "thrower").wait();
-                          return c10::IValue(std::string(e.what()) + "/" +
-                                             std::to_string(std::uncaught_exceptions()));
+                          return c10::IValue(std::string(e.what()) + "/" + std::to_string(std::uncaught_exceptions()));
                         }
                       })
                   .on("thrower", [](Particle&, const Args&) {

@@ -18,9 +18,7 @@ TEST(Errors, UnknownParticleId) {
   EXPECT_PUSH_ERROR(dist.p_launch(3, "x"), "unknown particle id 3 (the distribution has no particles)");
   auto opts = ParticleOptions()
                   .on("send", [](Particle& p, const Args&) { return p.send(42, "x").wait(); })
-                  .on("get", [](Particle& p, const Args&) {
-                    return c10::IValue(p.get(42).wait().pid());
-                  });
+                  .on("get", [](Particle& p, const Args&) { return c10::IValue(p.get(42).wait().pid()); });
   dist.p_create(opts);
   dist.p_create(opts);
   EXPECT_PUSH_ERROR(dist.p_launch(7, "send"), "unknown particle id 7 (the distribution has 2 particles, ids 0..1)");
@@ -40,18 +38,18 @@ TEST(Errors, BadOptions) {
   EXPECT_PUSH_ERROR(Push(tiny_mlp, PushOptions().view_size(0)), "view_size must be at least 1, got 0");
   EXPECT_PUSH_ERROR(Push(tiny_mlp, PushOptions().devices(0)), "devices must be at least 1, got 0");
   Push dist(tiny_mlp, PushOptions().devices(2));
-  EXPECT_PUSH_ERROR(dist.p_create(ParticleOptions().device(2)), "device 2 is out of range: the distribution has 2 devices");
+  EXPECT_PUSH_ERROR(dist.p_create(ParticleOptions().device(2)),
+                    "device 2 is out of range: the distribution has 2 devices");
   EXPECT_PUSH_ERROR(dist.p_create(ParticleOptions().device(-1)), "device -1 is out of range");
   EXPECT_PUSH_ERROR(dist.device(5), "device 5 is out of range");
 }
 
 TEST(Errors, FactoriesThatFail) {
   Push dist(tiny_mlp);
-  EXPECT_PUSH_ERROR(dist.p_create(ParticleOptions().optimizer(
-                        [](std::vector<torch::Tensor>) -> std::unique_ptr<torch::optim::Optimizer> {
-                          return nullptr;
-                        })),
-                    "the optimizer factory returned null for particle 0");
+  EXPECT_PUSH_ERROR(
+      dist.p_create(ParticleOptions().optimizer(
+          [](std::vector<torch::Tensor>) -> std::unique_ptr<torch::optim::Optimizer> { return nullptr; })),
+      "the optimizer factory returned null for particle 0");
   Push empty([] { return torch::nn::AnyModule(); });
   EXPECT_PUSH_ERROR(empty.p_create(), "the module factory returned an empty module");
   Push throwing([]() -> torch::nn::AnyModule { throw std::runtime_error("no weights"); });
@@ -61,9 +59,7 @@ TEST(Errors, FactoriesThatFail) {
 TEST(Errors, HandlerExceptionReachesTheFutureWithPidAndMessage) {
   Push dist(tiny_mlp, PushOptions().devices(2));
   auto opts = ParticleOptions()
-                  .on("boom", [](Particle&, const Args&) -> c10::IValue {
-                    throw std::runtime_error("kaput");
-                  })
+                  .on("boom", [](Particle&, const Args&) -> c10::IValue { throw std::runtime_error("kaput"); })
                   .on("relay", [](Particle& p, const Args&) {
                     return p.send(0, "boom").wait();  // rethrows inside this handler
                   });
@@ -92,9 +88,7 @@ TEST(Errors, NNOperationErrorsNameTheOperation) {
                                   [](Particle& p, const Args&) {
                                     return p.step(mse, torch::ones({4, 3}), torch::ones({4, 1})).wait();
                                   })
-                              .on("no_sched", [](Particle& p, const Args&) {
-                                return p.scheduler_step().wait();
-                              }));
+                              .on("no_sched", [](Particle& p, const Args&) { return p.scheduler_step().wait(); }));
   EXPECT_PUSH_ERROR(dist.p_launch(pid, "bad_step").wait(), "message 'step'");
   EXPECT_PUSH_ERROR(dist.p_launch(pid, "no_sched").wait(), "was created without a scheduler factory");
   Pid bare = dist.p_create(ParticleOptions().on("train", [](Particle& p, const Args&) {
@@ -141,9 +135,7 @@ TEST(Errors, DestroyingWithPendingWorkCancelsItAndJoins) {
 TEST(Errors, AFiberStackThatCannotBeMappedFailsTheJobNotTheProcess) {
   // mmap refuses a 4 PiB stack just as it refuses one more mapping past vm.max_map_count.
   Push dist(tiny_mlp, PushOptions().stack_size(std::size_t{1} << 52));
-  Pid pid = dist.p_create(ParticleOptions().on("run", [](Particle&, const Args&) {
-    return c10::IValue(int64_t{1});
-  }));
+  Pid pid = dist.p_create(ParticleOptions().on("run", [](Particle&, const Args&) { return c10::IValue(int64_t{1}); }));
   EXPECT_PUSH_ERROR(dist.p_launch(pid, "run").wait(), "cannot map a fiber stack");
   EXPECT_PUSH_ERROR(dist.p_launch(pid, "run").wait(), "stack_size");
   // The lane survives: work that needs no fiber still runs.
@@ -152,7 +144,10 @@ TEST(Errors, AFiberStackThatCannotBeMappedFailsTheJobNotTheProcess) {
 
 TEST(Errors, BrokenPromise) {
   PFuture f;
-  { Promise<c10::IValue> p; f = p.future(); }
+  {
+    Promise<c10::IValue> p;
+    f = p.future();
+  }
   EXPECT_PUSH_ERROR(f.wait(), "broken promise");
 }
 

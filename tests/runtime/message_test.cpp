@@ -18,27 +18,27 @@ using testing::tiny_mlp;
 // particle 1's switch-in evicts particle 0.
 std::vector<torch::Tensor> send_live_parameter(int cache_size) {
   Push dist(tiny_mlp, PushOptions().cache_size(cache_size));
-  auto opts = ParticleOptions()
-                  .on("share",
-                      [](Particle& p, const Args&) {
-                        torch::Tensor w = p.module().parameters()[0];
-                        c10::List<torch::Tensor> list;
-                        list.push_back(w.narrow(0, 0, 2));
-                        auto sent = w.clone();
-                        PFuture reply = p.send(1, "read", w, list);
-                        {
-                          torch::NoGradGuard no_grad;
-                          w.fill_(7.0);  // after the send: the receiver must not see it
-                        }
-                        auto seen = reply.wait().toTensorVector();
-                        seen.push_back(sent);
-                        return c10::IValue(seen);
-                      })
-                  .on("read", [](Particle&, const Args& a) {
-                    auto list = a[1].toTensorList();
-                    return c10::IValue(std::vector<torch::Tensor>{
-                        a[0].toTensor().clone(), torch::Tensor(list.get(0)).clone()});
-                  });
+  auto opts =
+      ParticleOptions()
+          .on("share",
+              [](Particle& p, const Args&) {
+                torch::Tensor w = p.module().parameters()[0];
+                c10::List<torch::Tensor> list;
+                list.push_back(w.narrow(0, 0, 2));
+                auto sent = w.clone();
+                PFuture reply = p.send(1, "read", w, list);
+                {
+                  torch::NoGradGuard no_grad;
+                  w.fill_(7.0);  // after the send: the receiver must not see it
+                }
+                auto seen = reply.wait().toTensorVector();
+                seen.push_back(sent);
+                return c10::IValue(seen);
+              })
+          .on("read", [](Particle&, const Args& a) {
+            auto list = a[1].toTensorList();
+            return c10::IValue(std::vector<torch::Tensor>{a[0].toTensor().clone(), torch::Tensor(list.get(0)).clone()});
+          });
   dist.p_create(opts);
   dist.p_create(opts);
   return dist.p_launch(0, "share").wait().toTensorVector();
@@ -57,14 +57,11 @@ TEST(Messages, TensorsArriveAsSentWhateverTheCacheSize) {
 
 TEST(Messages, ResultsSurviveTheEvictionOfTheirParticle) {
   Push dist(tiny_mlp, PushOptions().cache_size(1));
-  auto opts = ParticleOptions()
-                  .optimizer(testing::adam())
-                  .on("leak", [](Particle& p, const Args&) {
-                    auto x = torch::ones({2, 1});
-                    p.step(testing::mse, x, x).wait();
-                    return c10::IValue(std::vector<torch::Tensor>{
-                        p.module().parameters()[0], p.module().parameters()[0].grad()});
-                  });
+  auto opts = ParticleOptions().optimizer(testing::adam()).on("leak", [](Particle& p, const Args&) {
+    auto x = torch::ones({2, 1});
+    p.step(testing::mse, x, x).wait();
+    return c10::IValue(std::vector<torch::Tensor>{p.module().parameters()[0], p.module().parameters()[0].grad()});
+  });
   dist.p_create(opts);
   dist.p_create(opts);
   auto leaked = dist.p_launch(0, "leak").wait().toTensorVector();

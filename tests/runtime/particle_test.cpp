@@ -15,9 +15,8 @@ using testing::tiny_mlp;
 
 TEST(Particle, LaunchReturnsHandlerValue) {
   Push dist(tiny_mlp);
-  Pid pid = dist.p_create(ParticleOptions().on("add", [](Particle& p, const Args& a) {
-    return c10::IValue(a[0].toInt() + a[1].toInt() + p.pid());
-  }));
+  Pid pid = dist.p_create(ParticleOptions().on(
+      "add", [](Particle& p, const Args& a) { return c10::IValue(a[0].toInt() + a[1].toInt() + p.pid()); }));
   EXPECT_EQ(dist.p_launch(pid, "add", int64_t{40}, int64_t{2}).wait().toInt(), 42);
   EXPECT_EQ(dist.num_particles(), 1);
   EXPECT_EQ(dist.particle_ids(), std::vector<Pid>{0});
@@ -27,16 +26,15 @@ TEST(Particle, StepTrainsInsideHandler) {
   Push dist(tiny_mlp);
   auto x = torch::linspace(-1, 1, 64).unsqueeze(1);
   auto y = 2 * x;
-  Pid pid = dist.p_create(ParticleOptions().optimizer(adam(0.05)).on(
-      "train", [](Particle& p, const Args& a) {
-        auto x = a[0].toTensor(), y = a[1].toTensor();
-        double first = p.step(mse, x, y).wait().toTensor().item<double>();
-        double last = first;
-        for (int i = 0; i < 200; ++i) last = p.step(mse, x, y).wait().toTensor().item<double>();
-        auto out = p.forward(x).wait().toTensor();
-        EXPECT_EQ(out.sizes(), x.sizes());
-        return c10::IValue(std::vector<double>{first, last});
-      }));
+  Pid pid = dist.p_create(ParticleOptions().optimizer(adam(0.05)).on("train", [](Particle& p, const Args& a) {
+    auto x = a[0].toTensor(), y = a[1].toTensor();
+    double first = p.step(mse, x, y).wait().toTensor().item<double>();
+    double last = first;
+    for (int i = 0; i < 200; ++i) last = p.step(mse, x, y).wait().toTensor().item<double>();
+    auto out = p.forward(x).wait().toTensor();
+    EXPECT_EQ(out.sizes(), x.sizes());
+    return c10::IValue(std::vector<double>{first, last});
+  }));
   auto losses = dist.p_launch(pid, "train", x, y).wait().toDoubleVector();
   EXPECT_LT(losses[1], losses[0] * 0.1);
 }
@@ -90,14 +88,12 @@ TEST(Particle, MessagesCarryIValues) {
     auto dict = a[1].toGenericDict();
     std::string s = a[2].toStringRef();
     auto t = a[3].toTensor();
-    return c10::IValue(c10::str(list.size(), ":", dict.at("k").toInt(), ":", s, ":",
-                                t.sum().item<int64_t>()));
+    return c10::IValue(c10::str(list.size(), ":", dict.at("k").toInt(), ":", s, ":", t.sum().item<int64_t>()));
   }));
   c10::impl::GenericDict dict(c10::StringType::get(), c10::IntType::get());
   dict.insert("k", int64_t{7});
   auto out = dist.p_launch(pid, "describe",
-                           Args{std::vector<int64_t>{1, 2, 3}, dict, std::string("hi"),
-                                torch::ones({5}, torch::kLong)})
+                           Args{std::vector<int64_t>{1, 2, 3}, dict, std::string("hi"), torch::ones({5}, torch::kLong)})
                  .wait();
   EXPECT_EQ(out.toStringRef(), "3:7:hi:5");
 }
@@ -108,8 +104,7 @@ TEST(Particle, SendAndRegisterReceive) {
                   .on("install",
                       [](Particle& p, const Args&) {
                         p.register_receive("hello", [](Particle& q, const Args& a) {
-                          return c10::IValue("hello " + a[0].toStringRef() + " from " +
-                                             std::to_string(q.pid()));
+                          return c10::IValue("hello " + a[0].toStringRef() + " from " + std::to_string(q.pid()));
                         });
                         return c10::IValue();
                       })
@@ -202,29 +197,26 @@ TEST(Particle, ViewOfItselfReflectsItsOwnSteps) {
 
 TEST(Particle, StatePersistsAcrossMessages) {
   Push dist(tiny_mlp);
-  Pid pid = dist.p_create(ParticleOptions()
-                              .state({{"count", int64_t{10}}})
-                              .on("bump", [](Particle& p, const Args&) {
-                                auto& count = p.state()["count"];
-                                count = count.toInt() + 1;
-                                return count;
-                              }));
+  Pid pid = dist.p_create(ParticleOptions().state({{"count", int64_t{10}}}).on("bump", [](Particle& p, const Args&) {
+    auto& count = p.state()["count"];
+    count = count.toInt() + 1;
+    return count;
+  }));
   dist.p_launch(pid, "bump").wait();
   EXPECT_EQ(dist.p_launch(pid, "bump").wait().toInt(), 12);
 }
 
 TEST(Particle, SchedulerStepChangesLearningRate) {
   Push dist(tiny_mlp);
-  Pid pid = dist.p_create(
-      ParticleOptions()
-          .optimizer(adam(0.1))
-          .scheduler([](torch::optim::Optimizer& o) {
-            return std::make_unique<torch::optim::StepLR>(o, /*step_size=*/1, /*gamma=*/0.5);
-          })
-          .on("lr", [](Particle& p, const Args&) {
-            p.scheduler_step().wait();
-            return c10::IValue(p.optimizer().param_groups()[0].options().get_lr());
-          }));
+  Pid pid = dist.p_create(ParticleOptions()
+                              .optimizer(adam(0.1))
+                              .scheduler([](torch::optim::Optimizer& o) {
+                                return std::make_unique<torch::optim::StepLR>(o, /*step_size=*/1, /*gamma=*/0.5);
+                              })
+                              .on("lr", [](Particle& p, const Args&) {
+                                p.scheduler_step().wait();
+                                return c10::IValue(p.optimizer().param_groups()[0].options().get_lr());
+                              }));
   // LibTorch's StepLR decays on the step after each step_size-th one.
   EXPECT_DOUBLE_EQ(dist.p_launch(pid, "lr").wait().toDouble(), 0.1);
   EXPECT_DOUBLE_EQ(dist.p_launch(pid, "lr").wait().toDouble(), 0.05);
@@ -252,9 +244,8 @@ TEST(Particle, PromiseCompletedFromOutside) {
   Push dist(tiny_mlp);
   Promise<c10::IValue> promise;
   auto future = promise.future();
-  Pid pid = dist.p_create(ParticleOptions().on("await", [future](Particle&, const Args&) {
-    return c10::IValue(future.wait().toInt() * 2);
-  }));
+  Pid pid = dist.p_create(ParticleOptions().on(
+      "await", [future](Particle&, const Args&) { return c10::IValue(future.wait().toInt() * 2); }));
   auto result = dist.p_launch(pid, "await");
   EXPECT_FALSE(result.wait_for(std::chrono::milliseconds(20)));
   promise.set_value(int64_t{21});

@@ -3,6 +3,7 @@
 // re-places the particles; a corrupt file on one rank fails the load on every rank and
 // changes nothing anywhere.
 #include "dist_test_util.h"
+#include "ranks_test_util.h"
 #include "scratch_dir.h"
 
 #include <test_util.h>
@@ -23,16 +24,14 @@ namespace {
 
 constexpr int kParticles = 6;
 
-torch::nn::AnyModule linear() { return torch::nn::AnyModule(torch::nn::Linear(2, 1)); }
+using push::testing::linear;
 
 ParticleOptions saved_particle() {
-  return ParticleOptions()
-      .optimizer(push::testing::adam(0.1))
-      .on("fill", [](Particle& p, const Args& a) {
-        torch::NoGradGuard no_grad;
-        for (auto& t : p.module().parameters()) t.fill_(a.at(0).toDouble());
-        return c10::IValue();
-      });
+  return ParticleOptions().optimizer(push::testing::adam(0.1)).on("fill", [](Particle& p, const Args& a) {
+    torch::NoGradGuard no_grad;
+    for (auto& t : p.module().parameters()) t.fill_(a.at(0).toDouble());
+    return c10::IValue();
+  });
 }
 
 // Particle p holds p + 0.25 everywhere (what the saving job wrote).
@@ -45,10 +44,7 @@ void expect_saved_values(push::Push& dist) {
   }
 }
 
-std::string dir_from_env() {
-  const char* dir = std::getenv("PUSH_TEST_DIR");
-  return dir ? dir : "";
-}
+std::string dir_from_env() { return push::testing::env_str("PUSH_TEST_DIR"); }
 
 }  // namespace
 

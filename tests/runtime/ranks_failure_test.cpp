@@ -37,35 +37,34 @@ std::atomic<double> g_death{0};  // when rank 1 announced it dies (rank 0's proc
 // 0 the time, then kills its process in the middle of its epoch (particle 3's epoch, on
 // the same lane, has not started).
 PUSH_DIST_WORKER(ranks_killed) {
-  auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .timeout(60s)
-                                     .rpc_timeout(60s)
-                                     .init_timeout(30s)
-                                     .shutdown_timeout(2s));
+  auto world = push::dist::World(
+      push::dist::WorldOptions::from_env().timeout(60s).rpc_timeout(60s).init_timeout(30s).shutdown_timeout(2s));
   push::Push dist(push::testing::tiny_mlp, PushOptions().world(world));
   auto opts = ParticleOptions()
                   .optimizer(push::testing::adam())
-                  .on("epoch", [](Particle& p, const Args&) {
-                    auto x = torch::randn({64, 1}), y = torch::sin(x);
-                    for (int step = 0; step < 400; ++step) {
-                      p.step(push::testing::mse, x, y).wait();
-                      if (p.pid() == 1 && step == 20) {
-                        p.send(0, "death", now_s());  // written before send returns
-                        std::raise(SIGKILL);
-                      }
-                      if (step % 20 == 0) {
-                        // Let the lane's other epochs run between these steps (a wait on
-                        // itself), so none of rank 1's epochs ends before particle 1 dies.
-                        std::this_thread::sleep_for(5ms);
-                        p.send(p.pid(), "where").wait();
-                      }
-                    }
-                    return c10::IValue(int64_t{400});
-                  })
-                  .on("death", [](Particle&, const Args& a) {
-                    g_death = a.at(0).toDouble();
-                    return c10::IValue();
-                  })
+                  .on("epoch",
+                      [](Particle& p, const Args&) {
+                        auto x = torch::randn({64, 1}), y = torch::sin(x);
+                        for (int step = 0; step < 400; ++step) {
+                          p.step(push::testing::mse, x, y).wait();
+                          if (p.pid() == 1 && step == 20) {
+                            p.send(0, "death", now_s());  // written before send returns
+                            std::raise(SIGKILL);
+                          }
+                          if (step % 20 == 0) {
+                            // Let the lane's other epochs run between these steps (a wait on
+                            // itself), so none of rank 1's epochs ends before particle 1 dies.
+                            std::this_thread::sleep_for(5ms);
+                            p.send(p.pid(), "where").wait();
+                          }
+                        }
+                        return c10::IValue(int64_t{400});
+                      })
+                  .on("death",
+                      [](Particle&, const Args& a) {
+                        g_death = a.at(0).toDouble();
+                        return c10::IValue();
+                      })
                   .on("relay", [](Particle& p, const Args&) { return p.send(3, "epoch").wait(); })
                   .on("where", [](Particle& p, const Args&) { return c10::IValue(p.pid()); });
   for (int i = 0; i < 4; ++i) dist.p_create(opts);
@@ -89,7 +88,7 @@ PUSH_DIST_WORKER(ranks_killed) {
   // Every future that depends on rank 1 fails, naming the particle and the rank, within
   // 2 s of the death.
   // Particle 0 hears of the death once its lane is free (after its epoch and particle 2's).
-  for (int i = 0; i < 1000 && g_death.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  push::testing::eventually([] { return g_death.load() != 0; });
   for (size_t i = 0; i < doomed.size(); ++i) {
     const Pid pid = doomed_pids[i];
     try {
@@ -123,27 +122,25 @@ TEST(PushRanksFailure, ARankKilledMidEpochFailsItsFuturesWithinTwoSeconds) {
 // 3 ranks, rank 1 killed mid-epoch: rank 0's futures on it fail, and both survivors'
 // distributions leave at once without it (they do not wait for a barrier it never reaches).
 PUSH_DIST_WORKER(ranks_killed_of_three) {
-  auto world = push::dist::World(push::dist::WorldOptions::from_env()
-                                     .timeout(60s)
-                                     .rpc_timeout(60s)
-                                     .init_timeout(30s)
-                                     .shutdown_timeout(2s));
+  auto world = push::dist::World(
+      push::dist::WorldOptions::from_env().timeout(60s).rpc_timeout(60s).init_timeout(30s).shutdown_timeout(2s));
   double left_s = 0;
   {
     push::Push dist(push::testing::tiny_mlp, PushOptions().world(world));
     auto opts = ParticleOptions()
                     .optimizer(push::testing::adam())
-                    .on("epoch", [](Particle& p, const Args&) {
-                      auto x = torch::randn({64, 1}), y = torch::sin(x);
-                      for (int step = 0; step < 100; ++step) {
-                        p.step(push::testing::mse, x, y).wait();
-                        if (p.pid() == 1 && step == 20) std::raise(SIGKILL);
-                        // The lane's epochs take turns (a wait on itself), so particle 4's
-                        // cannot end before particle 1 dies.
-                        if (step % 5 == 0) p.send(p.pid(), "noop").wait();
-                      }
-                      return c10::IValue(int64_t{100});
-                    })
+                    .on("epoch",
+                        [](Particle& p, const Args&) {
+                          auto x = torch::randn({64, 1}), y = torch::sin(x);
+                          for (int step = 0; step < 100; ++step) {
+                            p.step(push::testing::mse, x, y).wait();
+                            if (p.pid() == 1 && step == 20) std::raise(SIGKILL);
+                            // The lane's epochs take turns (a wait on itself), so particle 4's
+                            // cannot end before particle 1 dies.
+                            if (step % 5 == 0) p.send(p.pid(), "noop").wait();
+                          }
+                          return c10::IValue(int64_t{100});
+                        })
                     .on("noop", [](Particle&, const Args&) { return c10::IValue(); });
     for (int i = 0; i < 6; ++i) dist.p_create(opts);  // rank r holds r and r + 3
     if (world.rank() == 0) {
@@ -156,9 +153,9 @@ PUSH_DIST_WORKER(ranks_killed_of_three) {
           EXPECT_EQ(fs[static_cast<size_t>(pid)].wait().toInt(), 100);
         }
       }
-      world.store()->set("test/checked", {1});
+      world.store().set("test/checked", {1});
     } else {
-      world.store()->wait({"test/checked"}, 60s);  // rank 1 never gets here
+      world.store().wait({"test/checked"}, 60s);  // rank 1 never gets here
     }
     const double t0 = now_s();
     left_s = t0;  // the destructor runs at the end of this block

@@ -3,14 +3,15 @@
 // ranks, errors that name the rank, save on some ranks and load on others, a rank killed
 // mid-epoch. Each test starts its ranks itself on 127.0.0.1 (tests/dist/dist_test_util.h).
 #include "dist_test_util.h"
+#include "ranks_test_util.h"
 
 #include <test_util.h>
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
-#include <unistd.h>
 
 using namespace std::chrono_literals;
 using push::Args;
@@ -23,23 +24,11 @@ using push::testing::run_workers;
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
+using push::testing::env_int;
+using push::testing::env_str;
+using push::testing::linear;
 
-std::string env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-torch::nn::AnyModule linear() { return torch::nn::AnyModule(torch::nn::Linear(2, 1)); }
-
-torch::Tensor flat(const std::vector<torch::Tensor>& ps) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& p : ps) parts.push_back(p.reshape(-1));
-  return torch::cat(parts);
-}
+torch::Tensor flat(const std::vector<torch::Tensor>& ps) { return torch::nn::utils::parameters_to_vector(ps); }
 
 // Sets every parameter of the particle to `value`.
 c10::IValue fill(Particle& p, const Args& a) {
@@ -51,29 +40,30 @@ c10::IValue fill(Particle& p, const Args& a) {
 // Handlers of the tests below; `dist` is read only inside handlers, after it is built.
 ParticleOptions test_particle(push::Push*& dist) {
   return ParticleOptions()
-      .on("where", [&dist](Particle& p, const Args&) {
-        return c10::IValue(static_cast<int64_t>(dist->rank() * 100 + p.lane()));
-      })
-      .on("chain", [&dist](Particle& p, const Args& a) {
-        // The next particle's chain(n - 1), plus one: consecutive ids alternate ranks.
-        const int64_t n = a.at(0).toInt();
-        if (n == 0) return c10::IValue(int64_t{0});
-        const Pid next = (p.pid() + 1) % dist->num_particles();
-        return c10::IValue(p.send(next, "chain", n - 1).wait().toInt() + 1);
-      })
-      .on("cycle", [](Particle& p, const Args& a) {
-        // A -> B -> A: B calls back into A while A's handler waits for B.
-        const Pid other = a.at(0).toInt();
-        return c10::IValue(p.send(other, "back", p.pid()).wait().toInt() + 1);
-      })
-      .on("back", [](Particle& p, const Args& a) {
-        return c10::IValue(p.send(a.at(0).toInt(), "where").wait().toInt() + 1000);
-      })
-      .on("echo", [](Particle& p, const Args& a) {
-        auto t = a.at(0).toTensor();
-        EXPECT_EQ(t.device(), p.device());
-        return c10::IValue(t * 2);
-      })
+      .on("where", [&dist](Particle& p,
+                           const Args&) { return c10::IValue(static_cast<int64_t>(dist->rank() * 100 + p.lane())); })
+      .on("chain",
+          [&dist](Particle& p, const Args& a) {
+            // The next particle's chain(n - 1), plus one: consecutive ids alternate ranks.
+            const int64_t n = a.at(0).toInt();
+            if (n == 0) return c10::IValue(int64_t{0});
+            const Pid next = (p.pid() + 1) % dist->num_particles();
+            return c10::IValue(p.send(next, "chain", n - 1).wait().toInt() + 1);
+          })
+      .on("cycle",
+          [](Particle& p, const Args& a) {
+            // A -> B -> A: B calls back into A while A's handler waits for B.
+            const Pid other = a.at(0).toInt();
+            return c10::IValue(p.send(other, "back", p.pid()).wait().toInt() + 1);
+          })
+      .on("back", [](Particle& p,
+                     const Args& a) { return c10::IValue(p.send(a.at(0).toInt(), "where").wait().toInt() + 1000); })
+      .on("echo",
+          [](Particle& p, const Args& a) {
+            auto t = a.at(0).toTensor();
+            EXPECT_EQ(t.device(), p.device());
+            return c10::IValue(t * 2);
+          })
       .on("boom", [](Particle&, const Args&) -> c10::IValue { throw std::runtime_error("boom from the handler"); })
       .on("fill", fill)
       .on("flat", [](Particle& p, const Args&) { return c10::IValue(flat(p.module().parameters()).clone()); })
@@ -253,10 +243,14 @@ PUSH_DIST_WORKER(ranks_early_message) {
   push::Push* handle = nullptr;
   push::Push dist(linear, PushOptions().world(world));
   handle = &dist;
-  if (world.rank() == 0) std::this_thread::sleep_for(300ms);  // rank 1 creates first
-  const Pid a = dist.p_create(test_particle(handle));        // lives on rank 0
+  if (world.rank() == 0) world.store().wait({"test/sent"}, 60s);  // rank 1 creates and sends first
+  const Pid a = dist.p_create(test_particle(handle));             // lives on rank 0
   dist.p_create(test_particle(handle));
-  if (world.rank() == 1) EXPECT_EQ(dist.p_launch(a, "where").wait().toInt(), 0);
+  if (world.rank() == 1) {
+    push::PFuture where = dist.p_launch(a, "where");
+    world.store().set("test/sent", {1});
+    EXPECT_EQ(where.wait().toInt(), 0);
+  }
   dist.barrier();
 }
 
@@ -280,10 +274,10 @@ PUSH_DIST_WORKER(ranks_failed_creation) {
   handle = &dist;
   if (owner) {
     EXPECT_PUSH_ERROR(dist.p_create(test_particle(handle)), "no memory for this network");
-    world.store()->set("test/failed", {1});
+    world.store().set("test/failed", {1});
   } else {
     const Pid a = dist.p_create(test_particle(handle));  // rank 0's, by the rule
-    world.store()->wait({"test/failed"}, 60s);
+    world.store().wait({"test/failed"}, 60s);
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_PUSH_ERROR(dist.p_launch(a, "where").wait(), "could not be created on rank 0 (worker0)");
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the request waited for the particle";
@@ -296,8 +290,11 @@ TEST(PushRanks, AParticleItsOwnerFailedToBuildFailsRequestsAtOnce) {
 }
 
 TEST(PushRanks, PlacementBySizeIsForOneProcess) {
-  push::dist::World world(push::dist::WorldOptions().rank(0).world_size(1).master_addr("127.0.0.1").master_port(
-      push::testing::free_port()));
+  push::dist::World world(push::dist::WorldOptions()
+                              .rank(0)
+                              .world_size(1)
+                              .master_addr("127.0.0.1")
+                              .master_port(push::testing::free_port()));
   EXPECT_PUSH_ERROR(push::Push(linear, PushOptions().placement(push::Placement::by_size).world(world)),
                     "placement by_size needs every particle's size on every rank");
 }

@@ -97,15 +97,12 @@ TEST(Reentrancy, DestroyingThePushFromAHandlerDefersTheShutdown) {
   EXPECT_EQ(lane_threads(), lanes_before + 2);
   PFuture hanging = dist->p_launch(1, "hang");  // suspended on the other lane
   PFuture died = dist->p_launch(0, "die");
-  EXPECT_EQ(died.wait().toInt(), 40);  // the handler finished normally
+  EXPECT_EQ(died.wait().toInt(), 40);            // the handler finished normally
   EXPECT_THROW(hanging.wait(), CancelledError);  // the shutdown unwound the other one
   EXPECT_EQ(dist, nullptr);
   // Every lane is joined shortly after by a background thread, which then ends too.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((lane_threads() > lanes_before || threads_named("push-shutdown") > 0) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  testing::eventually([&] { return lane_threads() <= lanes_before && threads_named("push-shutdown") == 0; },
+                      std::chrono::seconds(20));
   EXPECT_EQ(lane_threads(), lanes_before);
   EXPECT_EQ(threads_named("push-shutdown"), 0u);
 }

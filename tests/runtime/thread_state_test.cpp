@@ -44,8 +44,7 @@ TEST_P(ThreadState, AutocastIsPerHandler) {
     Autocast::set_dtype(kCuda, at::kBFloat16);
     opened.wait();
     auto out = c10::ivalue::Tuple::create({c10::IValue(Autocast::is_enabled(c10::DeviceType::CPU)),
-                                           name(torch::mm(a, a).scalar_type()),
-                                           name(Autocast::dtype(kCuda)),
+                                           name(torch::mm(a, a).scalar_type()), name(Autocast::dtype(kCuda)),
                                            c10::IValue(at::autocast::is_autocast_cache_enabled())});
     Autocast::set_enabled(c10::DeviceType::CPU, false);
     at::autocast::clear_cache();
@@ -53,8 +52,7 @@ TEST_P(ThreadState, AutocastIsPerHandler) {
   }));
   Pid plain = dist.p_create(ParticleOptions().device(0).on("plain", [gate, a](Particle&, const Args&) {
     auto out = c10::ivalue::Tuple::create({c10::IValue(Autocast::is_enabled(c10::DeviceType::CPU)),
-                                           name(torch::mm(a, a).scalar_type()),
-                                           name(Autocast::dtype(kCuda))});
+                                           name(torch::mm(a, a).scalar_type()), name(Autocast::dtype(kCuda))});
     Autocast::set_dtype(kCuda, at::kDouble);
     at::autocast::set_autocast_cache_enabled(false);
     gate->set_value(c10::IValue());
@@ -100,8 +98,7 @@ TEST_P(ThreadState, WaitInsideABackwardHookIsAClearError) {
   EXPECT_EQ(dist.p_launch(pid, "backward", false).wait().toStringRef(), "grad 6");
   PFuture f = dist.p_launch(pid, "backward", true);
   if (!f.wait_for(5s)) never->set_value(int64_t{1});  // before the check: it suspended
-  EXPECT_NE(f.wait().toStringRef().find("[push::Future::wait] cannot wait inside a backward pass"),
-            std::string::npos)
+  EXPECT_NE(f.wait().toStringRef().find("[push::Future::wait] cannot wait inside a backward pass"), std::string::npos)
       << f.wait().toStringRef();
   // The lane and the engine are fine afterwards.
   EXPECT_EQ(dist.p_launch(pid, "backward", false).wait().toStringRef(), "grad 6");

@@ -19,8 +19,7 @@ class Error : public std::runtime_error {
 /// particle and the message; `cause()` is the original exception.
 class ParticleError : public Error {
  public:
-  ParticleError(int64_t pid, std::string message, const std::string& detail,
-                std::exception_ptr cause)
+  ParticleError(int64_t pid, std::string message, const std::string& detail, std::exception_ptr cause)
       : Error(c10::str("[push] particle ", pid, ", message '", message, "': ", detail)),
         pid_(pid),
         message_(std::move(message)),
@@ -49,9 +48,9 @@ std::string describe(const std::exception_ptr& error);
 }  // namespace push
 
 /// Throws push::Error("[origin] message...") when `cond` is false.
-#define PUSH_CHECK(cond, origin, ...)                                      \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      throw ::push::Error(::c10::str("[", origin, "] ", __VA_ARGS__));     \
-    }                                                                      \
+#define PUSH_CHECK(cond, origin, ...)                                  \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      throw ::push::Error(::c10::str("[", origin, "] ", __VA_ARGS__)); \
+    }                                                                  \
   } while (false)

@@ -32,8 +32,7 @@ class Runtime;
 
 class Particle {
  public:
-  Particle(detail::Runtime& runtime, detail::ParticleRecord& record)
-      : runtime_(&runtime), record_(&record) {}
+  Particle(detail::Runtime& runtime, detail::ParticleRecord& record) : runtime_(&runtime), record_(&record) {}
 
   Pid pid() const;
   torch::Device device() const;
@@ -49,16 +48,13 @@ class Particle {
   /// module.forward(x, args...), run now.
   template <class... A>
   PFuture forward(const torch::Tensor& x, A&&... args) {
-    return run_now("forward", [&]() -> c10::IValue {
-      return any_module().forward(x, std::forward<A>(args)...);
-    });
+    return run_now("forward", [&]() -> c10::IValue { return any_module().forward(x, std::forward<A>(args)...); });
   }
 
   /// zero grad, forward, loss_fn(output, label), backward, optimizer step, run now;
   /// the future holds the (detached) loss.
   template <class... A>
-  PFuture step(const LossFn& loss_fn, const torch::Tensor& data, const torch::Tensor& label,
-               A&&... args) {
+  PFuture step(const LossFn& loss_fn, const torch::Tensor& data, const torch::Tensor& label, A&&... args) {
     return run_now("step", [&]() -> c10::IValue {
       auto& opt = optimizer();
       opt.zero_grad();
@@ -78,8 +74,7 @@ class Particle {
   PFuture send(Pid to, const std::string& message, Args args = {});
   template <class A0, class... A>
   PFuture send(Pid to, const std::string& message, A0&& a0, A&&... args) {
-    return send(to, message,
-                Args{c10::IValue(std::forward<A0>(a0)), c10::IValue(std::forward<A>(args))...});
+    return send(to, message, Args{c10::IValue(std::forward<A0>(a0)), c10::IValue(std::forward<A>(args))...});
   }
 
   /// A copy of particle `pid`'s parameters and gradients on this particle's device.

@@ -39,10 +39,10 @@ class Runtime;
 
 /// Counters of one device's particle cache.
 struct CacheStats {
-  int64_t resident = 0;    // particles materialized now
-  int64_t evictions = 0;   // particles copied out to the host store
-  int64_t restores = 0;    // particles copied back from it
-  int64_t view_hits = 0;   // get() answered from the view cache
+  int64_t resident = 0;   // particles materialized now
+  int64_t evictions = 0;  // particles copied out to the host store
+  int64_t restores = 0;   // particles copied back from it
+  int64_t view_hits = 0;  // get() answered from the view cache
   int64_t view_misses = 0;
 };
 
@@ -51,13 +51,9 @@ class Push {
   explicit Push(ModuleFactory module_factory, PushOptions options = {});
   /// Accepts any factory whose result converts to torch::nn::AnyModule (a ModuleHolder
   /// such as torch::nn::Linear, a std::shared_ptr<MyModule>, or a torch::nn::Sequential).
-  template <class F, class = std::enable_if_t<!std::is_convertible_v<F, ModuleFactory> &&
-                                              std::is_invocable_v<F&>>>
+  template <class F, class = std::enable_if_t<!std::is_convertible_v<F, ModuleFactory> && std::is_invocable_v<F&>>>
   explicit Push(F factory, PushOptions options = {})
-      : Push(ModuleFactory([f = std::move(factory)]() mutable {
-               return to_any_module(f());
-             }),
-             std::move(options)) {}
+      : Push(ModuleFactory([f = std::move(factory)]() mutable { return to_any_module(f()); }), std::move(options)) {}
   ~Push();
   Push(const Push&) = delete;
   Push& operator=(const Push&) = delete;
@@ -69,8 +65,7 @@ class Push {
   PFuture p_launch(Pid pid, const std::string& message, Args args = {});
   template <class A0, class... A>
   PFuture p_launch(Pid pid, const std::string& message, A0&& a0, A&&... args) {
-    return p_launch(pid, message,
-                    Args{c10::IValue(std::forward<A0>(a0)), c10::IValue(std::forward<A>(args))...});
+    return p_launch(pid, message, Args{c10::IValue(std::forward<A0>(a0)), c10::IValue(std::forward<A>(args))...});
   }
 
   /// Waits for every future; returns their values or rethrows the first error.
@@ -123,8 +118,7 @@ class Push {
   /// Restores the particles saved in `dir`. A saved id that exists here is overwritten;
   /// one that does not is created with `make_options(pid)` (handlers, optimizer factory;
   /// without it, a missing id is an error). Particles here but not in `dir` are an error.
-  void load(const std::filesystem::path& dir,
-            const std::function<ParticleOptions(Pid)>& make_options = nullptr);
+  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options = nullptr);
 
  private:
   std::shared_ptr<detail::Runtime> runtime_;

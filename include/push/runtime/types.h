@@ -35,8 +35,7 @@ using Handlers = std::map<std::string, Handler>;
 /// (LibTorch's AnyModule refuses Sequential's templated forward).
 class SequentialNetImpl : public torch::nn::Module {
  public:
-  explicit SequentialNetImpl(torch::nn::Sequential layers)
-      : layers_(register_module("layers", std::move(layers))) {}
+  explicit SequentialNetImpl(torch::nn::Sequential layers) : layers_(register_module("layers", std::move(layers))) {}
   torch::Tensor forward(torch::Tensor x) { return layers_->forward(std::move(x)); }
   torch::nn::Sequential& layers() { return layers_; }
 
@@ -61,12 +60,10 @@ torch::nn::AnyModule to_any_module(M&& module) {
 using ModuleFactory = std::function<torch::nn::AnyModule()>;
 
 /// Builds a particle's optimizer over its parameters.
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
 /// Builds a particle's learning-rate scheduler over its optimizer.
-using SchedulerFactory =
-    std::function<std::unique_ptr<torch::optim::LRScheduler>(torch::optim::Optimizer&)>;
+using SchedulerFactory = std::function<std::unique_ptr<torch::optim::LRScheduler>(torch::optim::Optimizer&)>;
 
 /// The loss of a training step: loss_fn(output, label) -> scalar tensor.
 using LossFn = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;

@@ -1,0 +1,5 @@
+#pragma once
+// push::core: errors and futures, what every other area builds on.
+//   push::Promise<int> p;  push::Future<int> f = p.future();  p.set_value(1);  f.wait();
+#include <push/core/errors.h>
+#include <push/core/future.h>
