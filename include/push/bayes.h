@@ -1,11 +1,16 @@
 #pragma once
-// push::bayes: deep ensembles, MultiSWAG, SVGD and MC dropout as particle programs,
-// with the data sets and metrics they are evaluated on.
+// push::bayes: deep ensembles, MultiSWAG, SVGD and MC dropout as particle programs, the
+// objective they share, fused particles, and the models push train builds.
+//   push::bayes::Ensemble ens(push::bayes::make_model("mlp:64,64", {1}, 2),
+//                             push::bayes::InferOptions().particles(8));
+//   ens.fit(train, 50);  auto p = ens.predict(test.x);
 #include <push/bayes/ensemble.h>
+#include <push/bayes/fused.h>
 #include <push/bayes/infer.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
+#include <push/bayes/objective.h>
+#include <push/bayes/options.h>
+#include <push/bayes/predictive.h>
 #include <push/bayes/svgd.h>
 #include <push/bayes/swag.h>
-#include <push/data/dataset.h>
-#include <push/metrics/metrics.h>

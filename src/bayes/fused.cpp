@@ -25,11 +25,11 @@ enum class Kind { flatten, linear, conv2d, maxpool2d, relu, leaky_relu, tanh, si
 struct Op {
   Kind kind = Kind::identity;
   int64_t weight = -1, bias = -1;
-  std::shared_ptr<nn::Conv2dImpl> conv;       // member 0's, for its options
-  std::shared_ptr<nn::MaxPool2dImpl> pool;    // likewise
+  std::shared_ptr<nn::Conv2dImpl> conv;     // member 0's, for its options
+  std::shared_ptr<nn::MaxPool2dImpl> pool;  // likewise
   double slope = 0, p = 0;
-  std::vector<DropoutImpl*> dropouts;         // one per member: each draws its own masks
-  std::string signature;                      // what must match across members
+  std::vector<DropoutImpl*> dropouts;  // one per member: each draws its own masks
+  std::string signature;               // what must match across members
 };
 
 // The Sequential of a network: under the learned-noise wrapper (set in *wrapper) and the
@@ -122,7 +122,8 @@ std::vector<Op> describe(nn::Module& member, const torch::OrderedDict<std::strin
     } else {
       PUSH_CHECK(false, origin, where(), " is not a layer FusedStack knows");
     }
-    PUSH_CHECK(m->buffers().empty() || op.kind == Kind::dropout, origin, where(), ": layers with buffers are not fused");
+    PUSH_CHECK(m->buffers().empty() || op.kind == Kind::dropout, origin, where(),
+               ": layers with buffers are not fused");
     ops.push_back(std::move(op));
   }
   if (wrapper != nullptr) PUSH_CHECK(wrapper->buffers().empty(), origin, "the learned-noise wrapper has buffers");
@@ -272,12 +273,12 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
     PUSH_CHECK(ops.size() == s.ops.size(), origin, "member ", i, " has ", ops.size(), " layers, member 0 has ",
                s.ops.size());
     for (size_t l = 0; l < ops.size(); ++l) {
-      PUSH_CHECK(ops[l].signature == s.ops[l].signature, origin, "layer ", l, " of member ", i, " (",
-                 ops[l].signature, ") differs from member 0's (", s.ops[l].signature, ")");
+      PUSH_CHECK(ops[l].signature == s.ops[l].signature, origin, "layer ", l, " of member ", i, " (", ops[l].signature,
+                 ") differs from member 0's (", s.ops[l].signature, ")");
       if (ops[l].kind == Kind::dropout) s.ops[l].dropouts.push_back(ops[l].dropouts[0]);
     }
-    PUSH_CHECK(named.size() == named0.size(), origin, "member ", i, " has ", named.size(),
-               " parameters, member 0 has ", named0.size());
+    PUSH_CHECK(named.size() == named0.size(), origin, "member ", i, " has ", named.size(), " parameters, member 0 has ",
+               named0.size());
     for (size_t k = 0; k < named.size(); ++k) {
       PUSH_CHECK(named[k].key() == named0[k].key() && named[k]->sizes() == named0[k]->sizes() &&
                      named[k]->dtype() == named0[k]->dtype() && named[k]->device() == named0[k]->device(),
@@ -323,9 +324,7 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
   size_t l = 0;
   for (const auto& child : seq->children()) {
     Op& op = s.ops[l++];
-    auto find = [&](const torch::Tensor& t) {
-      return t.defined() ? index.at(t.unsafeGetTensorImpl()) : int64_t{-1};
-    };
+    auto find = [&](const torch::Tensor& t) { return t.defined() ? index.at(t.unsafeGetTensorImpl()) : int64_t{-1}; };
     if (auto* lin = dynamic_cast<nn::LinearImpl*>(child.get())) {
       op.weight = find(lin->weight);
       op.bias = find(lin->bias);
@@ -337,8 +336,8 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
   PUSH_CHECK(wrapper == nullptr || s.log_precision >= 0, origin, "the learned-noise wrapper has no ",
              detail::kLogNoisePrecision);
   if (!optimizers.empty()) {
-    s.optimizer = std::make_unique<FusedOptimizer>(optimizers, s.member_params, s.stacks, s.offsets, s.flat,
-                                                   make_optimizer);
+    s.optimizer =
+        std::make_unique<FusedOptimizer>(optimizers, s.member_params, s.stacks, s.offsets, s.flat, make_optimizer);
   }
 }
 
@@ -395,16 +394,35 @@ torch::Tensor FusedStack::forward(const torch::Tensor& x) {
   Impl::Flow f{x, {}};
   for (const Op& op : s.ops) {
     switch (op.kind) {
-      case Kind::flatten: s.flatten(f); break;
-      case Kind::linear: s.linear(op, f); break;
-      case Kind::conv2d: s.conv2d(op, f); break;
-      case Kind::maxpool2d: s.maxpool2d(op, f); break;
-      case Kind::relu: f.map([](const torch::Tensor& t) { return torch::relu(t); }); break;
-      case Kind::leaky_relu: f.map([&](const torch::Tensor& t) { return torch::leaky_relu(t, op.slope); }); break;
-      case Kind::tanh: f.map([](const torch::Tensor& t) { return torch::tanh(t); }); break;
-      case Kind::sigmoid: f.map([](const torch::Tensor& t) { return torch::sigmoid(t); }); break;
-      case Kind::identity: break;
-      case Kind::dropout: s.dropout(op, f); break;
+      case Kind::flatten:
+        s.flatten(f);
+        break;
+      case Kind::linear:
+        s.linear(op, f);
+        break;
+      case Kind::conv2d:
+        s.conv2d(op, f);
+        break;
+      case Kind::maxpool2d:
+        s.maxpool2d(op, f);
+        break;
+      case Kind::relu:
+        f.map([](const torch::Tensor& t) { return torch::relu(t); });
+        break;
+      case Kind::leaky_relu:
+        f.map([&](const torch::Tensor& t) { return torch::leaky_relu(t, op.slope); });
+        break;
+      case Kind::tanh:
+        f.map([](const torch::Tensor& t) { return torch::tanh(t); });
+        break;
+      case Kind::sigmoid:
+        f.map([](const torch::Tensor& t) { return torch::sigmoid(t); });
+        break;
+      case Kind::identity:
+        break;
+      case Kind::dropout:
+        s.dropout(op, f);
+        break;
     }
   }
   torch::Tensor h = f.whole();
@@ -433,7 +451,8 @@ void FusedStack::write_back() {
     if (!grad.defined()) continue;
     for (int64_t i = 0; i < s.n; ++i) {
       auto& param = s.member_params[i][k];
-      if (!param.grad().defined() || param.grad().sizes() != param.sizes()) param.mutable_grad() = torch::empty_like(param);
+      if (!param.grad().defined() || param.grad().sizes() != param.sizes())
+        param.mutable_grad() = torch::empty_like(param);
       grads.push_back(param.grad());
     }
     detail::unstack_into(grad, grads);

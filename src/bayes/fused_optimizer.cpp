@@ -19,10 +19,13 @@ struct Fields {
 };
 
 Fields fields_of(OptimizerParamState& s) {
-  if (auto* a = dynamic_cast<AdamParamState*>(&s)) return {{&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()}, &a->step()};
-  if (auto* a = dynamic_cast<AdamWParamState*>(&s)) return {{&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()}, &a->step()};
+  if (auto* a = dynamic_cast<AdamParamState*>(&s))
+    return {{&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()}, &a->step()};
+  if (auto* a = dynamic_cast<AdamWParamState*>(&s))
+    return {{&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()}, &a->step()};
   if (auto* a = dynamic_cast<SGDParamState*>(&s)) return {{&a->momentum_buffer()}, nullptr};
-  if (auto* a = dynamic_cast<RMSpropParamState*>(&s)) return {{&a->square_avg(), &a->momentum_buffer(), &a->grad_avg()}, &a->step()};
+  if (auto* a = dynamic_cast<RMSpropParamState*>(&s))
+    return {{&a->square_avg(), &a->momentum_buffer(), &a->grad_avg()}, &a->step()};
   if (auto* a = dynamic_cast<AdagradParamState*>(&s)) return {{&a->sum()}, &a->step()};
   PUSH_CHECK(false, kOrigin, "only Adam, AdamW, SGD, RMSprop and Adagrad are fused");
   return {};
@@ -43,8 +46,8 @@ bool same_options(const OptimizerOptions& a, const OptimizerOptions& b) {
 }  // namespace
 
 void check_fusable(const Optimizer& optimizer) {
-  PUSH_CHECK(optimizer.param_groups().size() == 1, kOrigin, "an optimizer with ",
-             optimizer.param_groups().size(), " parameter groups is not fused");
+  PUSH_CHECK(optimizer.param_groups().size() == 1, kOrigin, "an optimizer with ", optimizer.param_groups().size(),
+             " parameter groups is not fused");
   const auto& options = optimizer.param_groups()[0].options();
   PUSH_CHECK(same_options(options, options), kOrigin,
              "only Adam, AdamW, SGD, RMSprop and Adagrad are fused (their updates are element-wise)");
@@ -83,8 +86,8 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
     }
   }
   if (found == 0) return;
-  PUSH_CHECK(found == n * stacks_.size(), kOrigin, "optimizer state exists for ", found, " of the ",
-             n * stacks_.size(), " parameters of the members (all or none fuse)");
+  PUSH_CHECK(found == n * stacks_.size(), kOrigin, "optimizer state exists for ", found, " of the ", n * stacks_.size(),
+             " parameters of the members (all or none fuse)");
   auto stacked = states[0][0]->clone();
   Fields out = fields_of(*stacked);
   const int64_t step = out.step != nullptr ? *out.step : 0;

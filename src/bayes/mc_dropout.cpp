@@ -10,10 +10,7 @@
 
 namespace push::bayes {
 namespace seed_purpose = push::detail::seed_purpose;
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 DropoutImpl::DropoutImpl(double p) : p_(p) {
   PUSH_CHECK(p >= 0 && p < 1, "push::bayes::Dropout", "p must be in [0, 1), got ", p);
@@ -53,7 +50,7 @@ ParticleOptions MCDropout::particle_options() { return ParticleOptions(); }
 void MCDropout::prepare_epoch(Particle& p, int64_t epoch) {
   // Data-parallel ranks train on different rows: each draws its own masks (rank 0 the
   // masks of one process). Predictions use one set of masks on every rank.
-  uint64_t seed = options().seed();
+  uint64_t seed = options().distribution().seed();
   if (const auto& dp = options().data_parallel(); dp && dp->world().rank() > 0) {
     seed = push::detail::mix_seed(seed, dp->world().rank(), seed_purpose::kRank);
   }
@@ -61,7 +58,8 @@ void MCDropout::prepare_epoch(Particle& p, int64_t epoch) {
 }
 
 torch::Tensor MCDropout::predict_particle(Particle& p, const torch::Tensor& x) {
-  reseed_dropouts(p.module(), push::detail::mix_seed(options().seed(), p.pid(), seed_purpose::kPredict, seed_purpose::kDropout));
+  reseed_dropouts(p.module(), push::detail::mix_seed(options().distribution().seed(), p.pid(), seed_purpose::kPredict,
+                                                     seed_purpose::kDropout));
   std::vector<torch::Tensor> outs;
   for (int64_t s = 0; s < mc_.samples(); ++s) outs.push_back(forward_chunked(p, x));
   return torch::stack(outs);

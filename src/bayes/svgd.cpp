@@ -45,8 +45,6 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
 
 namespace {
 
-
-
 /// θ += step along φ through the particle's optimizer (gradient -φ).
 void apply_direction(Particle& p, const torch::Tensor& phi) {
   int64_t offset = 0;
@@ -62,8 +60,7 @@ void apply_direction(FusedStack& stack, const torch::Tensor& phi) {
   int64_t offset = 0;
   for (const auto& param : stack.parameters()) {
     const int64_t numel = param[0].numel();
-    param.mutable_grad() =
-        -phi.narrow(1, offset, numel).reshape(param.sizes()).to(param.device(), param.dtype());
+    param.mutable_grad() = -phi.narrow(1, offset, numel).reshape(param.sizes()).to(param.device(), param.dtype());
     offset += numel;
   }
   stack.step();
@@ -92,8 +89,7 @@ ParticleOptions SVGD::particle_options() {
   return ParticleOptions()
       .on("svgd_grad",
           [this](Particle& p, const Args& a) {
-            return group_grad(p, a[0].toIntVector(), a[1].toTensor(), a[2].toTensor(), a[3].toTensor(),
-                              a[4].toInt());
+            return group_grad(p, a[0].toIntVector(), a[1].toTensor(), a[2].toTensor(), a[3].toTensor(), a[4].toInt());
           })
       .on("svgd_apply",
           [this](Particle& p, const Args& a) {
@@ -114,14 +110,15 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     if (phi.numel() > 0) apply_direction(p, phi[0]);
     auto& module = p.module();
     p.optimizer().zero_grad();
-    auto nll = mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
-    auto u = nll * static_cast<double>(dataset_size_) + neg_log_prior(module);
+    auto nll = objective().mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
+    auto u = nll * static_cast<double>(dataset_size()) + objective().neg_log_prior(module);
     const double loss = nll.item<double>();
     check_finite(p, epoch, loss);
     u.backward();
+    torch::NoGradGuard no_grad;  // copies of the values, not a graph
     std::vector<torch::Tensor> grads;
     for (const auto& param : module.parameters()) grads.push_back(param.grad());
-    return c10::ivalue::Tuple::create({torch::nn::utils::parameters_to_vector(module.parameters()).detach().unsqueeze(0),
+    return c10::ivalue::Tuple::create({torch::nn::utils::parameters_to_vector(module.parameters()).unsqueeze(0),
                                        -torch::nn::utils::parameters_to_vector(grads).unsqueeze(0),
                                        c10::IValue(std::vector<double>{loss})});
   }
@@ -138,15 +135,15 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     }
     const int64_t g = stack->size();
     stack->zero_grad();
-    auto nll = mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
-    auto u = nll * static_cast<double>(dataset_size_);
-    if (auto noise = noise_prior(*stack); noise.defined()) u = u + noise;
+    auto nll = objective().mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
+    auto u = nll * static_cast<double>(dataset_size());
+    if (auto noise = objective().noise_prior(*stack); noise.defined()) u = u + noise;
     u = u.sum();
     auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);
     std::vector<double> each(losses.data_ptr<double>(), losses.data_ptr<double>() + g);
     for (int64_t i = 0; i < g; ++i) check_finite(*ps[i], epoch, each[i]);
     u.backward();
-    add_weight_prior_gradient(*stack, 1.0);
+    objective().add_weight_prior_gradient(*stack, 1.0);
     std::vector<torch::Tensor> grads;
     for (const auto& param : stack->parameters()) grads.push_back(-param.grad().reshape({g, -1}));
     out = c10::ivalue::Tuple::create({stack->flat_parameters(), torch::cat(grads, 1), c10::IValue(each)});
@@ -204,8 +201,7 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
     std::vector<c10::IValue> answers(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
       try {
-        answers[g] = groups[g].front() == p.pid() ? group_grad(p, groups[g], phi[g], xb, yb, epoch)
-                                                  : replies[g].wait();
+        answers[g] = groups[g].front() == p.pid() ? group_grad(p, groups[g], phi[g], xb, yb, epoch) : replies[g].wait();
       } catch (...) {
         if (!error) error = std::current_exception();
       }
@@ -246,7 +242,7 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
 }
 
 std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
-  auto& d = dist();
+  auto& d = distribution();
   // The leader drives every particle; the rank it lives on launches it.
   const auto ids = d.particle_ids();
   // Another rank's handlers may already run this epoch while this rank's fit() gathers the
@@ -267,7 +263,7 @@ std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tenso
   auto losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch, groups).wait().toDoubleVector();
   double mean = 0;
   for (double l : losses) mean += l / static_cast<double>(losses.size());
-  report(epoch + 1, fit_last_epoch_, static_cast<int64_t>(losses.size()), mean);
+  report(epoch + 1, fit_last_epoch(), static_cast<int64_t>(losses.size()), mean);
   std::map<Pid, double> out;
   for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = losses.at(i);
   return out;

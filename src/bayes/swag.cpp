@@ -13,7 +13,6 @@ namespace push::bayes {
 namespace seed_purpose = push::detail::seed_purpose;
 namespace {
 
-
 // Moments live on the host in float64 (see collect). A checkpoint loads a particle's state
 // onto its lane's device, so bring them back here: mixed with host θ they must be on the host.
 SWAGMoments read_state(const State& s) {
@@ -151,23 +150,28 @@ void MultiSWAG::collect_into(Particle& p, const torch::Tensor& theta) const {
   write_state(p.state(), m);
 }
 
-void MultiSWAG::epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step,
-                            std::function<void()>& step) {
-  if (!collecting(epoch)) return;
+StepHooks MultiSWAG::epoch_hooks(Particle& p, int64_t epoch) {
+  StepHooks hooks;
+  if (!collecting(epoch)) return hooks;
   if (swag_.collect_every_steps() > 0) {
-    after_step = [this, &p] { count_step(p, [&p] { return torch::nn::utils::parameters_to_vector(p.module().parameters()).detach(); }); };
+    hooks.after_step = [this, &p] {
+      count_step(p, [&p] {
+        torch::NoGradGuard no_grad;  // a copy of the values, not a graph
+        return torch::nn::utils::parameters_to_vector(p.module().parameters());
+      });
+    };
   }
   if (swag_.collect_momentum()) {
-    step = [&p, lr = momentum_lr(p), momentum = *swag_.collect_momentum()] { momentum_step(p, lr, momentum); };
+    hooks.step = [&p, lr = momentum_lr(p), momentum = *swag_.collect_momentum()] { momentum_step(p, lr, momentum); };
   }
+  return hooks;
 }
 
-void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch,
-                                  std::function<void()>& after_step, std::function<void()>& step,
-                                  std::function<void()>& finish) {
-  if (!collecting(epoch)) return;
+StepHooks MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) {
+  StepHooks hooks;
+  if (!collecting(epoch)) return hooks;
   if (swag_.collect_every_steps() > 0) {
-    after_step = [this, &stack, members] {
+    hooks.after_step = [this, &stack, members] {
       torch::Tensor flat;  // taken once per step, when a member collects
       for (size_t i = 0; i < members.size(); ++i) {
         count_step(*members[i], [&] {
@@ -177,7 +181,7 @@ void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*
       }
     };
   }
-  if (!swag_.collect_momentum()) return;
+  if (!swag_.collect_momentum()) return hooks;
   // momentum_step on the stacks: one buffer [N, D], the members' flat buffers stacked.
   auto buffer = std::make_shared<torch::Tensor>();
   std::vector<torch::Tensor> held;
@@ -191,7 +195,7 @@ void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*
     for (auto& h : held) h = h.to(device);
     *buffer = torch::stack(held);
   }
-  step = [buffer, &stack, lr = momentum_lr(*members.front()), momentum = *swag_.collect_momentum()] {
+  hooks.step = [buffer, &stack, lr = momentum_lr(*members.front()), momentum = *swag_.collect_momentum()] {
     torch::NoGradGuard no_grad;
     const auto& ps = stack.parameters();
     const bool first = !buffer->defined();
@@ -202,30 +206,31 @@ void MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*
     }
     momentum_update(ps, *buffer, first, lr, momentum);
   };
-  finish = [buffer, members] {
+  hooks.finish = [buffer, members] {
     if (!buffer->defined()) return;
     for (size_t i = 0; i < members.size(); ++i) {
       members[i]->state()["swag_momentum"] = (*buffer)[static_cast<int64_t>(i)].clone();
     }
   };
+  return hooks;
 }
 
 void MultiSWAG::finish_epoch(Particle& p, int64_t epoch) {
-  if (collecting(epoch) && swag_.collect_every_steps() == 0) collect_into(p, torch::nn::utils::parameters_to_vector(p.module().parameters()).detach());
+  if (collecting(epoch) && swag_.collect_every_steps() == 0)
+    collect_into(p, torch::nn::utils::parameters_to_vector(p.module().parameters()).detach());
 }
 
 ParticleOptions MultiSWAG::particle_options() {
-  return ParticleOptions()
-      .on("swag_moments", [](Particle& p, const Args&) {
-        auto m = read_state(p.state());
-        if (m.count == 0) return c10::IValue(std::vector<torch::Tensor>{torch::zeros({0})});
-        return c10::IValue(std::vector<torch::Tensor>{torch::tensor(m.count), m.mean.clone(), m.sq_mean.clone(),
-                                                      m.deviations.clone()});
-      });
+  return ParticleOptions().on("swag_moments", [](Particle& p, const Args&) {
+    auto m = read_state(p.state());
+    if (m.count == 0) return c10::IValue(std::vector<torch::Tensor>{torch::zeros({0})});
+    return c10::IValue(
+        std::vector<torch::Tensor>{torch::tensor(m.count), m.mean.clone(), m.sq_mean.clone(), m.deviations.clone()});
+  });
 }
 
 SWAGMoments MultiSWAG::moments(Pid pid) {
-  auto v = dist().p_launch(pid, "swag_moments").wait().toTensorVector();
+  auto v = distribution().p_launch(pid, "swag_moments").wait().toTensorVector();
   SWAGMoments m;
   if (v.size() < 4) return m;
   m.count = v[0].item<int64_t>();

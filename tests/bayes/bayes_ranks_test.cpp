@@ -1,11 +1,11 @@
-// The Bayesian layer over several processes (InferOptions::world), driven directly rather
+// The Bayesian layer over several processes (a World in InferOptions::distribution), driven directly rather
 // than through `push train --nproc` (tests/cli/cli_ranks_test.cpp): what only shows when the
 // ranks run out of step.
 #include <push/bayes.h>
 
 #include <gtest/gtest.h>
-#include <atomic>
 #include <torch/torch.h>
+#include <atomic>
 
 #include "dist_test_util.h"
 #include "test_util.h"
@@ -24,8 +24,13 @@ PUSH_DIST_WORKER(svgd_out_of_step) {
   auto train = data::synthetic_gap(16, 3);
   for (bool fuse : {true, false}) {
     SVGD svgd(make_model("mlp:4", {1}, 2),
-              InferOptions().particles(4).devices(1).cache_size(2).batch_size(8).lr(1e-2).seed(3).fuse(fuse)
-                  .likelihood(Likelihood::heteroscedastic).world(world));
+              InferOptions()
+                  .particles(4)
+                  .distribution(PushOptions().devices(1).cache_size(2).seed(3).world(world))
+                  .batch_size(8)
+                  .lr(1e-2)
+                  .fuse(fuse)
+                  .likelihood(Likelihood::heteroscedastic));
     svgd.fit(train, 150);
     ASSERT_EQ(svgd.losses().size(), 150u);
     for (double l : svgd.losses()) ASSERT_TRUE(std::isfinite(l));
@@ -43,9 +48,10 @@ class CountingEnsemble : public Ensemble {
   std::atomic<int64_t> steps{0};
 
  protected:
-  void epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step,
-                   std::function<void()>& step) override {
-    after_step = [this] { ++steps; };
+  StepHooks epoch_hooks(Particle& p, int64_t epoch) override {
+    StepHooks hooks;
+    hooks.after_step = [this] { ++steps; };
+    return hooks;
   }
 };
 
@@ -58,7 +64,11 @@ PUSH_DIST_WORKER(data_parallel_infer) {
   auto world = push::testing::test_world(60s);
   auto train = data::synthetic_gap(64, 3), test = data::synthetic_gap(32, 4);
   auto model = make_model("mlp:16", {1}, 2);
-  auto base = InferOptions().particles(3).devices(2).batch_size(128).seed(3).likelihood(Likelihood::heteroscedastic)
+  auto base = InferOptions()
+                  .particles(3)
+                  .distribution(PushOptions().devices(2).seed(3))
+                  .batch_size(128)
+                  .likelihood(Likelihood::heteroscedastic)
                   .optimizer([](std::vector<torch::Tensor> ps) {
                     return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.05));
                   });
@@ -85,14 +95,14 @@ PUSH_DIST_WORKER(data_parallel_infer) {
     EXPECT_FALSE(dp.fused());
   }
   {  // each rank takes half the steps: 32 of the 64 rows, in batches of 16, for each of 3 particles
-    CountingEnsemble counted(model, InferOptions(base).batch_size(16).data_parallel(
-                                        DataParallelSpec(world, DataParallelMode::blocking)));
+    CountingEnsemble counted(
+        model, InferOptions(base).batch_size(16).data_parallel(DataParallelSpec(world, DataParallelMode::blocking)));
     counted.fit(train, 1);
     EXPECT_EQ(counted.steps.load(), 3 * 2);
   }
   {
-    Ensemble daso(model, InferOptions(base).batch_size(8).lr(1e-2).optimizer(nullptr)
-                             .data_parallel(DataParallelSpec(world, DataParallelMode::daso).ranks_per_node(1)));
+    Ensemble daso(model, InferOptions(base).batch_size(8).lr(1e-2).optimizer(nullptr).data_parallel(
+                             DataParallelSpec(world, DataParallelMode::daso).ranks_per_node(1)));
     daso.fit(train, 12);
     EXPECT_LT(daso.losses().back(), daso.losses().front());
     same_everywhere(daso.predict(test.x).members);
@@ -105,14 +115,15 @@ PUSH_DIST_WORKER(data_parallel_infer) {
     Ensemble diverging(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::blocking)));
     EXPECT_PUSH_ERROR(diverging.fit(bad, 2), "non-finite in epoch 1 on 1 of 2 ranks");
   }
-  EXPECT_PUSH_ERROR(SVGD(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::blocking)))
-                        .fit(train, 1),
-                    "svgd cannot train data-parallel");
-  EXPECT_PUSH_ERROR(MultiSWAG(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::daso)))
-                        .fit(train, 1),
-                    "use blocking");
-  EXPECT_PUSH_ERROR(Ensemble(model, InferOptions(base).world(world).data_parallel(
-                                        DataParallelSpec(world, DataParallelMode::blocking)))
+  EXPECT_PUSH_ERROR(
+      SVGD(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::blocking))).fit(train, 1),
+      "svgd cannot train data-parallel");
+  EXPECT_PUSH_ERROR(
+      MultiSWAG(model, InferOptions(base).data_parallel(DataParallelSpec(world, DataParallelMode::daso))).fit(train, 1),
+      "use blocking");
+  EXPECT_PUSH_ERROR(Ensemble(model, InferOptions(base)
+                                        .distribution(PushOptions(base.distribution()).world(world))
+                                        .data_parallel(DataParallelSpec(world, DataParallelMode::blocking)))
                         .fit(train, 1),
                     "choose one");
 }

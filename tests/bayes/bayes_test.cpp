@@ -1,6 +1,7 @@
 // The Bayesian algorithms against closed forms: Bayesian linear regression (Gaussian
 // prior, known noise) has posterior N(μ, Σ) with Σ = (XᵀX/σ² + I/σ_p²)⁻¹, μ = Σ Xᵀy/σ².
 #include <push/bayes.h>
+#include <push/metrics.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -57,9 +58,7 @@ torch::Tensor covariance(const torch::Tensor& samples) {
   return c.t().mm(c) / static_cast<double>(samples.size(0));
 }
 
-double rel_error(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a - b).norm() / b.norm()).item<double>();
-}
+double rel_error(const torch::Tensor& a, const torch::Tensor& b) { return ((a - b).norm() / b.norm()).item<double>(); }
 
 // ---- SVGD -------------------------------------------------------------------------------
 
@@ -108,13 +107,11 @@ SVGD make_svgd(const LinearProblem& p, int particles, bool repulsive, int device
   return SVGD(linear_model(),
               InferOptions()
                   .particles(particles)
-                  .devices(devices)
-                  .cache_size(particles)
+                  .distribution(PushOptions().devices(devices).cache_size(particles).seed(3))
                   .noise_std(1.0)
                   .prior_std(1.0)
                   .batch_size(p.data.size())
-                  .optimizer(sgd(0.04))
-                  .seed(3),
+                  .optimizer(sgd(0.04)),
               SVGDOptions().bandwidth(bandwidth).repulsive(repulsive));
 }
 
@@ -124,7 +121,7 @@ TEST(SVGD, RecoversCorrelatedGaussianPosterior) {
   // Under a sanitizer 20 particles for 250 steps (testing::scaled): TSan made 40 x 500 take 84 s.
   auto svgd = make_svgd(p, testing::scaled(40, 20, 2), true, 2);
   svgd.fit(p.data, testing::scaled(500, 250, 2));
-  auto theta = particle_matrix(svgd.dist());
+  auto theta = particle_matrix(svgd.distribution());
   auto scale = p.cov.trace().sqrt();
   EXPECT_LT(((theta.mean(0) - p.mean.view(-1)).norm() / scale).item<double>(), 0.03)
       << theta.mean(0) << " vs " << p.mean.view(-1);
@@ -139,7 +136,7 @@ TEST(SVGD, CollapsesWithoutRepulsion) {
   // its strength as the particles close in.
   auto svgd = make_svgd(p, 10, false, 1, std::nullopt);
   svgd.fit(p.data, testing::scaled(600, 300, 2));
-  auto theta = particle_matrix(svgd.dist());
+  auto theta = particle_matrix(svgd.distribution());
   // Every particle climbs to the mode: the spread vanishes, the mean is the MAP.
   EXPECT_LT(covariance(theta).trace().item<double>(), 1e-3 * p.cov.trace().item<double>());
   EXPECT_LT((theta.mean(0) - p.mean.view(-1)).norm().item<double>(), 0.01 * p.cov.trace().sqrt().item<double>());
@@ -148,10 +145,15 @@ TEST(SVGD, CollapsesWithoutRepulsion) {
 TEST(SVGD, PosteriorMeanOfLinearRegressionWithMinibatches) {
   auto p = linear_problem(256, 0.5, 1.0, 5);
   SVGD svgd(linear_model(),
-            InferOptions().particles(16).devices(2).noise_std(0.5).batch_size(64).lr(1e-2).seed(1),
+            InferOptions()
+                .particles(16)
+                .distribution(PushOptions().devices(2).seed(1))
+                .noise_std(0.5)
+                .batch_size(64)
+                .lr(1e-2),
             SVGDOptions());  // median heuristic, Adam, minibatches
   svgd.fit(p.data, 100);
-  auto theta = particle_matrix(svgd.dist());
+  auto theta = particle_matrix(svgd.distribution());
   auto sd = p.cov.diagonal().sqrt();
   EXPECT_LT(((theta.mean(0) - p.mean.view(-1)).abs() / sd).max().item<double>(), 0.5)
       << theta.mean(0) << " vs " << p.mean.view(-1) << " (posterior sd " << sd << ")";
@@ -162,19 +164,23 @@ TEST(SVGD, SameSeedSameResultOnAnyNumberOfLanes) {
   auto a = make_svgd(p, 6, true, 1), b = make_svgd(p, 6, true, 3);
   a.fit(p.data, 5);
   b.fit(p.data, 5);
-  EXPECT_TRUE(torch::equal(particle_matrix(a.dist()), particle_matrix(b.dist())));
+  EXPECT_TRUE(torch::equal(particle_matrix(a.distribution()), particle_matrix(b.distribution())));
 }
 
 TEST(SVGD, SameResultWithParticlesSwappedOutOfTheCache) {
   auto p = linear_problem(40, 1.0, 1.0, 4);
   auto make = [&](int cache) {
-    return SVGD(linear_model(), InferOptions().particles(5).devices(2).cache_size(cache).batch_size(10).lr(1e-2).seed(2));
+    return SVGD(linear_model(), InferOptions()
+                                    .particles(5)
+                                    .distribution(PushOptions().devices(2).cache_size(cache).seed(2))
+                                    .batch_size(10)
+                                    .lr(1e-2));
   };
   auto all = make(5), swapped = make(1);  // one resident particle per lane: every message swaps
   all.fit(p.data, 3);
   swapped.fit(p.data, 3);
-  EXPECT_TRUE(torch::equal(particle_matrix(all.dist()), particle_matrix(swapped.dist())));
-  EXPECT_GT(swapped.dist().cache_stats(0).restores, 0);
+  EXPECT_TRUE(torch::equal(particle_matrix(all.distribution()), particle_matrix(swapped.distribution())));
+  EXPECT_GT(swapped.distribution().cache_stats(0).restores, 0);
 }
 
 // Data whose noise is σ = 0.3, not the fixed likelihood's 1: learning the noise precision
@@ -182,14 +188,19 @@ TEST(SVGD, SameResultWithParticlesSwappedOutOfTheCache) {
 TEST(SVGD, LearnedNoiseBeatsFixedNoiseOnTestNll) {
   auto train = linear_problem(128, 0.3, 1.0, 21).data, test = linear_problem(256, 0.3, 1.0, 22).data;
   auto fit = [&](Likelihood likelihood) {
-    SVGD svgd(linear_model(), InferOptions().particles(8).devices(2).likelihood(likelihood).batch_size(64).lr(0.05).seed(3));
+    SVGD svgd(linear_model(), InferOptions()
+                                  .particles(8)
+                                  .distribution(PushOptions().devices(2).seed(3))
+                                  .likelihood(likelihood)
+                                  .batch_size(64)
+                                  .lr(0.05));
     svgd.fit(train, 150);
     return svgd.predict(test.x);
   };
   auto fixed = fit(Likelihood::gaussian), learned = fit(Likelihood::learned_noise);
   auto nll = [&](const Predictive& p) { return metrics::gaussian_nll(p.mean, p.variance, test.y); };
   const double exact = 0.5 * std::log(2 * std::numbers::pi * 0.09) + 0.5;  // the true model's NLL
-  EXPECT_NEAR(learned.aleatoric.mean().item<double>(), 0.09, 0.03);       // σ² = 0.09 found
+  EXPECT_NEAR(learned.aleatoric.mean().item<double>(), 0.09, 0.03);        // σ² = 0.09 found
   EXPECT_LT(nll(learned), exact + 0.1);
   EXPECT_GT(nll(fixed), exact + 0.5) << "σ = 1 is 3x too wide";
   EXPECT_EQ(to_string(Likelihood::learned_noise), std::string("learned-noise"));
@@ -200,12 +211,17 @@ TEST(SVGD, LearnedNoiseBeatsFixedNoiseOnTestNll) {
 TEST(MultiSWAG, PosteriorMeanOfLinearRegression) {
   auto p = linear_problem(512, 0.5, 1.0, 7);
   MultiSWAG swag(linear_model(),
-                 InferOptions().particles(4).devices(2).noise_std(0.5).batch_size(32).optimizer(sgd(0.02)).seed(4),
+                 InferOptions()
+                     .particles(4)
+                     .distribution(PushOptions().devices(2).seed(4))
+                     .noise_std(0.5)
+                     .batch_size(32)
+                     .optimizer(sgd(0.02)),
                  SWAGOptions().pretrain_epochs(20).rank(5).collect_every_steps(4).samples(50));
   swag.fit(p.data, 60);
   auto sd = p.cov.diagonal().sqrt();
   torch::Tensor mean = torch::zeros({2}, torch::kFloat64);
-  for (Pid pid : swag.dist().particle_ids()) mean += swag.moments(pid).mean / 4.0;
+  for (Pid pid : swag.distribution().particle_ids()) mean += swag.moments(pid).mean / 4.0;
   EXPECT_LT(((mean - p.mean.view(-1)).abs() / sd).max().item<double>(), 0.3)
       << mean << " vs " << p.mean.view(-1) << " (posterior sd " << sd << ")";
   // The predictive mean at x is the mean over sampled weights: close to x·μ.
@@ -219,14 +235,16 @@ TEST(MultiSWAG, PosteriorMeanOfLinearRegression) {
 TEST(MultiSWAG, MomentsAreRunningAveragesOfTheTrajectory) {
   auto p = linear_problem(64, 0.5, 1.0, 9);
   const int64_t pretrain = 2, rank = 3;
-  MultiSWAG swag(linear_model(), InferOptions().particles(2).devices(2).noise_std(0.5).batch_size(16).lr(0.05),
-                 SWAGOptions().pretrain_epochs(pretrain).rank(rank));
+  MultiSWAG swag(
+      linear_model(),
+      InferOptions().particles(2).distribution(PushOptions().devices(2)).noise_std(0.5).batch_size(16).lr(0.05),
+      SWAGOptions().pretrain_epochs(pretrain).rank(rank));
   std::map<Pid, std::vector<torch::Tensor>> trajectory;
   for (int e = 0; e < 7; ++e) {
     swag.fit(p.data, 1);
     if (e >= pretrain) {
-      for (Pid pid : swag.dist().particle_ids()) {
-        trajectory[pid].push_back(swag.dist().p_parameters(pid)[0].view(-1).to(torch::kFloat64));
+      for (Pid pid : swag.distribution().particle_ids()) {
+        trajectory[pid].push_back(swag.distribution().p_parameters(pid)[0].view(-1).to(torch::kFloat64));
       }
     }
   }
@@ -283,13 +301,14 @@ TEST(MultiSWAG, CollectsWithSGDAndMomentum) {
   auto sgd_momentum = [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.1 * (1 - 0.9)).momentum(0.9));
   };
-  auto options = InferOptions().particles(2).devices(2).noise_std(0.5).batch_size(16).lr(0.1);
+  auto options =
+      InferOptions().particles(2).distribution(PushOptions().devices(2)).noise_std(0.5).batch_size(16).lr(0.1);
   MultiSWAG by_default(linear_model(), options, SWAGOptions().pretrain_epochs(0).rank(2));
   MultiSWAG reference(linear_model(), InferOptions(options).optimizer(sgd_momentum),
                       SWAGOptions().pretrain_epochs(0).rank(2).collect_momentum(std::nullopt));
   by_default.fit(p.data, 3);
   reference.fit(p.data, 3);
-  EXPECT_TRUE(torch::equal(particle_matrix(by_default.dist()), particle_matrix(reference.dist())));
+  EXPECT_TRUE(torch::equal(particle_matrix(by_default.distribution()), particle_matrix(reference.distribution())));
   EXPECT_TRUE(torch::equal(by_default.moments(1).mean, reference.moments(1).mean));
   // The momentum is saved with the particle: a resumed collection continues it.
   auto dir = std::filesystem::temp_directory_path() / ("push_swag_momentum_" + std::to_string(::getpid()));
@@ -299,7 +318,7 @@ TEST(MultiSWAG, CollectsWithSGDAndMomentum) {
   std::filesystem::remove_all(dir);
   by_default.fit(p.data, 1);
   resumed.fit(p.data, 1);
-  EXPECT_TRUE(torch::equal(particle_matrix(by_default.dist()), particle_matrix(resumed.dist())));
+  EXPECT_TRUE(torch::equal(particle_matrix(by_default.distribution()), particle_matrix(resumed.distribution())));
 }
 
 // A run saved during collection and resumed on a GPU lane: the loaded moments come back on
@@ -308,8 +327,10 @@ TEST(MultiSWAG, ResumesCollectingOnTheGpu_CUDA) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   auto p = linear_problem(64, 0.5, 1.0, 9);
   auto make = [&] {
-    return MultiSWAG(linear_model(), InferOptions().particles(2).noise_std(0.5).batch_size(16).lr(0.01).seed(2),
-                     SWAGOptions().pretrain_epochs(1).rank(3).samples(4));
+    return MultiSWAG(
+        linear_model(),
+        InferOptions().particles(2).distribution(PushOptions().seed(2)).noise_std(0.5).batch_size(16).lr(0.01),
+        SWAGOptions().pretrain_epochs(1).rank(3).samples(4));
   };
   auto straight = make(), first = make();
   straight.fit(p.data, 5);
@@ -320,7 +341,7 @@ TEST(MultiSWAG, ResumesCollectingOnTheGpu_CUDA) {
   resumed.load(dir);
   resumed.fit(p.data, 2);
   std::filesystem::remove_all(dir);
-  for (Pid pid : straight.dist().particle_ids()) {
+  for (Pid pid : straight.distribution().particle_ids()) {
     auto a = straight.moments(pid), b = resumed.moments(pid);
     EXPECT_EQ(a.count, b.count);
     EXPECT_EQ(b.mean.device(), torch::Device(torch::kCPU));
@@ -336,16 +357,21 @@ TEST(MultiSWAG, ResumesCollectingOnTheGpu_CUDA) {
 TEST(Ensemble, PredictiveMeanIsTheAverageOfMembers) {
   auto d = data::synthetic_gap(64, 1);
   auto model = make_model("mlp:8", {1}, 2);
-  Ensemble ens(model, InferOptions().particles(3).devices(2).likelihood(Likelihood::heteroscedastic).lr(1e-2),
+  Ensemble ens(model,
+               InferOptions()
+                   .particles(3)
+                   .distribution(PushOptions().devices(2))
+                   .likelihood(Likelihood::heteroscedastic)
+                   .lr(1e-2),
                EnsembleOptions().bootstrap(true));
   ens.fit(d, 3);
   ASSERT_EQ(ens.losses().size(), 3u);
   auto x = torch::linspace(-5, 5, 11).unsqueeze(1);
   auto pred = ens.predict(x);
   std::vector<torch::Tensor> means, vars;
-  for (Pid pid : ens.dist().particle_ids()) {
+  for (Pid pid : ens.distribution().particle_ids()) {
     auto net = model();
-    auto params = ens.dist().p_parameters(pid);
+    auto params = ens.distribution().p_parameters(pid);
     auto mine = net.ptr()->parameters();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) mine[i].copy_(params[i]);
@@ -370,7 +396,8 @@ TEST(Ensemble, ClassificationProbabilitiesAverageSoftmax) {
 TEST(Ensemble, ReproducibleAcrossLaneCountsAndSaveLoad) {
   auto d = data::synthetic_gap(64, 2);
   auto make = [&](int devices) {
-    return Ensemble(make_model("mlp:8", {1}, 1), InferOptions().particles(4).devices(devices).seed(9),
+    return Ensemble(make_model("mlp:8", {1}, 1),
+                    InferOptions().particles(4).distribution(PushOptions().devices(devices).seed(9)),
                     EnsembleOptions().bootstrap(true));
   };
   auto a = make(1), b = make(2);
@@ -397,7 +424,8 @@ TEST(Ensemble, ReproducibleAcrossLaneCountsAndSaveLoad) {
 TEST(MCDropout, SamplesDifferButRunsRepeat) {
   auto d = data::synthetic_gap(64, 3);
   auto make = [&](int devices) {
-    return MCDropout(make_model("mlp:16,16", {1}, 1, 0.2), InferOptions().particles(2).devices(devices).seed(5),
+    return MCDropout(make_model("mlp:16,16", {1}, 1, 0.2),
+                     InferOptions().particles(2).distribution(PushOptions().devices(devices).seed(5)),
                      McDropoutOptions().samples(8));
   };
   auto a = make(1), b = make(2);
@@ -426,7 +454,7 @@ TEST(MCDropout, MasksAndTrainingOnTheGpu_CUDA) {
   EXPECT_TRUE(torch::equal(host, device.cpu()));
 
   auto d = data::synthetic_gap(64, 3);
-  MCDropout mc(make_model("mlp:16,16", {1}, 1, 0.2), InferOptions().particles(2).seed(5),
+  MCDropout mc(make_model("mlp:16,16", {1}, 1, 0.2), InferOptions().particles(2).distribution(PushOptions().seed(5)),
                McDropoutOptions().samples(8));
   mc.fit(d, 2);
   auto x = torch::linspace(-2, 2, 7).unsqueeze(1);
@@ -441,7 +469,9 @@ TEST(MCDropout, MasksAndTrainingOnTheGpu_CUDA) {
 // error naming the particle and the epoch instead of training on to NaN metrics.
 TEST(Divergence, NonFiniteLossStopsEveryAlgorithmNamingParticleAndEpoch) {
   auto d = data::synthetic_gap(64, 1);
-  auto options = [] { return InferOptions().particles(2).devices(2).batch_size(16).lr(1e30).seed(1); };
+  auto options = [] {
+    return InferOptions().particles(2).distribution(PushOptions().devices(2).seed(1)).batch_size(16).lr(1e30);
+  };
   auto model = make_model("mlp:8", {1}, 1), dropout_model = make_model("mlp:8", {1}, 1, 0.1);
   std::vector<std::unique_ptr<Infer>> algorithms;
   algorithms.push_back(std::make_unique<Ensemble>(model, options()));
@@ -472,8 +502,11 @@ TEST(Docs, ExampleRunsAndBeatsTheMean) {
   auto scaler = push::data::Standardizer::fit(train_raw);
   auto train = scaler.apply(train_raw), test = scaler.apply(test_raw);
   auto model = pb::make_model("mlp:64,64", train.input_shape(), pb::output_units(pb::Likelihood::heteroscedastic, 1));
-  pb::SVGD svgd(model, pb::InferOptions().particles(16).devices(2).lr(1e-2)
-                           .likelihood(pb::Likelihood::heteroscedastic).seed(7));
+  pb::SVGD svgd(model, pb::InferOptions()
+                           .particles(16)
+                           .distribution(push::PushOptions().devices(2).seed(7))
+                           .lr(1e-2)
+                           .likelihood(pb::Likelihood::heteroscedastic));
   svgd.fit(train, testing::scaled(30, 15, 2));
   pb::Predictive p = svgd.predict(test.x);
   auto m = push::metrics::regression(scaler.unscale_mean(p.mean), scaler.unscale_variance(p.variance), test_raw.y);

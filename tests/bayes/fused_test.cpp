@@ -82,10 +82,13 @@ void expect_stack_matches_members(const ModuleFactory& factory, const std::vecto
 // The tensors and step count of a state of LibTorch's element-wise optimizers.
 std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& s, int64_t& step) {
   using namespace torch::optim;
-  if (auto* a = dynamic_cast<AdamParamState*>(&s)) return step = a->step(), std::vector{a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
-  if (auto* a = dynamic_cast<AdamWParamState*>(&s)) return step = a->step(), std::vector{a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
+  if (auto* a = dynamic_cast<AdamParamState*>(&s))
+    return step = a->step(), std::vector{a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
+  if (auto* a = dynamic_cast<AdamWParamState*>(&s))
+    return step = a->step(), std::vector{a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
   if (auto* a = dynamic_cast<SGDParamState*>(&s)) return step = 0, std::vector{a->momentum_buffer()};
-  if (auto* a = dynamic_cast<RMSpropParamState*>(&s)) return step = a->step(), std::vector{a->square_avg(), a->momentum_buffer(), a->grad_avg()};
+  if (auto* a = dynamic_cast<RMSpropParamState*>(&s))
+    return step = a->step(), std::vector{a->square_avg(), a->momentum_buffer(), a->grad_avg()};
   if (auto* a = dynamic_cast<AdagradParamState*>(&s)) return step = a->step(), std::vector{a->sum()};
   ADD_FAILURE() << "unknown optimizer state";
   return {};
@@ -97,11 +100,13 @@ TEST(FusedStack, EveryOptimizerKindStepsAsItsMembersAndHandsItsStateBack) {
   using Factory = OptimizerFactory;
   auto make = [](auto options) -> Factory {
     return [options](std::vector<torch::Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
-      using O = std::conditional_t<std::is_same_v<decltype(options), optim::AdamOptions>, optim::Adam,
-                std::conditional_t<std::is_same_v<decltype(options), optim::AdamWOptions>, optim::AdamW,
-                std::conditional_t<std::is_same_v<decltype(options), optim::SGDOptions>, optim::SGD,
-                std::conditional_t<std::is_same_v<decltype(options), optim::RMSpropOptions>, optim::RMSprop,
-                                   optim::Adagrad>>>>;
+      using O = std::conditional_t<
+          std::is_same_v<decltype(options), optim::AdamOptions>, optim::Adam,
+          std::conditional_t<
+              std::is_same_v<decltype(options), optim::AdamWOptions>, optim::AdamW,
+              std::conditional_t<std::is_same_v<decltype(options), optim::SGDOptions>, optim::SGD,
+                                 std::conditional_t<std::is_same_v<decltype(options), optim::RMSpropOptions>,
+                                                    optim::RMSprop, optim::Adagrad>>>>;
       return std::make_unique<O>(std::move(ps), options);
     };
   };
@@ -143,7 +148,7 @@ TEST(FusedStack, EveryOptimizerKindStepsAsItsMembersAndHandsItsStateBack) {
       auto a = fused_nets[i].ptr()->parameters(), b = alone[i].ptr()->parameters();
       for (size_t k = 0; k < a.size(); ++k) {
         EXPECT_LT(max_rel(a[k], b[k]), 1e-5) << what << ": member " << i << " parameter " << k;
-        auto& mine = owned[i]->state(), &theirs = alone_opts[i]->state();
+        auto &mine = owned[i]->state(), &theirs = alone_opts[i]->state();
         auto key_a = compat::optimizer_state_key(a[k]), key_b = compat::optimizer_state_key(b[k]);
         ASSERT_EQ(mine.count(key_a), theirs.count(key_b)) << what;
         if (mine.count(key_a) == 0) continue;
@@ -162,9 +167,7 @@ TEST(FusedStack, EveryOptimizerKindStepsAsItsMembersAndHandsItsStateBack) {
   }
 }
 
-TEST(FusedStack, MlpMatchesItsMembers) {
-  expect_stack_matches_members(make_model("mlp:16,8", {3}, 2), {3}, 4);
-}
+TEST(FusedStack, MlpMatchesItsMembers) { expect_stack_matches_members(make_model("mlp:16,8", {3}, 2), {3}, 4); }
 
 TEST(FusedStack, CnnMatchesItsMembers) {
   expect_stack_matches_members(make_model("cnn:4,6", {1, 8, 8}, 3), {1, 8, 8}, 3);
@@ -207,8 +210,7 @@ TEST(FusedStack, SaysWhatItCannotFuse) {
     auto oa = adam()(a1.ptr()->parameters()), ob = adam()(b1.ptr()->parameters());
     a1.forward(torch::ones({1, 2})).sum().backward();
     oa->step();
-    EXPECT_PUSH_ERROR(FusedStack({a1.ptr().get(), b1.ptr().get()}, {oa.get(), ob.get()}, adam()),
-                      "optimizer state");
+    EXPECT_PUSH_ERROR(FusedStack({a1.ptr().get(), b1.ptr().get()}, {oa.get(), ob.get()}, adam()), "optimizer state");
   }
   // Members must share one architecture.
   auto a = make_model("mlp:4", {2}, 1)(), b = make_model("mlp:5", {2}, 1)();
@@ -227,7 +229,7 @@ struct Outcome {
 
 template <class Algo, class... Extra>
 Outcome run(bool fuse, int epochs, const ModuleFactory& model, InferOptions options, const data::Dataset& train,
-        const torch::Tensor& test_x, Extra... extra) {
+            const torch::Tensor& test_x, Extra... extra) {
   Algo algo(model, options.fuse(fuse), extra...);
   algo.fit(train, epochs);
   return {algo.predict(test_x), algo.losses(), algo.fused()};
@@ -246,9 +248,18 @@ void expect_same(const Outcome& a, const Outcome& b, const char* what) {
   }
 }
 
+InferOptions with_cache(InferOptions options, int cache_size) {
+  options.distribution().cache_size(cache_size);
+  return options;
+}
+
 InferOptions small_options() {
   // 5 particles on 2 lanes with room for 2 each: groups {0, 2}, {4}, {1, 3}.
-  return InferOptions().particles(5).devices(2).cache_size(2).intra_op_threads(1).batch_size(32).lr(1e-2).seed(11)
+  return InferOptions()
+      .particles(5)
+      .distribution(PushOptions().devices(2).cache_size(2).intra_op_threads(1).seed(11))
+      .batch_size(32)
+      .lr(1e-2)
       .likelihood(Likelihood::heteroscedastic);
 }
 
@@ -268,7 +279,8 @@ TEST(Fused, EveryAlgorithmGivesTheUnfusedResults) {
     auto swag = SWAGOptions().pretrain_epochs(1).rank(2).samples(4);
     expect_same(run<MultiSWAG>(true, 3, model, options, train, x, swag),
                 run<MultiSWAG>(false, 3, model, options, train, x, swag), "mswag");
-    auto every = SWAGOptions().pretrain_epochs(1).rank(2).samples(4).collect_every_steps(2).collect_momentum(std::nullopt);
+    auto every =
+        SWAGOptions().pretrain_epochs(1).rank(2).samples(4).collect_every_steps(2).collect_momentum(std::nullopt);
     expect_same(run<MultiSWAG>(true, 3, model, options, train, x, every),
                 run<MultiSWAG>(false, 3, model, options, train, x, every), "mswag, collect every 2 steps");
   }
@@ -320,8 +332,8 @@ TEST(Fused, ACheckpointOfAFusedRunResumesUnfusedAndTheOtherWayRound) {
 
 TEST(Fused, ModelsItCannotFuseTrainUnfused) {
   auto model = ModuleFactory([] {
-    return to_any_module(torch::nn::Sequential(torch::nn::Linear(1, 4), torch::nn::BatchNorm1d(4),
-                                               torch::nn::Linear(4, 2)));
+    return to_any_module(
+        torch::nn::Sequential(torch::nn::Linear(1, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 2)));
   });
   Ensemble ens(model, small_options().fuse(true));
   EXPECT_FALSE(ens.fused());
@@ -345,7 +357,7 @@ class Poisoned : public Ensemble {
 TEST(Fused, ADivergingMemberIsNamedAndTheGroupStaysUsable) {
   auto train = regression(64);
   for (bool fuse : {true, false}) {
-    Poisoned ens(make_model("mlp:8", {1}, 2), small_options().particles(4).cache_size(4).fuse(fuse));
+    Poisoned ens(make_model("mlp:8", {1}, 2), with_cache(small_options(), 4).particles(4).fuse(fuse));
     EXPECT_EQ(ens.fused(), fuse);
     EXPECT_PUSH_ERROR(ens.fit(train, 2), "of particle 3 is non-finite");
     // Pins and borrowed handles were given back: the particles still answer.
@@ -369,8 +381,8 @@ TEST(Fused, AGroupWhoseMembersCannotStackTrainsOneByOne) {
   auto train = regression(64);
   auto x = torch::linspace(-1.5, 1.5, 9).unsqueeze(1);
   auto model = make_model("mlp:8", {1}, 2);
-  HalfRows fused(model, small_options().particles(4).cache_size(4).fuse(true));
-  HalfRows plain(model, small_options().particles(4).cache_size(4));
+  HalfRows fused(model, with_cache(small_options(), 4).particles(4).fuse(true));
+  HalfRows plain(model, with_cache(small_options(), 4).particles(4));
   EXPECT_TRUE(fused.fused());
   fused.fit(train, 2);
   plain.fit(train, 2);
@@ -401,17 +413,20 @@ TEST(Fused, AnAlgorithmsOwnEpochHandlerIsKept) {
 
 TEST(Fused, BorrowTakesOnlyThisLanesParticlesAndNeverWaits) {
   Push dist([] { return push::testing::tiny_mlp(); }, PushOptions().devices(2));
-  auto opts = ParticleOptions().optimizer(adam()).on("noop", [](Particle&, const Args&) { return c10::IValue(); })
-      .on("borrow", [](Particle& p, const Args& a) {
-    std::string seen;
-    p.borrow(a[0].toIntVector(), [&](const std::vector<Particle*>& ps) {
-      for (Particle* q : ps) seen += std::to_string(q->pid()) + ":" + std::to_string(q->module().parameters().size()) + " ";
-      if (a[1].toBool()) p.wait(std::vector<PFuture>{});
-      // Any wait, not only Particle::wait: a message to itself cannot be answered meanwhile.
-      if (a.size() > 2) p.send(p.pid(), "noop").wait();
-    });
-    return c10::IValue(seen);
-  });
+  auto opts = ParticleOptions()
+                  .optimizer(adam())
+                  .on("noop", [](Particle&, const Args&) { return c10::IValue(); })
+                  .on("borrow", [](Particle& p, const Args& a) {
+                    std::string seen;
+                    p.borrow(a[0].toIntVector(), [&](const std::vector<Particle*>& ps) {
+                      for (Particle* q : ps)
+                        seen += std::to_string(q->pid()) + ":" + std::to_string(q->module().parameters().size()) + " ";
+                      if (a[1].toBool()) p.wait(std::vector<PFuture>{});
+                      // Any wait, not only Particle::wait: a message to itself cannot be answered meanwhile.
+                      if (a.size() > 2) p.send(p.pid(), "noop").wait();
+                    });
+                    return c10::IValue(seen);
+                  });
   for (int i = 0; i < 4; ++i) dist.p_create(opts);  // lanes: 0, 2 on lane 0; 1, 3 on lane 1
   EXPECT_EQ(dist.p_launch(0, "borrow", std::vector<int64_t>{0, 2}, false).wait().toStringRef(), "0:4 2:4 ");
   EXPECT_PUSH_ERROR(dist.p_launch(0, "borrow", std::vector<int64_t>{1}, false).wait(), "not on the lane");

@@ -64,8 +64,8 @@ class SVGD : public Infer {
   /// One step of a group (fused, or one unfused particle: p): applies φ [g, D] (unless
   /// empty: the epoch's first batch; it stacks a fused group), then returns
   /// (θ [g, D], ∇log p [g, D], each member's nll) at the new θ.
-  c10::IValue group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi,
-                         const torch::Tensor& x, const torch::Tensor& y, int64_t epoch);
+  c10::IValue group_grad(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, const torch::Tensor& x,
+                         const torch::Tensor& y, int64_t epoch);
   /// The epoch's last φ; a fused group's stack then goes back into its members.
   void group_apply(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, int64_t epoch);
   /// "svgd_epoch": the leader drives every group, one message per group and batch.

@@ -58,10 +58,8 @@ class MultiSWAG : public Infer {
   ParticleOptions particle_options() override;
   torch::Tensor predict_particle(Particle& p, const torch::Tensor& x) override;
   void prepare_epoch(Particle& p, int64_t epoch) override;
-  void epoch_hooks(Particle& p, int64_t epoch, std::function<void()>& after_step, std::function<void()>& step) override;
-  void fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch,
-                         std::function<void()>& after_step, std::function<void()>& step,
-                         std::function<void()>& finish) override;
+  StepHooks epoch_hooks(Particle& p, int64_t epoch) override;
+  StepHooks fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) override;
   void finish_epoch(Particle& p, int64_t epoch) override;
   std::string data_parallel_refusal(DataParallelMode mode) const override;
 

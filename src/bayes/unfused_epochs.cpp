@@ -1,0 +1,132 @@
+// The training loop, one particle at a time: an "epoch" message per particle, each running
+// its minibatch steps in its own handler.
+#include <push/core/errors.h>
+
+#include <torch/torch.h>
+
+#include "core/seed.h"
+#include "data_parallel_training.h"
+#include "epoch_engine.h"
+
+namespace push::bayes::detail {
+
+std::map<Pid, double> EpochEngine::launch(Push& dist, const std::vector<std::vector<Pid>>& groups, const char* message,
+                                          const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                                          bool with_group) {
+  std::vector<PFuture> fs;
+  for (const auto& g : groups) {
+    fs.push_back(with_group ? dist.p_launch(g.front(), message, x, y, epoch, g)
+                            : dist.p_launch(g.front(), message, x, y, epoch));
+  }
+  std::map<Pid, double> losses;
+  double running = 0;
+  std::exception_ptr error;  // rethrown once every particle is done: nothing left running
+  for (size_t i = 0; i < fs.size(); ++i) {
+    try {
+      auto value = fs[i].wait();
+      const auto each = value.isDouble() ? std::vector<double>{value.toDouble()} : value.toDoubleVector();
+      for (size_t m = 0; m < each.size(); ++m) {
+        losses[groups[i][m]] = each[m];
+        running += each[m];
+      }
+      algorithm_.report(epoch + 1, algorithm_.fit_last_epoch(), static_cast<int64_t>(losses.size()),
+                        running / static_cast<double>(losses.size()));
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return losses;
+}
+
+void UnfusedEpochs::add_handlers(ParticleOptions& options) {
+  options.on("epoch", [this](Particle& p, const Args& a) {
+    return c10::IValue(particle_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt()));
+  });
+}
+
+std::map<Pid, double> UnfusedEpochs::run(Push& dist, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  std::vector<std::vector<Pid>> groups;
+  for (Pid pid : dist.local_particle_ids()) groups.push_back({pid});
+  return launch(dist, groups, "epoch", x, y, epoch, /*with_group=*/false);
+}
+
+double UnfusedEpochs::particle_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  algorithm_.prepare_epoch(p, epoch);
+  return prepared_epoch(p, x, y, epoch);
+}
+
+double UnfusedEpochs::prepared_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  Infer& a = algorithm_;
+  auto rows = a.epoch_rows(p, x.size(0));
+  Replica* r = a.data_parallel_ ? a.data_parallel_->replica(p.pid()) : nullptr;
+  if (r) {  // this rank's share of the rows, drawn anew each epoch (the same draw on every rank)
+    auto all = rows.defined() ? rows : torch::arange(x.size(0), torch::kLong);
+    auto order = torch::randperm(
+        all.size(0),
+        a.generator(static_cast<uint64_t>(p.pid()), static_cast<uint64_t>(epoch), push::detail::seed_purpose::kShard),
+        torch::kLong);
+    rows = r->shard(all.index_select(0, order));
+    const int64_t batches = (rows.size(0) + a.options().batch_size() - 1) / a.options().batch_size();
+    r->begin_epoch(p, a.fit_last_epoch_ - epoch, batches, a.fit_calls_);
+  }
+  const StepHooks hooks = a.epoch_hooks(p, epoch);
+  const double loss = rows.defined() ? train(p, x.index_select(0, rows), y.index_select(0, rows), epoch, hooks)
+                                     : train(p, x, y, epoch, hooks);
+  if (r) {
+    const int diverged = r->end_epoch(loss);
+    PUSH_CHECK(diverged == 0, "push::bayes::Infer::fit", a.name(), ": the training loss of particle ", p.pid(),
+               " is non-finite in epoch ", epoch + 1, " on ", diverged, " of ", r->ranks(),
+               " ranks: training diverged; lower the learning rate or check the data for huge values");
+    a.check_parameters_finite(p, epoch);
+  }
+  a.finish_epoch(p, epoch);
+  return loss;
+}
+
+double UnfusedEpochs::train(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
+                            const StepHooks& hooks) {
+  Infer& a = algorithm_;
+  Replica* r = a.data_parallel_ ? a.data_parallel_->replica(p.pid()) : nullptr;
+  const int64_t n = x.size(0), bs = a.options().batch_size();
+  auto order = a.epoch_order(p.pid(), epoch, n);
+  double total = 0;
+  int64_t batches = 0;
+  for (int64_t b = 0; b < n; b += bs, ++batches) {
+    auto idx = order.narrow(0, b, std::min(bs, n - b));
+    // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
+    const double loss = step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()), hooks);
+    if (r) {
+      r->note_loss(loss);  // every rank learns of it at the epoch's end (a rank alone would leave the others waiting)
+    } else {
+      a.check_finite(p, epoch, loss);
+    }
+    total += loss;
+    if (hooks.after_step) hooks.after_step();
+  }
+  // Data-parallel: checked after the epoch's end has made every rank's parameters equal.
+  if (!r) a.check_parameters_finite(p, epoch);
+  return total / static_cast<double>(batches);
+}
+
+double UnfusedEpochs::step(Particle& p, const torch::Tensor& x, const torch::Tensor& y, const StepHooks& hooks) {
+  Infer& a = algorithm_;
+  auto& opt = p.optimizer();
+  Replica* r = a.data_parallel_ ? a.data_parallel_->replica(p.pid()) : nullptr;
+  if (r) r->before_forward();
+  opt.zero_grad();
+  auto nll = a.objective().mean_nll(p.any_module().forward(x), y);
+  auto loss = nll + a.objective().neg_log_prior(p.module()) / static_cast<double>(a.dataset_size());
+  loss.backward();
+  std::function<void()> plain;  // the optimizer's own step, when the hooks do not replace it
+  if (!hooks.step) plain = [&opt] { opt.step(); };
+  const std::function<void()>& apply = hooks.step ? hooks.step : plain;
+  if (r) {
+    r->step(p, apply);
+  } else {
+    apply();
+  }
+  return nll.item<double>();
+}
+
+}  // namespace push::bayes::detail
