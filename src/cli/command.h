@@ -22,5 +22,4 @@ struct Registrar {
 
 }  // namespace push::cli
 
-#define PUSH_CLI_COMMAND(name, summary, fn) \
-  static ::push::cli::Registrar push_cli_registrar_##name(#name, summary, fn)
+#define PUSH_CLI_COMMAND(name, summary, fn) static ::push::cli::Registrar push_cli_registrar_##name(#name, summary, fn)

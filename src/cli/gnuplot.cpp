@@ -3,15 +3,15 @@
 // fail push train's own (checked) write of the picture, never leave a truncated one.
 #include "gnuplot.h"
 
-#include <cerrno>
-#include <csignal>
-#include <cstring>
 #include <fcntl.h>
-#include <iostream>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <iostream>
 
 extern char** environ;
 
@@ -44,8 +44,8 @@ bool exchange(int to_child, int from_child, const std::string& input, std::strin
       output.append(buffer, static_cast<size_t>(got));
     }
     if (n == 2 && fds[1].revents) {
-      const ssize_t put = (fds[1].revents & POLLOUT) ? ::write(to_child, input.data() + written, input.size() - written)
-                                                     : -1;
+      const ssize_t put =
+          (fds[1].revents & POLLOUT) ? ::write(to_child, input.data() + written, input.size() - written) : -1;
       if (put < 0 && errno == EINTR) continue;
       if (put > 0) written += static_cast<size_t>(put);
       if (put < 0 || written == input.size()) {
@@ -86,15 +86,19 @@ std::optional<std::string> render_png(const std::string& name, const std::string
   if (rc != 0) {
     ::close(in[1]);
     ::close(out[0]);
-    return skip(rc == ENOENT ? std::string("gnuplot not found") : std::string("cannot run gnuplot: ") + std::strerror(rc));
+    return skip(rc == ENOENT ? std::string("gnuplot not found")
+                             : std::string("cannot run gnuplot: ") + std::strerror(rc));
   }
   // A gnuplot that exits early must not kill us with SIGPIPE.
-  struct sigaction ignore {}, previous {};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &previous);
   std::string png;
-  const std::string input = "set terminal pngcairo size 900,560 font 'sans,11'\nset output\n"
-                            "set key outside top center horizontal\nset grid\n" + script;
+  const std::string input =
+      "set terminal pngcairo size 900,560 font 'sans,11'\nset output\n"
+      "set key outside top center horizontal\nset grid\n" +
+      script;
   const bool sent = exchange(in[1], out[0], input, png);
   ::close(out[0]);
   ::sigaction(SIGPIPE, &previous, nullptr);

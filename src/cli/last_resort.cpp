@@ -3,13 +3,13 @@
 
 #include <c10/util/Exception.h>
 
+#include <pthread.h>
+#include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <pthread.h>
-#include <unistd.h>
 
 #include "core/staged_folder.h"
 
@@ -45,8 +45,10 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
   }
   std::string line = std::string(g_tool) + ": ";
   if (g_has_activity.load()) line += std::string(g_activity) + ": ";
-  if (err != 0) line += std::string(std::strerror(err)) + " (" + what + ")\n";
-  else line += what + "\n";
+  if (err != 0)
+    line += std::string(std::strerror(err)) + " (" + what + ")\n";
+  else
+    line += what + "\n";
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
   push::detail::StagedFolder::abandon_all();

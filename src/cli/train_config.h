@@ -1,5 +1,7 @@
 #pragma once
-// The settings of one `push train` run (filled by its command line).
+// The settings of one `push train` run, filled by its command line (train_command_line.h).
+// What the line leaves to the machine, the data or the checkpoint (--devices, --task,
+// --likelihood, --pretrain-epochs) is settled before training, in place.
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -28,14 +30,26 @@ struct TrainConfig {
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.
   nlohmann::ordered_json identity() const {
-    return {{"algo", algo},           {"model", model},         {"data", data},
-            {"target", target},       {"task", task},           {"likelihood", likelihood},
-            {"particles", particles}, {"batch_size", batch_size}, {"lr", lr},
-            {"test_fraction", test_fraction}, {"seed", seed},   {"limit", limit},
+    return {{"algo", algo},
+            {"model", model},
+            {"data", data},
+            {"target", target},
+            {"task", task},
+            {"likelihood", likelihood},
+            {"particles", particles},
+            {"batch_size", batch_size},
+            {"lr", lr},
+            {"test_fraction", test_fraction},
+            {"seed", seed},
+            {"limit", limit},
             {"dropout", algo == "mcdropout" ? dropout : 0.0},
-            {"rank", algo == "mswag" ? rank : 0}, {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
-            {"swag_lr", algo == "mswag" ? swag_lr : 0.0}, {"collect_every", algo == "mswag" ? collect_every : 0},
-            {"bootstrap", bootstrap}, {"bandwidth", bandwidth}, {"noise_std", noise_std},
+            {"rank", algo == "mswag" ? rank : 0},
+            {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
+            {"swag_lr", algo == "mswag" ? swag_lr : 0.0},
+            {"collect_every", algo == "mswag" ? collect_every : 0},
+            {"bootstrap", bootstrap},
+            {"bandwidth", bandwidth},
+            {"noise_std", noise_std},
             {"prior_std", prior_std}};
   }
 };

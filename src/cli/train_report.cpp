@@ -1,11 +1,11 @@
-// push train's report: metrics, predictions.csv, pictures.
+// push train's report: metrics, predictions.csv, metrics.json and the table on stdout.
 #include "train_report.h"
+
+#include <push/metrics.h>
 
 #include <cmath>
 #include <cstdio>
 #include <sstream>
-
-#include "gnuplot.h"
 
 namespace push::cli {
 namespace {
@@ -27,15 +27,6 @@ std::string label_of(const data::Dataset& d, int64_t k) {
   return text;
 }
 
-/// `text` inside a gnuplot single-quoted string.
-std::string gnuplot_quoted(const std::string& text) {
-  std::string q = "'";
-  for (char ch : text) q += ch == '\'' ? std::string("''") : std::string(1, ch);
-  return q + "'";
-}
-
-torch::Tensor cpu_double(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64).contiguous(); }
-
 /// Names and values that are not finite, "rmse=nan, nll=inf"; empty when all are.
 std::string non_finite(const std::vector<std::pair<std::string, double>>& values) {
   std::string bad;
@@ -46,6 +37,8 @@ std::string non_finite(const std::vector<std::pair<std::string, double>>& values
 }
 
 }  // namespace
+
+torch::Tensor cpu_double(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64).contiguous(); }
 
 Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw, const data::Dataset& test,
                     const data::Standardizer& scaler, const std::vector<double>& losses) {
@@ -60,7 +53,10 @@ Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw
     json bins = json::array();
     std::ostringstream rel;
     for (const auto& b : m.bins) {
-      bins.push_back({{"lower", b.lower}, {"upper", b.upper}, {"count", b.count}, {"accuracy", b.accuracy},
+      bins.push_back({{"lower", b.lower},
+                      {"upper", b.upper},
+                      {"count", b.count},
+                      {"accuracy", b.accuracy},
                       {"confidence", b.confidence}});
       rel << (b.lower + b.upper) / 2 << ' ' << b.accuracy << ' ' << b.confidence << ' ' << b.count << "\n";
     }
@@ -101,7 +97,9 @@ Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw
   }
   std::string bad = non_finite(checked);
   for (size_t epoch = 0; epoch < losses.size() && bad.empty(); ++epoch) {
-    if (!std::isfinite(losses[epoch])) bad = "training loss of epoch " + std::to_string(epoch + 1) + "=" + number(losses[epoch]);
+    if (!std::isfinite(losses[epoch])) {
+      bad = "training loss of epoch " + std::to_string(epoch + 1) + "=" + number(losses[epoch]);
+    }
   }
   PUSH_CHECK(bad.empty(), "push train", "the run diverged: non-finite ", bad,
              " (try a smaller --lr); nothing was written");
@@ -109,60 +107,33 @@ Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw
   return e;
 }
 
-std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw) {
-  if (train_raw.task == data::Task::classification || train_raw.x.dim() != 2 || train_raw.x.size(1) != 1) {
-    return std::nullopt;
-  }
-  const double lo = train_raw.x.min().item<double>(), hi = train_raw.x.max().item<double>(), pad = 0.25 * (hi - lo);
-  return torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
+json metrics_document(const TrainConfig& c, bayes::Infer& infer, int ranks, const TrainData& d, const Evaluation& e,
+                      const Timings& t, const std::vector<std::string>& pictures) {
+  json data_info = {{"name", c.data},
+                    {"task", c.task},
+                    {"train_size", d.train.size()},
+                    {"test_size", d.test.size()},
+                    {"input_shape", d.train.input_shape()},
+                    {"classes", d.train.num_classes}};
+  if (d.classify()) data_info["class_labels"] = d.train_raw.class_labels;
+  json run = {{"epochs", infer.epochs_done()}, {"ranks", ranks},
+              {"devices", c.devices},          {"threads", c.threads},
+              {"fused", infer.fused()},        {"data_parallel", c.data_parallel.empty() ? "no" : c.data_parallel},
+              {"resumed_from", c.resume}};
+  json timings = {{"load_s", t.load_s}, {"train_s", t.train_s}, {"predict_s", t.predict_s}, {"total_s", t.total_s}};
+  return {{"algorithm", c.algo},  {"config", c.identity()},       {"run", run},         {"data", data_info},
+          {"metrics", e.metrics}, {"loss_curve", infer.losses()}, {"timings", timings}, {"pictures", pictures}};
 }
 
-std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c, const Evaluation& e,
-                                        bayes::Infer& infer, const data::Dataset& train_raw,
-                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
-                                        const std::optional<bayes::Predictive>& band) {
-  std::vector<std::string> written;
-  auto picture = [&](const std::string& name, const std::string& script) {
-    if (auto png = render_png(name, script)) {
-      out.write(name + ".png", *png);
-      written.push_back(name + ".png");
-    }
-  };
-  std::ostringstream loss;
-  for (size_t i = 0; i < infer.losses().size(); ++i) loss << i + 1 << ' ' << infer.losses()[i] << "\n";
-  picture("loss", "$loss << EOD\n" + loss.str() + "EOD\nset xlabel 'epoch'\nset ylabel 'training loss (nll per point)'\n"
-          "plot $loss using 1:2 with lines lw 2 title " + gnuplot_quoted(c.algo) + "\n");
-  if (train_raw.task == data::Task::classification) {
-    picture("reliability", "$bins << EOD\n" + e.reliability_data +
-            "EOD\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange [0:1]\n"
-            "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
-            "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
-            "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
-  } else if (grid && band) {
-    // 1-D inputs: the predictive band over a grid wider than the data.
-    const auto& grid_raw = *grid;
-    const auto& gp = *band;
-    auto gm = cpu_double(scaler.unscale_mean(gp.mean)), gs = cpu_double(scaler.unscale_variance(gp.variance).sqrt());
-    auto ge = cpu_double(scaler.unscale_variance(torch::clamp_min(gp.variance - gp.aleatoric, 0)).sqrt());
-    auto gx = cpu_double(grid_raw);
-    std::ostringstream band, points;
-    for (int64_t i = 0; i < gx.size(0); ++i) {
-      const double m = gm[i][0].item<double>(), s = gs[i][0].item<double>(), ep = ge[i][0].item<double>();
-      band << gx[i][0].item<double>() << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << ' ' << m - 2 * ep << ' '
-           << m + 2 * ep << "\n";
-    }
-    auto tx = cpu_double(train_raw.x), ty = cpu_double(train_raw.y);
-    for (int64_t i = 0; i < tx.size(0); ++i) points << tx[i][0].item<double>() << ' ' << ty[i][0].item<double>() << "\n";
-    picture("predictive",
-            "$band << EOD\n" + band.str() + "EOD\n$points << EOD\n" + points.str() + "EOD\n" +
-            "set xlabel " + gnuplot_quoted(train_raw.feature_names.at(0)) + "\nset ylabel " +
-            gnuplot_quoted(train_raw.target_name) + "\n"
-            "plot $band using 1:3:4 with filledcurves fc rgb '#9ecae1' fs transparent solid 0.6 title "
-            "'mean ± 2σ (total)', '' using 1:5:6 with filledcurves fc rgb '#3182bd' fs transparent solid 0.5 "
-            "title '± 2σ epistemic (members disagree)', '' using 1:2 with lines lw 2 lc rgb '#08519c' title "
-            "'predictive mean', $points using 1:2 with points pt 7 ps 0.4 lc rgb '#d95f02' title 'training data'\n");
-  }
-  return written;
+void print_summary(const TrainConfig& c, const bayes::Infer& infer, const TrainData& d, const Evaluation& e,
+                   double train_s, const std::filesystem::path& out) {
+  std::printf("%s on %s (%s): %d particles, %lld epochs, %lld train / %lld test points\n", c.algo.c_str(),
+              c.data.c_str(), c.task.c_str(), c.particles, static_cast<long long>(infer.epochs_done()),
+              static_cast<long long>(d.train.size()), static_cast<long long>(d.test.size()));
+  std::printf("%-22s %12s\n", "test metric", "value");
+  for (const auto& [name, value] : e.table) std::printf("%-22s %12.4f\n", name.c_str(), value);
+  std::printf("%-22s %12.2f\n", "train seconds", train_s);
+  std::printf("outputs in %s\n", out.string().c_str());
 }
 
 }  // namespace push::cli

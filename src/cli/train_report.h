@@ -1,25 +1,31 @@
 #pragma once
 // What `push train` reports about a trained distribution: the test metrics (checked
-// finite), predictions.csv and the pictures.
+// finite), predictions.csv, metrics.json and the table on stdout. The pictures are
+// train_pictures.h.
 #include <push/bayes.h>
 
 #include <nlohmann/json.hpp>
 
-#include <optional>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/staged_folder.h"
 #include "train_config.h"
+#include "train_data.h"
 
 namespace push::cli {
 
 struct Evaluation {
   std::vector<std::pair<std::string, double>> table;  // printed on stdout
-  nlohmann::ordered_json metrics;                      // metrics.json's "metrics"
+  nlohmann::ordered_json metrics;                     // metrics.json's "metrics"
   std::string predictions_csv;
   std::string reliability_data;  // classification: "center accuracy confidence count" per bin
+};
+
+/// Seconds spent on each part of the run: metrics.json's "timings".
+struct Timings {
+  double load_s = 0, train_s = 0, predict_s = 0, total_s = 0;
 };
 
 /// The test metrics of `pred` (on `test`, standardised like the training data; `test_raw`
@@ -28,17 +34,18 @@ struct Evaluation {
 Evaluation evaluate(const bayes::Predictive& pred, const data::Dataset& test_raw, const data::Dataset& test,
                     const data::Standardizer& scaler, const std::vector<double>& losses);
 
-/// The raw inputs of the predictive-band picture (1-D regression: a grid wider than the
-/// data), or nothing when the run has no such picture.
-std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw);
+/// metrics.json: the configuration, how the run ran (on `ranks` ranks), the data, the
+/// metrics, the loss curve, the timings and the names of the `pictures` written.
+nlohmann::ordered_json metrics_document(const TrainConfig& c, bayes::Infer& infer, int ranks, const TrainData& d,
+                                        const Evaluation& e, const Timings& t,
+                                        const std::vector<std::string>& pictures);
 
-/// Renders the run's pictures into `out` (loss curve; reliability diagram or, for 1-D
-/// regression, the predictive band at `grid`, predicted as `band`); returns the names of
-/// those written. gnuplot missing or failing skips a picture with a warning; a failed
-/// write is an error.
-std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c, const Evaluation& e,
-                                        bayes::Infer& infer, const data::Dataset& train_raw,
-                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
-                                        const std::optional<bayes::Predictive>& band);
+/// The table on stdout: what ran on which data, the test metrics, the training time and
+/// where the outputs are.
+void print_summary(const TrainConfig& c, const bayes::Infer& infer, const TrainData& d, const Evaluation& e,
+                   double train_s, const std::filesystem::path& out);
+
+/// `t` in float64 on the CPU, to be read element by element.
+torch::Tensor cpu_double(const torch::Tensor& t);
 
 }  // namespace push::cli

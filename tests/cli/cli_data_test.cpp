@@ -24,8 +24,8 @@ TEST_F(Cli, TruncatedIdxFilesStopTheRun) {
   // Headers announce 100 images of 28x28; the files hold one, or a 10-byte header.
   const std::string one_image = be32(0x803) + be32(100) + be32(28) + be32(28) + std::string(28 * 28, '\x40');
   const std::string labels = be32(0x801) + be32(100) + std::string(100, '\x01');
-  for (const auto& [images, needle] : {std::pair<std::string, std::string>{one_image, "truncated"},
-                                       {one_image.substr(0, 10), "header"}}) {
+  for (const auto& [images, needle] :
+       {std::pair<std::string, std::string>{one_image, "truncated"}, {one_image.substr(0, 10), "header"}}) {
     write("idx/train-images-idx3-ubyte", images);
     write("idx/t10k-images-idx3-ubyte", images);
     write("idx/train-labels-idx1-ubyte", labels);
@@ -67,11 +67,7 @@ TEST_F(Cli, PredictionsReportTheOriginalLabels) {
 
 TEST_F(Cli, MultiSwagWithDefaultPretrainingResumes) {
   // The documented flow: save after some epochs, resume to more, with the defaults.
-  auto a = run("--algo mswag --epochs 4 --particles 2 --samples 2 --quiet --save ck --out a");
-  ASSERT_EQ(a.code, 0) << a.err;
-  auto b = run("--algo mswag --epochs 6 --particles 2 --samples 2 --quiet --resume ck --out b");
-  ASSERT_EQ(b.code, 0) << b.err;
-  EXPECT_EQ(metrics("b")["run"]["epochs"], 6);
+  ASSERT_NO_FATAL_FAILURE(save_then_resume("--algo mswag --particles 2 --samples 2 --quiet", 4, 6));
   // Pre-training stays what the checkpoint's run chose (half of its 4 epochs).
   EXPECT_EQ(metrics("b")["config"]["pretrain_epochs"], 2);
   // An explicit value that disagrees with the checkpoint is still refused.

@@ -8,21 +8,15 @@
 
 #include <chrono>
 #include <tuple>
-#include <thread>
+
+#include "core/clock.h"
 
 namespace {
 using namespace push::testing;
+using namespace std::chrono_literals;
+using push::detail::Clock;
 
 constexpr int64_t KiB = 1024;
-
-/// Folders beside --out / --save that a run stages its outputs in.
-std::vector<std::string> staging_folders(const std::vector<std::string>& names) {
-  std::vector<std::string> staged;
-  for (const auto& n : names) {
-    if (n.find(".partial-") != std::string::npos || n.find(".tmp-") != std::string::npos) staged.push_back(n);
-  }
-  return staged;
-}
 
 TEST_F(Cli, FullDiskIsAOneLineErrorAndPublishesNothing) {
   // 4 KiB: not even the predictions fit. 24 KiB: the tables fit, the pictures do not.
@@ -171,19 +165,24 @@ TEST_F(Cli, StagingFoldersOfKilledRunsAreRemoved) {
 }
 
 TEST_F(Cli, KilledRunsLeaveNothingThatLingers) {
-  // Kill runs at different moments; the next run cleans up after them.
-  for (int delay_ms : {500, 1000, 1500}) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      ::chdir(dir_.c_str());
-      ::execl(PUSH_CLI_BINARY, PUSH_CLI_BINARY, "train", "--epochs", "300", "--particles", "2", "--quiet", "--save", "ck",
-              "--out", "out", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-    kill(pid, SIGKILL);
+  // Kill runs at different moments: once --out is staged, once --save is too, and in the
+  // middle of training; each leaves staging folders behind, and the next run cleans up.
+  for (const std::string moment : {"--out staged", "--save staged", "training"}) {
+    const pid_t pid = start("--epochs 100000 --particles 2 --quiet --save ck --out out", "/dev/null");
+    const std::string out = ".out.partial-" + std::to_string(pid) + "-";
+    const std::string ck = ".ck.partial-" + std::to_string(pid) + "-";
+    const bool reached = Clock::poll_until(Clock::deadline_after(60s), 5ms, [&] {
+      const auto names = entries();
+      const bool out_staged = !staging_folders(names, out).empty(), ck_staged = !staging_folders(names, ck).empty();
+      return out_staged && (moment == "--out staged" || ck_staged);
+    });
+    // Real time is the point here: the run has staged both folders and goes on to train.
+    if (reached && moment == "training") Clock::sleep_for(500ms);
+    ::kill(pid, SIGKILL);
     int status = 0;
-    waitpid(pid, &status, 0);
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(reached) << moment << ": the run did not get there";
+    EXPECT_FALSE(staging_folders(entries(), out).empty()) << moment;
   }
   auto r = run("--epochs 1 --particles 2 --quiet --save ck --out out");
   ASSERT_EQ(r.code, 0) << r.err;

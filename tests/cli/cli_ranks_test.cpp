@@ -7,13 +7,15 @@
 #include <dirent.h>
 
 #include <chrono>
-#include <thread>
 #include <tuple>
 
+#include "core/clock.h"
 #include "test_util.h"
 
 namespace {
 using namespace push::testing;
+using namespace std::chrono_literals;
+using push::detail::Clock;
 
 // What must not depend on how the particles are spread: everything but timings and the
 // layout itself.
@@ -64,13 +66,11 @@ TEST_F(Cli, DataParallelModesTrainAndWriteTheUsualOutputs) {
     EXPECT_NE(r.out.find("[rank 0] test metric"), std::string::npos) << r.out;
   }
   // Saved after 3 epochs and resumed to 6: the numbers of 6 epochs in one go, bit for bit.
-  const std::string dp = " --particles 2 --quiet --nproc 2 --data-parallel blocking";
-  ASSERT_EQ(run("--epochs 6 --out dp-whole" + dp).code, 0);
-  ASSERT_EQ(run("--epochs 3 --out dp-first --save dp-ckpt" + dp).code, 0);
-  auto resumed = run("--epochs 6 --out dp-resumed --resume dp-ckpt" + dp);
-  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
-  EXPECT_EQ(metrics("dp-whole")["metrics"], metrics("dp-resumed")["metrics"]);
-  EXPECT_EQ(metrics("dp-whole")["loss_curve"], metrics("dp-resumed")["loss_curve"]);
+  const std::string dp = "--particles 2 --quiet --nproc 2 --data-parallel blocking";
+  ASSERT_EQ(run("--epochs 6 --out dp-whole " + dp).code, 0);
+  ASSERT_NO_FATAL_FAILURE(save_then_resume(dp, 3, 6));
+  EXPECT_EQ(metrics("dp-whole")["metrics"], metrics("b")["metrics"]);
+  EXPECT_EQ(metrics("dp-whole")["loss_curve"], metrics("b")["loss_curve"]);
   // Bad combinations: (arguments, the exit code or -1 for any but 0, what stderr names).
   const std::vector<std::tuple<std::string, int, std::string>> refused = {
       {"--data-parallel blocking", 1, "needs several ranks"},
@@ -106,8 +106,9 @@ std::vector<pid_t> ranks_tagged(const std::string& tag, int rank) {
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
     if (pid <= 0) continue;
     const std::string env = slurp(fs::path("/proc") / e->d_name / "environ");
-    auto has = [&](const std::string& var) { return env.find(std::string(1, '\0') + var + '\0') != std::string::npos ||
-                                                    env.rfind(var + '\0', 0) == 0; };
+    auto has = [&](const std::string& var) {
+      return env.find(std::string(1, '\0') + var + '\0') != std::string::npos || env.rfind(var + '\0', 0) == 0;
+    };
     if (has(tag) && has("RANK=" + std::to_string(rank))) out.push_back(pid);
   }
   ::closedir(proc);
@@ -121,36 +122,38 @@ TEST_F(Cli, ARankKilledMidTrainingStopsTheJobAndKeepsTheCheckpoint) {
   ASSERT_FALSE(manifest.empty());
   // A long run that would replace the checkpoint; rank 1 is killed while it trains.
   const std::string tag = "PUSH_TEST_TAG=" + std::to_string(::getpid()) + "-killed";
-  const pid_t job = ::fork();
-  if (job == 0) {
-    ::putenv(const_cast<char*>(tag.c_str()));
-    const std::string cmd = "cd '" + dir_.string() + "' && exec '" PUSH_CLI_BINARY
-                            "' train --epochs 100000 --particles 4 --quiet --out second --save ckpt --nproc 2 "
-                            "--devices 1 > run.log 2>&1";
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  const pid_t job = start("--epochs 100000 --particles 4 --quiet --out second --save ckpt --nproc 2 --devices 1",
+                          dir_ / "run.log", {tag});
+  auto stop_job = [&] {  // a test that fails before the kill leaves no job running
+    ::kill(job, SIGKILL);
+    ::waitpid(job, nullptr, 0);
+  };
   std::vector<pid_t> victims;
-  for (int i = 0; i < 600 && victims.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Clock::poll_until(Clock::deadline_after(30s), 50ms, [&] {
     victims = ranks_tagged(tag, 1);
-  }
+    return !victims.empty();
+  });
+  if (victims.size() != 1u) stop_job();
   ASSERT_EQ(victims.size(), 1u) << "rank 1 did not start";
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // well into training
+  // Rank 0 stages --out and --save once every check has passed, just before training.
+  const bool staged = Clock::poll_until(Clock::deadline_after(60s), 20ms, [&] {
+    const auto names = entries();
+    return !staging_folders(names, ".second.partial-").empty() && !staging_folders(names, ".ckpt.partial-").empty();
+  });
+  if (!staged) stop_job();
+  ASSERT_TRUE(staged) << "rank 0 did not get to training: " << slurp(dir_ / "run.log");
+  // Real time is the point here: the kill must land in the epochs, past the distribution's setup.
+  Clock::sleep_for(2s);
   ::kill(victims[0], SIGKILL);
-  const auto killed = std::chrono::steady_clock::now();
+  const auto killed = Clock::now();
   int status = 0;
   pid_t done = 0;
-  while ((done = ::waitpid(job, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - killed < std::chrono::seconds(60)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  Clock::poll_until(Clock::deadline_after(60s), 20ms, [&] { return (done = ::waitpid(job, &status, WNOHANG)) != 0; });
   if (done == 0) {
-    ::kill(job, SIGKILL);
-    ::waitpid(job, &status, 0);
+    stop_job();
     FAIL() << "the job went on after rank 1 died: " << slurp(dir_ / "run.log");
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10)) << slurp(dir_ / "run.log");
+  EXPECT_LT(Clock::now() - killed, 10s) << slurp(dir_ / "run.log");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << slurp(dir_ / "run.log");
   EXPECT_TRUE(ranks_tagged(tag, 0).empty()) << "rank 0 outlived the job";
   // The checkpoint is the first run's, whole, and a run resumes from it.

@@ -93,11 +93,7 @@ TEST_F(Cli, ClassificationCsvWritesCalibration) {
 }
 
 TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
-  auto a = run("--particles 2 --epochs 3 --quiet --save ck --out a");
-  ASSERT_EQ(a.code, 0) << a.err;
-  auto b = run("--particles 2 --epochs 5 --quiet --resume ck --out b");
-  ASSERT_EQ(b.code, 0) << b.err;
-  EXPECT_EQ(metrics("b")["run"]["epochs"], 5);
+  ASSERT_NO_FATAL_FAILURE(save_then_resume("--particles 2 --quiet", 3, 5));
   EXPECT_EQ(metrics("b")["loss_curve"].size(), 5u);
   // The same as five epochs in one go.
   auto c = run("--particles 2 --epochs 5 --quiet --out c");
@@ -150,7 +146,9 @@ TEST_F(Cli, BuiltinIrisWhenInstalled) {
 }
 
 TEST_F(Cli, FashionMnistCnnWhenInstalled) {
-  auto r = run("--data fashion-mnist --model cnn:4,8 --limit 300 --epochs 1 --particles 2 --batch-size 50 --quiet --out fm");
+  auto r =
+      run("--data fashion-mnist --model cnn:4,8 --limit 300 --epochs 1 --particles 2 --batch-size 50 --quiet "
+          "--out fm");
   if (r.code != 0 && r.err.find("fetch-data") != std::string::npos) GTEST_SKIP() << "run scripts/fetch-data";
   ASSERT_EQ(r.code, 0) << r.err;
   auto m = metrics("fm");

@@ -1,14 +1,15 @@
 #pragma once
 // The fixture of the `push train` end-to-end tests: each test gets its own folder, runs
-// the real binary there and reads what it wrote.
+// the real binary there (to completion, or in the background to be killed) and reads
+// what it wrote.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -35,18 +36,31 @@ inline std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-/// Number of lines of `text` (a last line without '\n' counts).
-/// Lines of a program's stderr, not counting the one warning AddressSanitizer's runtime
-/// prints in every process that switches fibers (it cannot be turned off).
+/// Lines of a program's stderr (a last line without '\n' counts), not counting the one
+/// warning AddressSanitizer's runtime prints in every process that switches fibers (it
+/// cannot be turned off).
 inline int64_t lines_of(const std::string& text) {
   std::istringstream in(text);
   int64_t n = 0;
   for (std::string line; std::getline(in, line);) {
     const bool asan_fiber_warning =
-        line.rfind("==", 0) == 0 && line.find("WARNING: ASan doesn't fully support makecontext/swapcontext") != std::string::npos;
+        line.rfind("==", 0) == 0 &&
+        line.find("WARNING: ASan doesn't fully support makecontext/swapcontext") != std::string::npos;
     n += !asan_fiber_warning;
   }
   return n;
+}
+
+/// The staging folders among `names` (core/staged_folder.h: `.NAME.partial-PID-N`, and
+/// temporary files `.NAME.tmp-...`); with `prefix`, only those whose name starts with it
+/// (".out.partial-": --out's; ".out.partial-1234-": --out's of process 1234).
+inline std::vector<std::string> staging_folders(const std::vector<std::string>& names, const std::string& prefix = "") {
+  std::vector<std::string> staged;
+  for (const auto& n : names) {
+    const bool any_staging = n.find(".partial-") != std::string::npos || n.find(".tmp-") != std::string::npos;
+    if (prefix.empty() ? any_staging : n.rfind(prefix, 0) == 0) staged.push_back(n);
+  }
+  return staged;
 }
 
 class Cli : public ::testing::Test {
@@ -67,7 +81,7 @@ class Cli : public ::testing::Test {
   Result run(const std::string& args, int64_t max_file_bytes = -1, const std::string& sub = "",
              const std::vector<std::string>& env = {}) {
     // Output through pipes, not files: a file size cap must not silence the error itself.
-    const std::string cmd = "cd '" + (dir_ / sub).string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
+    const std::string cmd = train_command(args, sub);
     int out[2], err[2];
     if (::pipe(out) != 0 || ::pipe(err) != 0) throw std::runtime_error("pipe");
     const pid_t pid = ::fork();
@@ -80,9 +94,7 @@ class Cli : public ::testing::Test {
         ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
         ::setrlimit(RLIMIT_FSIZE, &cap);
       }
-      for (const auto& var : env) ::putenv(const_cast<char*>(var.c_str()));
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
+      exec_shell(cmd, env);
     }
     ::close(out[1]);
     ::close(err[1]);
@@ -109,6 +121,27 @@ class Cli : public ::testing::Test {
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return r;
   }
+  /// Starts `push train ARGS` in the test's folder without waiting for it, its output to
+  /// the file `log`, `env` added to its environment. Returns its process id: push train's
+  /// own (the shell execs it), for the test to signal and reap.
+  pid_t start(const std::string& args, const fs::path& log, const std::vector<std::string>& env = {}) {
+    const std::string cmd = train_command(args) + " > '" + log.string() + "' 2>&1";
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork");
+    if (pid == 0) exec_shell(cmd, env);
+    return pid;
+  }
+  /// Trains `args` for `first` epochs with --save ck --out a, then resumes ck to `total`
+  /// epochs with --out b: the shape of every save-then-resume test. A run that fails, or a
+  /// resumed run that does not reach `total` epochs, is a fatal failure (call it in
+  /// ASSERT_NO_FATAL_FAILURE); the resumed run's metrics.json is then metrics("b").
+  void save_then_resume(const std::string& args, int64_t first, int64_t total) {
+    const auto saved = run(args + " --epochs " + std::to_string(first) + " --save ck --out a");
+    ASSERT_EQ(saved.code, 0) << saved.out << saved.err;
+    const auto resumed = run(args + " --epochs " + std::to_string(total) + " --resume ck --out b");
+    ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+    ASSERT_EQ(metrics("b")["run"]["epochs"], total);
+  }
   json metrics(const std::string& out) { return json::parse(slurp(dir_ / out / "metrics.json")); }
   fs::path write(const std::string& name, const std::string& text) {
     fs::create_directories((dir_ / name).parent_path());
@@ -132,6 +165,18 @@ class Cli : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(dir_ / sub)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+ private:
+  /// The shell command that runs `push train ARGS` in the folder `sub` of the test's folder.
+  std::string train_command(const std::string& args, const std::string& sub = "") const {
+    return "cd '" + (dir_ / sub).string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
+  }
+  /// In a forked child: adds `env` to the environment and runs the shell `command`.
+  [[noreturn]] static void exec_shell(const std::string& command, const std::vector<std::string>& env) {
+    for (const auto& var : env) ::putenv(const_cast<char*>(var.c_str()));
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
   }
 };
 

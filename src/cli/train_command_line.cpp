@@ -1,0 +1,115 @@
+// The options of push train, with their help texts, defaults and allowed values.
+#include "train_command_line.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <iostream>
+
+namespace push::cli {
+
+std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& c) {
+  const auto up_to_2_40 = CLI::Range(int64_t{1}, int64_t{1} << 40);
+  const auto up_to_100000 = CLI::Range(int64_t{1}, int64_t{100000});
+  CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
+  app.add_option("--algo", c.algo, "ensemble, mswag (MultiSWAG), svgd or mcdropout")
+      ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout"}))
+      ->capture_default_str();
+  app.add_option("--particles", c.particles, "networks in the distribution")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--devices", c.devices,
+                 "device lanes: GPUs, or CPU event loops without CUDA (default: every GPU, else 2)")
+      ->check(CLI::Range(1, 256));
+  // Small networks gain nothing from intra-op parallelism, and on a busy machine its
+  // spinning threads cost more than they give: one per lane unless asked.
+  app.add_option("--threads", c.threads, "intra-op threads per lane")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--epochs", c.epochs, "training epochs (in all, counting resumed ones)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "minibatch size")->check(up_to_2_40)->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate (Adam; mswag collects with SGD, see --swag-lr)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--model", c.model, "mlp:W1,W2,... or cnn[:C1,C2] (image data)")->capture_default_str();
+  app.add_option("--data", c.data,
+                 "built-in set (sine-gap, boston_house_prices, diabetes, iris, wine, breast_cancer, digits, "
+                 "fashion-mnist), a CSV file with a header row, or an IDX directory")
+      ->capture_default_str();
+  app.add_option("--target", c.target, "target column of a CSV file (default: the last)");
+  app.add_option("--task", c.task, "regression or classification (default: the data set's, regression for CSV)")
+      ->check(CLI::IsMember({"regression", "classification"}));
+  app.add_option("--likelihood", c.likelihood,
+                 "regression likelihood: heteroscedastic (the network predicts its noise; default), learned-noise "
+                 "(each particle learns one noise precision, Gamma(1, 0.1) prior, as in the SVGD paper) or gaussian "
+                 "(fixed --noise-std)")
+      ->check(CLI::IsMember({"gaussian", "heteroscedastic", "learned-noise"}));
+  app.add_option("--noise-std", c.noise_std, "noise σ of the gaussian likelihood, in standardised units")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--prior-std", c.prior_std, "σ of the Gaussian prior on the weights")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--test-fraction", c.test_fraction, "held-out fraction (not for IDX data)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--limit", c.limit, "use at most this many training and test rows (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", c.seed, "seed of the split, initialisation, shuffling and sampling")->capture_default_str();
+  app.add_option("--samples", c.samples, "mswag / mcdropout: samples per particle at prediction")
+      ->check(up_to_100000)
+      ->capture_default_str();
+  app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(up_to_100000)->capture_default_str();
+  app.add_option("--pretrain-epochs", c.pretrain_epochs,
+                 "mswag: epochs before collecting moments (default: half of --epochs; when resuming, the checkpoint's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--swag-lr", c.swag_lr,
+                 "mswag: learning rate of the collection phase, SGD with momentum 0.9 (default: --lr x 0.1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
+  app.add_flag("--bootstrap", c.bootstrap, "ensemble: train each particle on a bootstrap resample");
+  app.add_option("--bandwidth", c.bandwidth, "svgd: RBF bandwidth h (default: median heuristic)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", c.out, "output folder")->capture_default_str();
+  app.add_option("--save", c.save, "write a checkpoint (particles + config) to this folder");
+  app.add_option("--resume", c.resume, "continue from a checkpoint written by --save with the same configuration");
+  app.add_flag("--quiet", c.quiet, "no progress bar");
+  auto* fuse = app.add_flag_callback(
+      "--fuse", [&c] { c.fuse = true; },
+      "train each lane's particles as one stacked computation (the default for MLPs; "
+      "models it cannot fuse train unfused)");
+  app.add_flag_callback(
+         "--no-fuse", [&c] { c.fuse = false; }, "train particles one by one (the default for the CNN)")
+      ->excludes(fuse);
+  app.add_option("--data-parallel", c.data_parallel,
+                 "blocking, nonblocking or daso: every rank trains every particle on its share of each epoch's rows "
+                 "(needs several ranks; default: the particles are spread over the ranks)")
+      ->check(CLI::IsMember({"blocking", "nonblocking", "daso"}));
+  app.add_option("--ranks-per-node", c.ranks_per_node,
+                 "daso: ranks per node, consecutive ranks (default: LOCAL_WORLD_SIZE); a divisor of the ranks that "
+                 "leaves at least 2 nodes, e.g. 2 of 4 to simulate 2 nodes on one machine")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--nproc", c.nproc,
+                 "start N local ranks (as push launch does) that train one distribution; under push launch, "
+                 "torchrun --no-python or mpirun the job's ranks are used instead")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "push train: " << e.what() << " (see push train --help)\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace push::cli

@@ -1,0 +1,77 @@
+// Building push train's algorithm from its configuration.
+#include "train_infer.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace push::cli {
+
+int default_devices() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
+                                     : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 2);
+}
+
+bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify) {
+  return classify                          ? bayes::Likelihood::categorical
+         : c.likelihood == "gaussian"      ? bayes::Likelihood::gaussian
+         : c.likelihood == "learned-noise" ? bayes::Likelihood::learned_noise
+                                           : bayes::Likelihood::heteroscedastic;
+}
+
+ModuleFactory make_train_model(const TrainConfig& c, const bayes::ModelSpec& spec, const TrainData& d,
+                               bayes::Likelihood likelihood) {
+  const int64_t outputs = bayes::output_units(likelihood, d.classify() ? d.train.num_classes : d.train.y.size(1));
+  return bayes::make_model(spec, d.train.input_shape(), outputs, c.algo == "mcdropout" ? c.dropout : 0.0);
+}
+
+bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& spec, bayes::Likelihood likelihood,
+                                  const std::optional<dist::World>& world) {
+  const bool data_parallel = !c.data_parallel.empty();
+  // Every particle resident: push train's sets are small, and a fused group is then a lane.
+  auto distribution = PushOptions()
+                          .devices(c.devices)
+                          .intra_op_threads(c.threads)
+                          .cache_size(std::max(1, (c.particles + c.devices - 1) / c.devices))
+                          .seed(c.seed);
+  if (!data_parallel) distribution.world(world);
+  bayes::InferOptions options;
+  options.particles(c.particles)
+      .distribution(distribution)
+      .likelihood(likelihood)
+      .noise_std(c.noise_std)
+      .prior_std(c.prior_std)
+      .batch_size(c.batch_size)
+      .lr(c.lr)
+      .fuse(!data_parallel && c.fuse.value_or(spec.kind != "cnn"));
+  if (data_parallel) {
+    options.data_parallel(bayes::DataParallelSpec(*world, bayes::parse_data_parallel_mode(c.data_parallel))
+                              .ranks_per_node(c.ranks_per_node));
+  }
+  return options;
+}
+
+std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
+  if (c.algo == "ensemble") {
+    return std::make_unique<bayes::Ensemble>(model, options, bayes::EnsembleOptions().bootstrap(c.bootstrap));
+  }
+  if (c.algo == "mswag") {
+    auto s = bayes::SWAGOptions()
+                 .pretrain_epochs(c.pretrain_epochs)
+                 .rank(c.rank)
+                 .samples(c.samples)
+                 .collect_every_steps(c.collect_every);
+    if (c.swag_lr > 0) s.swag_lr(c.swag_lr);
+    return std::make_unique<bayes::MultiSWAG>(model, options, s);
+  }
+  if (c.algo == "svgd") {
+    auto s = bayes::SVGDOptions();
+    if (c.bandwidth > 0) s.bandwidth(c.bandwidth);
+    return std::make_unique<bayes::SVGD>(model, options, s);
+  }
+  if (c.algo == "mcdropout") {
+    return std::make_unique<bayes::MCDropout>(model, options, bayes::McDropoutOptions().samples(c.samples));
+  }
+  throw Error("[push train] unknown algorithm '" + c.algo + "'");
+}
+
+}  // namespace push::cli

@@ -1,0 +1,33 @@
+#pragma once
+// The algorithm push train runs: --algo over the --model networks, with the options of its
+// distribution (particles, lanes, threads, cache, seed, ranks) and of its training.
+#include <push/bayes.h>
+
+#include <memory>
+#include <optional>
+
+#include "train_config.h"
+#include "train_data.h"
+
+namespace push::cli {
+
+/// --devices' default: every GPU; without CUDA 2 CPU lanes (1 on a one-core machine).
+int default_devices();
+
+/// The likelihood --likelihood names (settled by load_train_data; categorical when `classify`).
+bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify);
+
+/// The networks: --model from the data's inputs to the units `likelihood` needs (with
+/// --dropout for mcdropout).
+ModuleFactory make_train_model(const TrainConfig& c, const bayes::ModelSpec& spec, const TrainData& d,
+                               bayes::Likelihood likelihood);
+
+/// The options of the run's distribution and training. `world`: the job's ranks, shared
+/// by the particles or, with --data-parallel, by every particle's rows.
+bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& spec, bayes::Likelihood likelihood,
+                                  const std::optional<dist::World>& world);
+
+/// --algo with its own options (--bootstrap, --rank, --bandwidth, ...).
+std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options);
+
+}  // namespace push::cli

@@ -1,0 +1,81 @@
+// push train's pictures: gnuplot scripts with the run's numbers inline.
+#include "train_pictures.h"
+
+#include <sstream>
+
+#include "gnuplot.h"
+
+namespace push::cli {
+namespace {
+
+/// `text` inside a gnuplot single-quoted string.
+std::string gnuplot_quoted(const std::string& text) {
+  std::string q = "'";
+  for (char ch : text) q += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return q + "'";
+}
+
+}  // namespace
+
+std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw) {
+  if (train_raw.task == data::Task::classification || train_raw.x.dim() != 2 || train_raw.x.size(1) != 1) {
+    return std::nullopt;
+  }
+  const double lo = train_raw.x.min().item<double>(), hi = train_raw.x.max().item<double>(), pad = 0.25 * (hi - lo);
+  return torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
+}
+
+std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c,
+                                        const Evaluation& e, const bayes::Infer& infer, const data::Dataset& train_raw,
+                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
+                                        const std::optional<bayes::Predictive>& band) {
+  std::vector<std::string> written;
+  auto picture = [&](const std::string& name, const std::string& script) {
+    if (auto png = render_png(name, script)) {
+      out.write(name + ".png", *png);
+      written.push_back(name + ".png");
+    }
+  };
+  std::ostringstream loss;
+  for (size_t i = 0; i < infer.losses().size(); ++i) loss << i + 1 << ' ' << infer.losses()[i] << "\n";
+  picture("loss", "$loss << EOD\n" + loss.str() +
+                      "EOD\nset xlabel 'epoch'\nset ylabel 'training loss (nll per point)'\n"
+                      "plot $loss using 1:2 with lines lw 2 title " +
+                      gnuplot_quoted(c.algo) + "\n");
+  if (train_raw.task == data::Task::classification) {
+    picture("reliability",
+            "$bins << EOD\n" + e.reliability_data +
+                "EOD\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange [0:1]\n"
+                "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
+                "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
+                "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
+  } else if (grid && band) {
+    // 1-D inputs: the predictive band over a grid wider than the data.
+    const auto gm = cpu_double(scaler.unscale_mean(band->mean));
+    const auto gs = cpu_double(scaler.unscale_variance(band->variance).sqrt());
+    const auto ge = cpu_double(scaler.unscale_variance(torch::clamp_min(band->variance - band->aleatoric, 0)).sqrt());
+    const auto gx = cpu_double(*grid);
+    std::ostringstream band_rows, points;
+    for (int64_t i = 0; i < gx.size(0); ++i) {
+      const double m = gm[i][0].item<double>(), s = gs[i][0].item<double>(), ep = ge[i][0].item<double>();
+      band_rows << gx[i][0].item<double>() << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << ' ' << m - 2 * ep
+                << ' ' << m + 2 * ep << "\n";
+    }
+    const auto tx = cpu_double(train_raw.x), ty = cpu_double(train_raw.y);
+    for (int64_t i = 0; i < tx.size(0); ++i) {
+      points << tx[i][0].item<double>() << ' ' << ty[i][0].item<double>() << "\n";
+    }
+    picture(
+        "predictive",
+        "$band << EOD\n" + band_rows.str() + "EOD\n$points << EOD\n" + points.str() + "EOD\n" + "set xlabel " +
+            gnuplot_quoted(train_raw.feature_names.at(0)) + "\nset ylabel " + gnuplot_quoted(train_raw.target_name) +
+            "\n"
+            "plot $band using 1:3:4 with filledcurves fc rgb '#9ecae1' fs transparent solid 0.6 title "
+            "'mean ± 2σ (total)', '' using 1:5:6 with filledcurves fc rgb '#3182bd' fs transparent solid 0.5 "
+            "title '± 2σ epistemic (members disagree)', '' using 1:2 with lines lw 2 lc rgb '#08519c' title "
+            "'predictive mean', $points using 1:2 with points pt 7 ps 0.4 lc rgb '#d95f02' title 'training data'\n");
+  }
+  return written;
+}
+
+}  // namespace push::cli

@@ -1,0 +1,81 @@
+// Starting, joining and checking the ranks of a push train run.
+#include "train_ranks.h"
+
+#include <push/data_parallel/daso.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace push::cli {
+namespace {
+
+/// --data-parallel and --ranks-per-node, against the ranks there are.
+void check_data_parallel(const TrainConfig& c, const std::optional<dist::World>& world) {
+  const bool is_data_parallel = !c.data_parallel.empty();
+  PUSH_CHECK(!is_data_parallel || world, "push train", "--data-parallel ", c.data_parallel,
+             " needs several ranks: add --nproc N (N >= 2), or start push train under a launcher");
+  PUSH_CHECK(c.ranks_per_node == 0 || c.data_parallel == "daso", "push train",
+             "--ranks-per-node is for --data-parallel daso");
+  PUSH_CHECK(!is_data_parallel || c.algo != "svgd", "push train",
+             "--data-parallel does not train svgd (its update couples the particles); without --data-parallel the "
+             "ranks share the particles");
+  PUSH_CHECK(!is_data_parallel || c.algo != "mswag" || c.data_parallel == "blocking", "push train",
+             "--algo mswag trains data-parallel only with --data-parallel blocking (it collects every step's "
+             "parameters, which differ between the ranks in ",
+             c.data_parallel, " mode)");
+  PUSH_CHECK(!is_data_parallel || !c.fuse.value_or(false), "push train",
+             "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
+  if (c.data_parallel == "daso") {
+    const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node, world->size());
+    const char* source = c.ranks_per_node > 0                         ? ""
+                         : std::getenv("LOCAL_WORLD_SIZE") != nullptr ? " (LOCAL_WORLD_SIZE)"
+                                                                      : " (all of them: LOCAL_WORLD_SIZE is unset)";
+    PUSH_CHECK(world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
+               "--data-parallel daso needs at least 2 nodes of equal size: ", world->size(), " ranks with ", per_node,
+               " ranks per node", source, " do not make them; set --ranks-per-node (e.g. ",
+               std::max(1, world->size() / 2), ") to simulate nodes on one machine");
+  }
+}
+
+}  // namespace
+
+bool starts_its_ranks(const TrainConfig& c) { return c.nproc > 1 && std::getenv("WORLD_SIZE") == nullptr; }
+
+int relaunch(int argc, char** argv, int nproc) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  PUSH_CHECK(!ec, "push train", "cannot find this program to start its ranks: ", ec.message());
+  std::vector<std::string> args = {"launch", "--nproc", std::to_string(nproc), "--", self.string(), "train"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  std::vector<char*> pointers;
+  for (auto& a : args) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
+  return commands().at("launch").run(static_cast<int>(args.size()), pointers.data());
+}
+
+TrainRanks join_ranks(const TrainConfig& c) {
+  TrainRanks ranks;
+  const char* world_size = std::getenv("WORLD_SIZE");
+  if (world_size != nullptr) {
+    PUSH_CHECK(c.nproc == 1 || c.nproc == std::atoi(world_size), "push train", "--nproc ", c.nproc,
+               " differs from the job's ", world_size, " ranks (WORLD_SIZE)");
+  }
+  if (world_size != nullptr && std::atoi(world_size) > 1) ranks.world.emplace(dist::World::from_env());
+  check_data_parallel(c, ranks.world);
+  return ranks;
+}
+
+}  // namespace push::cli
