@@ -63,9 +63,7 @@ push::bayes::InferOptions options(int lanes, int threads, bool fuse = false) {
   return push::bayes::InferOptions()
       .fuse(fuse)
       .particles(g_particles)
-      .devices(lanes)
-      .intra_op_threads(threads)
-      .cache_size(g_particles)
+      .distribution(push::PushOptions().devices(lanes).intra_op_threads(threads).cache_size(g_particles))
       .batch_size(kBatch)
       .lr(0.01);
 }
@@ -188,7 +186,7 @@ double plain_svgd(const Workload& w, int workers, int threads) {
 template <class Algo>
 double through_push(const Workload& w, int lanes, int threads, bool fuse = false) {
   Algo algo([] { return push::to_any_module(mlp()); }, options(lanes, threads, fuse));
-  algo.dist();  // create the particles outside the timed region, as the plain loop does
+  algo.distribution();  // create the particles outside the timed region, as the plain loop does
   auto t0 = Clock::now();
   algo.fit(w.data, kEpochs);
   return seconds_since(t0);
@@ -255,7 +253,12 @@ BENCHMARK(BM_Ensemble)
     ->ArgNames({"lanes", "threads", "N"})
     ->Iterations(3)
     ->Unit(benchmark::kSecond);
-BENCHMARK(BM_SVGD)->Args({1, 1, 16})->Args({2, 1, 16})->ArgNames({"lanes", "threads", "N"})->Iterations(3)->Unit(benchmark::kSecond);
+BENCHMARK(BM_SVGD)
+    ->Args({1, 1, 16})
+    ->Args({2, 1, 16})
+    ->ArgNames({"lanes", "threads", "N"})
+    ->Iterations(3)
+    ->Unit(benchmark::kSecond);
 
 // The CNN of `push train --model cnn` on 2,048 Fashion-MNIST images, 8 particles, 1 epoch.
 void BM_FusedCnn(benchmark::State& state) {
@@ -269,15 +272,14 @@ void BM_FusedCnn(benchmark::State& state) {
   const int particles = 8;
   auto model = push::bayes::make_model("cnn", train.input_shape(), train.num_classes);
   auto time_it = [&](bool fuse) {
-    push::bayes::Ensemble ens(model, push::bayes::InferOptions()
-                                         .particles(particles)
-                                         .devices(1)
-                                         .intra_op_threads(1)
-                                         .cache_size(particles)
-                                         .batch_size(64)
-                                         .likelihood(push::bayes::Likelihood::categorical)
-                                         .fuse(fuse));
-    ens.dist();
+    push::bayes::Ensemble ens(
+        model, push::bayes::InferOptions()
+                   .particles(particles)
+                   .distribution(push::PushOptions().devices(1).intra_op_threads(1).cache_size(particles))
+                   .batch_size(64)
+                   .likelihood(push::bayes::Likelihood::categorical)
+                   .fuse(fuse));
+    ens.distribution();
     auto t0 = Clock::now();
     ens.fit(train, 1);
     return seconds_since(t0);

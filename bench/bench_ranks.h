@@ -1,36 +1,33 @@
 // Starting the other ranks of a distributed benchmark: rank 0 (no PUSH_DIST_BENCH_CHILD in
 // its environment) picks a free loopback port, sets torchrun's variables and forks + execs
-// itself once per other rank; each child dies with rank 0 (PR_SET_PDEATHSIG).
+// itself once per other rank; each child dies with rank 0 (PR_SET_PDEATHSIG). And the job's
+// store as c10d sees it, for the baselines that call c10d directly.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <push/dist/free_port.h>
+#include <push/dist/world.h>
+
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace push_bench {
 
-/// A loopback port nobody listens on right now (the kernel's pick for port 0).
-inline int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("push bench: cannot find a free port");
-    std::exit(1);
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
+/// A client of `world`'s store (rank 0 hosts it) as c10d's own type: what the raw Gloo
+/// group and LibTorch's TensorPipeAgent meet through. push::dist::Store hides c10d.
+inline c10::intrusive_ptr<c10d::Store> c10d_store(const push::dist::World& world) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(world.options().master_port());
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = world.options().init_timeout();
+  return c10::make_intrusive<c10d::TCPStore>(world.options().master_addr(), o);
 }
 
 /// On rank 0: starts ranks 1 .. world_size-1 and returns their pids. In a child: returns
@@ -38,7 +35,7 @@ inline int free_port() {
 inline std::vector<pid_t> start_ranks(char* argv0, int world_size) {
   if (std::getenv("PUSH_DIST_BENCH_CHILD") != nullptr) return {};
   setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(free_port()).c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(push::dist::free_port()).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
   std::vector<pid_t> peers;
   for (int rank = 1; rank < world_size; ++rank) {

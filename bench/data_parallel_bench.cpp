@@ -1,7 +1,6 @@
-// Blocking DataParallel against its baselines, and non-blocking and DASO against it, one run (the binary starts its own rank 1;
-// every process at 1 intra-op thread and 1 OpenBLAS thread), one row, DataParallel/cnn:
-// push train's CNN (conv 16 - pool - conv 32 - pool - dense 64) on 28x28 images, batches
-// of 64 per rank, SGD.
+// Blocking DataParallel against its baselines, and non-blocking and DASO against it, one run (the binary starts its own
+// rank 1; every process at 1 intra-op thread and 1 OpenBLAS thread), one row, DataParallel/cnn: push train's CNN (conv
+// 16 - pool - conv 32 - pool - dense 64) on 28x28 images, batches of 64 per rank, SGD.
 //   dp_samples_per_s     both ranks together under DataParallel
 //   one_samples_per_s    rank 0 alone, the same loop without DataParallel
 //   speedup              dp / one (the target: >= 1.8 on 2 cores)
@@ -22,9 +21,10 @@
 //   push_bench_data_parallel --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 #include <push/bayes/models.h>
+#include <push/data_parallel/daso.h>
+#include <push/data_parallel/data_parallel.h>
+#include <push/data_parallel/non_blocking_data_parallel.h>
 #include <push/dist.h>
-#include <push/parallel/daso.h>
-#include <push/parallel/data_parallel.h>
 
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -93,13 +93,14 @@ double run(int64_t what, int64_t steps) {
   };
   auto plain = [&] { loop.step(); };
   if (what == kDataParallel) {
-    push::parallel::DataParallel dp(*loop.net.ptr(), *g_all, push::parallel::DataParallelOptions().bucket_bytes(g_bucket));
+    push::data_parallel::DataParallel dp(*loop.net.ptr(), *g_all,
+                                         push::data_parallel::DataParallelOptions().bucket_bytes(g_bucket));
     seconds_of(2, plain);
     return timed(plain);
   }
   if (what == kNonBlocking) {
     torch::nn::Sequential seq = loop.net.get<push::SequentialNet>()->layers();
-    push::parallel::NonBlockingDataParallel nb(seq, *g_all);
+    push::data_parallel::NonBlockingDataParallel nb(seq, *g_all);
     auto step = [&] {
       loop.step([&](const torch::Tensor& x) { return nb.forward(x); },
                 [&] {
@@ -109,14 +110,15 @@ double run(int64_t what, int64_t steps) {
     };
     seconds_of(2, step);
     nb.synchronize();
-    return timed([&, left = steps] () mutable {
+    return timed([&, left = steps]() mutable {
       step();
       if (--left == 0) nb.synchronize();  // the last average is part of the work
     });
   }
   if (what == kDaso) {
-    push::parallel::Daso daso(*loop.net.ptr(), loop.sgd, *g_world,
-                              push::parallel::DasoOptions(1000).ranks_per_node(1).warmup_epochs(0).cooldown_epochs(0));
+    push::data_parallel::Daso daso(
+        *loop.net.ptr(), loop.sgd, *g_world,
+        push::data_parallel::DasoOptions(1000).ranks_per_node(1).warmup_epochs(0).cooldown_epochs(0));
     auto step = [&] { loop.step({}, [&] { daso.step(); }); };
     daso.set_batches_per_epoch(2);  // an untimed first epoch; warm-up 0: cycling from the start
     seconds_of(2, step);
@@ -192,7 +194,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  benchmark::RegisterBenchmark("DataParallel/cnn", BM_DataParallel)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("DataParallel/cnn", BM_DataParallel)
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   auto stop = torch::tensor({int64_t{kStop}, int64_t{0}});

@@ -57,14 +57,19 @@ constexpr int kReduceRanks = 2;  // the all_reduce rows run on ranks 0 and 1
 // Commands from rank 0 (a broadcast to every rank): rank 1 mirrors every measured
 // collective and serves the calls; rank 2 joins the 2-caller rows.
 enum Command : int64_t {
-  kStop = 0, kAllReducePush = 1, kAllReduceRaw = 2, kRpc = 3, kRpcInFlight = 4, kTcpInFlight = 5
+  kStop = 0,
+  kAllReducePush = 1,
+  kAllReduceRaw = 2,
+  kRpc = 3,
+  kRpcInFlight = 4,
+  kTcpInFlight = 5
 };
 constexpr int kCallers = 2, kDepth = 32, kPerCaller = 4000;
 
 struct Job {
   push::dist::World world;
-  push::dist::CollectiveGroup commands;  // every rank
-  push::dist::CollectiveGroup pair;     // ranks 0 and 1
+  push::dist::CollectiveGroup commands;            // every rank
+  push::dist::CollectiveGroup pair;                // ranks 0 and 1
   c10::intrusive_ptr<c10d::ProcessGroupGloo> raw;  // ranks 0 and 1: Gloo called directly
   push::dist::RpcGroup rpc;
   push::dist::RpcGroup sockets;  // the same members, shared memory off
@@ -88,8 +93,7 @@ double memcpy_round_trip(int64_t bytes, int64_t count) {
     std::memcpy(a.data(), b.data(), a.size());
     benchmark::ClobberMemory();
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-         static_cast<double>(count);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(count);
 }
 
 /// Seconds per round trip of `bytes` echoed `count` times over the raw connection.
@@ -102,15 +106,14 @@ double tcp_round_trip(int64_t bytes, int64_t count) {
     write_all(g_tcp, out.data(), out.size());
     read_all(g_tcp, back.data(), back.size());
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-         static_cast<double>(count);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(count);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> make_raw(const push::dist::World& world) {
   auto options = c10d::ProcessGroupGloo::Options::create(world.options().timeout());
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   options->threads = world.options().gloo_threads();
-  auto store = c10::make_intrusive<c10d::PrefixStore>("bench/raw/", world.store());
+  auto store = c10::make_intrusive<c10d::PrefixStore>("bench/raw/", push_bench::c10d_store(world));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, world.rank(), kReduceRanks, options);
 }
 
@@ -125,8 +128,10 @@ void all_reduce_loop(bool raw, int64_t bytes, int64_t count) {
   auto t = torch::ones({bytes / 4}, torch::kFloat);
   std::vector<at::Tensor> v{t};
   for (int64_t i = 0; i < count; ++i) {
-    if (raw) g_job->raw->allreduce(v)->wait();
-    else g_job->pair.all_reduce(t);
+    if (raw)
+      g_job->raw->allreduce(v)->wait();
+    else
+      g_job->pair.all_reduce(t);
   }
 }
 
@@ -282,12 +287,14 @@ int main(int argc, char** argv) {
     job.raw = make_raw(job.world);
   }
   job.rpc = job.world.rpc_group("bench", job.world.names());
-  job.sockets = job.world.rpc_group("bench-sockets", job.world.names(),
-                                    push::dist::RpcGroupOptions().shared_memory(false));
+  job.sockets =
+      job.world.rpc_group("bench-sockets", job.world.names(), push::dist::RpcGroupOptions().shared_memory(false));
   g_job = &job;
   std::thread echo;
-  if (job.world.rank() == 1) echo = push_bench::serve_tcp_echo(*job.world.store(), kCallers);
-  else g_tcp = push_bench::connect_tcp_echo(*job.world.store());
+  if (job.world.rank() == 1)
+    echo = push_bench::serve_tcp_echo(job.world.store(), kCallers);
+  else
+    g_tcp = push_bench::connect_tcp_echo(job.world.store());
   if (child) {
     follow();
     job.rpc.shutdown();
@@ -298,16 +305,36 @@ int main(int argc, char** argv) {
   }
   for (int64_t bytes = 1 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
     benchmark::RegisterBenchmark(("AllReduce/raw_gloo/" + std::to_string(bytes)).c_str(), BM_AllReduce, true)
-        ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(bytes)
+        ->Iterations(3)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("AllReduce/push/" + std::to_string(bytes)).c_str(), BM_AllReduce, false)
-        ->Arg(bytes)->Iterations(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(bytes)
+        ->Iterations(3)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("Rpc/small", BM_Rpc, false)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Rpc/1MiB", BM_Rpc, false)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("Rpc/64MiB", BM_Rpc, false)->Arg(64 << 20)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Rpc/1MiB_sockets", BM_Rpc, true)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("Rpc/64MiB_sockets", BM_Rpc, true)->Arg(64 << 20)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Rpc/inflight64", BM_RpcInFlight)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Rpc/64MiB", BM_Rpc, false)
+      ->Arg(64 << 20)
+      ->Iterations(10)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Rpc/1MiB_sockets", BM_Rpc, true)
+      ->Arg(1 << 20)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/64MiB_sockets", BM_Rpc, true)
+      ->Arg(64 << 20)
+      ->Iterations(10)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Rpc/inflight64", BM_RpcInFlight)
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   command(kStop, 0, 0);

@@ -41,13 +41,14 @@ push::ParticleOptions particle(const Workload& w) {
         return std::make_unique<torch::optim::Adam>(ps, torch::optim::AdamOptions(0.01));
       })
       .on("ping", [](push::Particle&, const push::Args& a) { return a.at(0); })
-      .on("drive", [](push::Particle& p, const push::Args& a) {
-        const push::Pid to = a.at(0).toInt();
-        const int64_t n = a.at(1).toInt();
-        auto payload = torch::ones({4});
-        for (int64_t i = 0; i < n; ++i) p.send(to, "ping", payload).wait();
-        return c10::IValue();
-      })
+      .on("drive",
+          [](push::Particle& p, const push::Args& a) {
+            const push::Pid to = a.at(0).toInt();
+            const int64_t n = a.at(1).toInt();
+            auto payload = torch::ones({4});
+            for (int64_t i = 0; i < n; ++i) p.send(to, "ping", payload).wait();
+            return c10::IValue();
+          })
       .on("epoch", [&w](push::Particle& p, const push::Args&) {
         for (int b = 0; b < kPoints; b += kBatch) p.step(mse, w.x.narrow(0, b, kBatch), w.y.narrow(0, b, kBatch));
         return c10::IValue();

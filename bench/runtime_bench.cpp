@@ -24,9 +24,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <latch>
-#include <condition_variable>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -37,9 +37,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -120,8 +118,8 @@ BENCHMARK(BM_MessageRoundTrip)->Arg(0)->Arg(1)->ArgName("cross_lane")->Iteration
 
 void BM_LaunchRoundTrip(benchmark::State& state) {
   push::Push dist([] { return torch::nn::Linear(1, 1); }, push::PushOptions().intra_op_threads(1));
-  push::Pid a = dist.p_create(push::ParticleOptions().on(
-      "pong", [](push::Particle&, const push::Args&) { return c10::IValue(); }));
+  push::Pid a = dist.p_create(
+      push::ParticleOptions().on("pong", [](push::Particle&, const push::Args&) { return c10::IValue(); }));
   std::vector<double> us;
   for (auto _ : state) {
     auto t0 = Clock::now();
@@ -145,11 +143,12 @@ void BM_CacheSwap(benchmark::State& state) {
                   .optimizer([](std::vector<torch::Tensor> ps) {
                     return std::make_unique<torch::optim::Adam>(ps, torch::optim::AdamOptions(1e-3));
                   })
-                  .on("prime", [width](push::Particle& p, const push::Args&) {
-                    auto x = torch::ones({1, width});
-                    p.step([](const torch::Tensor& o, const torch::Tensor&) { return o.sum(); }, x, x).wait();
-                    return c10::IValue();
-                  })
+                  .on("prime",
+                      [width](push::Particle& p, const push::Args&) {
+                        auto x = torch::ones({1, width});
+                        p.step([](const torch::Tensor& o, const torch::Tensor&) { return o.sum(); }, x, x).wait();
+                        return c10::IValue();
+                      })
                   .on("touch", [](push::Particle&, const push::Args&) { return c10::IValue(); });
   auto run = [&](int cache_size) {
     push::Push dist(factory, push::PushOptions().cache_size(cache_size).intra_op_threads(1));
@@ -277,8 +276,13 @@ void BM_EnsembleOverhead(benchmark::State& state) {
 }
 // (lanes, intra-op threads per lane): the plain baseline runs `lanes` threads with the same
 // intra-op threads each.
-BENCHMARK(BM_EnsembleOverhead)->Args({1, 1})->Args({1, 2})->Args({2, 1})->ArgNames({"lanes", "threads"})
-    ->Iterations(4)->Unit(benchmark::kSecond);
+BENCHMARK(BM_EnsembleOverhead)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({2, 1})
+    ->ArgNames({"lanes", "threads"})
+    ->Iterations(4)
+    ->Unit(benchmark::kSecond);
 
 }  // namespace
 

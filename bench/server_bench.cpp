@@ -173,9 +173,18 @@ int main(int argc, char** argv) {
     job.rpc.shutdown();
     return 0;
   }
-  benchmark::RegisterBenchmark("OrderedServer/3clients", BM_OrderedServer)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("GradServer/4clients_1MiB", BM_GradServer)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("ThreadPool/map_10000", BM_ThreadPoolMap)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("OrderedServer/3clients", BM_OrderedServer)
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("GradServer/4clients_1MiB", BM_GradServer)
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("ThreadPool/map_10000", BM_ThreadPoolMap)
+      ->Iterations(5)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   auto stop = torch::tensor({int64_t{kStop}, int64_t{0}});

@@ -2,7 +2,7 @@
 // count, then the bytes) echoed by one rank over plain loopback connections (TCP_NODELAY).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <push/dist/store.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -56,7 +56,7 @@ inline void no_delay(int fd) {
 
 /// The echoing rank: listens on a free loopback port, publishes it in the store, accepts
 /// `clients` connections and echoes each on a thread of its own until it closes.
-inline std::thread serve_tcp_echo(c10d::Store& store, int clients = 1) {
+inline std::thread serve_tcp_echo(const push::dist::Store& store, int clients = 1) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -90,7 +90,7 @@ inline std::thread serve_tcp_echo(c10d::Store& store, int clients = 1) {
 }
 
 /// A client's connection to the echo.
-inline int connect_tcp_echo(c10d::Store& store) {
+inline int connect_tcp_echo(const push::dist::Store& store) {
   const auto bytes = store.get("bench/tcp_port");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

@@ -31,8 +31,8 @@
 // under `taskset -c 0` for the cost without cross-core wakeups.
 //   push_bench_transport --benchmark_counters_tabular=true 2>/dev/null   (the agent logs)
 #include <tensorpipe/tensorpipe.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/rpc/tensorpipe_agent.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <benchmark/benchmark.h>
 #include <push/dist.h>
@@ -118,7 +118,8 @@ TpSetup tp_setup(Kind kind) {
 /// A context with just `setup`'s transport and channel, or nullptr and why when TensorPipe
 /// finds either not viable here.
 std::shared_ptr<tensorpipe::Context> tp_context(const TpSetup& setup, std::string& why) {
-  auto transport = setup.transport == "shm" ? tensorpipe::transport::shm::create() : tensorpipe::transport::uv::create();
+  auto transport =
+      setup.transport == "shm" ? tensorpipe::transport::shm::create() : tensorpipe::transport::uv::create();
   auto channel = setup.channel == "cma" ? tensorpipe::channel::cma::create() : tensorpipe::channel::basic::create();
   for (const auto& [viable, name] : {std::pair{transport->isViable(), "transport " + setup.transport},
                                      std::pair{channel->isViable(), "channel " + setup.channel}}) {
@@ -260,7 +261,7 @@ class Agent final : public Server {
   Agent() {
     const auto& world = g_job->world;
     auto store = c10::make_intrusive<c10d::PrefixStore>("bench/agent/" + std::to_string(g_job->agents++) + "/",
-                                                        world.store());
+                                                        push_bench::c10d_store(world));
     rpc::TensorPipeRpcBackendOptions options(rpc::kDefaultNumWorkerThreads, c10::nullopt, c10::nullopt,
                                              rpc::kDefaultRpcTimeoutSeconds, rpc::kDefaultInitMethod);
     agent = std::make_shared<rpc::TensorPipeAgent>(store, world.name(), static_cast<rpc::worker_id_t>(world.rank()),
@@ -319,10 +320,14 @@ class TcpClient final : public Client {
 /// Rank 0: opens `kind` on both ranks; nullptr and why if it cannot run here.
 std::unique_ptr<Client> open(Kind kind, std::string& why) {
   switch (kind) {
-    case Kind::push: return std::make_unique<PushClient>();
-    case Kind::tcp: return std::make_unique<TcpClient>();
-    case Kind::agent: return std::make_unique<AgentClient>();
-    default: break;
+    case Kind::push:
+      return std::make_unique<PushClient>();
+    case Kind::tcp:
+      return std::make_unique<TcpClient>();
+    case Kind::agent:
+      return std::make_unique<AgentClient>();
+    default:
+      break;
   }
   const TpSetup setup = tp_setup(kind);
   auto context = tp_context(setup, why);
@@ -373,7 +378,8 @@ void BM_Echo(benchmark::State& state, Kind kind) {
   }
   const int64_t bytes = state.range(0);
   const auto arg = torch::arange(bytes / 4, torch::kFloat);
-  if (std::memcmp(client->round_trip(arg), arg.data_ptr(), arg.nbytes()) != 0) fail("the echo differs from the argument");
+  if (std::memcmp(client->round_trip(arg), arg.data_ptr(), arg.nbytes()) != 0)
+    fail("the echo differs from the argument");
   const pid_t peer = g_job->peer;
   state.counters["threads"] = thread_count(peer);
   double seconds = 0;
@@ -412,13 +418,13 @@ int main(int argc, char** argv) {
   Job job{std::move(world), std::move(rpc), std::move(control), peer};
   g_job = &job;
   if (peer == 0) {
-    std::thread echo = serve_tcp_echo(*job.world.store());
+    std::thread echo = serve_tcp_echo(job.world.store());
     follow();
     job.rpc.shutdown();
     echo.join();  // ends when rank 0 closes its connection
     return 0;
   }
-  auto tcp = std::make_unique<TcpEcho>(*job.world.store());
+  auto tcp = std::make_unique<TcpEcho>(job.world.store());
   g_tcp = tcp.get();
   const std::pair<const char*, int64_t> sizes[] = {{"16B", 16}, {"1MiB", 1 << 20}, {"64MiB", int64_t{64} << 20}};
   for (const auto& [label, bytes] : sizes) {

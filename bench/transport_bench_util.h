@@ -4,9 +4,8 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <push/dist/store.h>
 #include <torch/torch.h>
-#include <c10/util/intrusive_ptr.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "bench_ranks.h"
 #include "tcp_echo.h"
@@ -25,6 +24,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,10 +52,10 @@ inline pid_t start_second_rank(char* argv0) {
 /// when it has carried the command out (its answer is the key's value).
 class Control {
  public:
-  explicit Control(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  explicit Control(push::dist::Store store) : store_(std::move(store)) {}
 
   void post(const std::string& command) { set("bench/cmd/" + std::to_string(next_), command); }
-  std::string answer() { return take("bench/ack/" + std::to_string(next_++), store_->getTimeout()); }
+  std::string answer() { return take("bench/ack/" + std::to_string(next_++), std::nullopt); }
   std::string call(const std::string& command) {
     post(command);
     return answer();
@@ -67,15 +67,19 @@ class Control {
 
  private:
   void set(const std::string& key, const std::string& value) {
-    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    store_.set(key, std::vector<uint8_t>(value.begin(), value.end()));
   }
-  std::string take(const std::string& key, std::chrono::milliseconds timeout) {
-    store_->wait({key}, timeout);
-    const auto bytes = store_->get(key);
+  /// Waits for `key` at most `timeout`; without one, as long as the store waits (init_timeout).
+  std::string take(const std::string& key, std::optional<std::chrono::milliseconds> timeout) {
+    if (timeout)
+      store_.wait({key}, *timeout);
+    else
+      store_.wait({key});
+    const auto bytes = store_.get(key);
     return {bytes.begin(), bytes.end()};
   }
 
-  c10::intrusive_ptr<c10d::Store> store_;
+  push::dist::Store store_;
   int64_t next_ = 0;
 };
 
@@ -90,7 +94,7 @@ using push_bench::write_all;
 /// where the echo landed (valid until the next call).
 class TcpEcho {
  public:
-  explicit TcpEcho(c10d::Store& store) : fd_(push_bench::connect_tcp_echo(store)) {}
+  explicit TcpEcho(const push::dist::Store& store) : fd_(push_bench::connect_tcp_echo(store)) {}
   TcpEcho(const TcpEcho&) = delete;
   TcpEcho& operator=(const TcpEcho&) = delete;
   ~TcpEcho() { close(fd_); }

@@ -1,15 +1,17 @@
 #pragma once
-// The push library: many networks trained together, concurrently, on LibTorch.
-// Includes all of LibTorch's C++ frontend, as a push program uses it throughout.
+// The push library, everything: many networks trained together, concurrently, on
+// LibTorch. Each area also has an umbrella of its own (push/core.h, push/runtime.h,
+// push/dist.h, push/bayes.h, ...) for a program that uses only some; docs/architecture.md
+// has the map. Includes all of LibTorch's C++ frontend, as a push program uses it throughout.
 #include <torch/torch.h>
 
-#include <push/core/errors.h>
-#include <push/core/future.h>
-#include <push/runtime/options.h>
-#include <push/runtime/particle.h>
-#include <push/runtime/push.h>
-#include <push/runtime/types.h>
-#include <push/runtime/view.h>
-#include <push/version.h>
 #include <push/bayes.h>
+#include <push/core.h>
+#include <push/data.h>
+#include <push/data_parallel.h>
 #include <push/dist.h>
+#include <push/metrics.h>
+#include <push/parallel.h>
+#include <push/runtime.h>
+#include <push/server.h>
+#include <push/version.h>

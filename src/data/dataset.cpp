@@ -95,8 +95,8 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
 /// The networks train in float32: a cell finite as a double (1e39) may not be one there.
 float to_float32(const Table& t, size_t row, size_t column, const char* origin) {
   const auto v = static_cast<float>(t.rows[row][column]);
-  PUSH_CHECK(std::isfinite(v), origin, t.source, " line ", t.lines[row], ", column '", t.names[column], "': ",
-             t.rows[row][column], " is beyond the range of float32 (the networks' precision, at most ±3.4e38)");
+  PUSH_CHECK(std::isfinite(v), origin, t.source, " line ", t.lines[row], ", column '", t.names[column],
+             "': ", t.rows[row][column], " is beyond the range of float32 (the networks' precision, at most ±3.4e38)");
   return v;
 }
 
@@ -289,8 +289,10 @@ std::pair<Dataset, Dataset> split(const Dataset& all, double test_fraction, uint
 std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions& options, double test_fraction,
                                        uint64_t seed) {
   fs::path idx_dir;
-  if (spec == "fashion-mnist") idx_dir = data_dir() / "fashion-mnist";
-  else if (fs::is_directory(spec)) idx_dir = spec;
+  if (spec == "fashion-mnist")
+    idx_dir = data_dir() / "fashion-mnist";
+  else if (fs::is_directory(spec))
+    idx_dir = spec;
   if (!idx_dir.empty()) {
     auto train = load(spec, options, seed);
     auto test = load_idx(idx_dir, false);

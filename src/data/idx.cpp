@@ -42,7 +42,8 @@ IdxFile read_idx(const fs::path& path, uint32_t magic, int rank) {
   for (int i = 1; i <= rank; ++i) {
     f.dims.push_back(word(i));
     PUSH_CHECK(word(i) > 0, kOrigin, path.string(), ": dimension ", i, " of its header is 0");
-    PUSH_CHECK(expected <= (size_t{1} << 40) / word(i), kOrigin, path.string(), ": its header announces an absurd size");
+    PUSH_CHECK(expected <= (size_t{1} << 40) / word(i), kOrigin, path.string(),
+               ": its header announces an absurd size");
     expected *= word(i);
   }
   const size_t have = all.size() - header;

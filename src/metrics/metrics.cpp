@@ -1,6 +1,6 @@
 // Regression and classification metrics of predictive distributions.
-#include <push/metrics/metrics.h>
 #include <push/core/errors.h>
+#include <push/metrics/metrics.h>
 
 #include <torch/torch.h>
 
@@ -36,8 +36,8 @@ double rmse(const torch::Tensor& mean, const torch::Tensor& y) {
 }
 
 double gaussian_nll(const torch::Tensor& mean, const torch::Tensor& variance, const torch::Tensor& y) {
-  PUSH_CHECK(mean.sizes() == y.sizes() && variance.sizes() == y.sizes(), "push::metrics::gaussian_nll",
-             "mean ", mean.sizes(), ", variance ", variance.sizes(), " and y ", y.sizes(), " differ");
+  PUSH_CHECK(mean.sizes() == y.sizes() && variance.sizes() == y.sizes(), "push::metrics::gaussian_nll", "mean ",
+             mean.sizes(), ", variance ", variance.sizes(), " and y ", y.sizes(), " differ");
   auto m = host(mean), v = host(variance), t = host(y);
   auto per = 0.5 * (torch::log(2 * std::numbers::pi * v) + (t - m).pow(2) / v);
   if (per.dim() > 1) per = per.flatten(1).sum(1);

@@ -27,7 +27,9 @@ class Idx : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  void write(const std::string& name, const std::string& bytes) { std::ofstream(dir_ / name, std::ios::binary) << bytes; }
+  void write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+  }
   /// `n` images of 3x2 pixels (pixel value = 10 * image + position) and their labels.
   static std::string images(uint32_t n, uint32_t header_n) {
     std::string s = be32(0x803) + be32(header_n) + be32(3) + be32(2);

@@ -1,6 +1,6 @@
 // Metrics against values computed by hand.
-#include <push/metrics/metrics.h>
 #include <push/core/errors.h>
+#include <push/metrics/metrics.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -36,8 +36,7 @@ double accuracy(const torch::Tensor& probs, const torch::Tensor& labels);
 double nll(const torch::Tensor& probs, const torch::Tensor& labels);
 /// Mean over points of sum_c (p_c - [c == label])^2.
 double brier(const torch::Tensor& probs, const torch::Tensor& labels);
-std::vector<ReliabilityBin> reliability_bins(const torch::Tensor& probs, const torch::Tensor& labels,
-                                             int bins = 15);
+std::vector<ReliabilityBin> reliability_bins(const torch::Tensor& probs, const torch::Tensor& labels, int bins = 15);
 /// Expected calibration error: sum_b (n_b / N) |accuracy_b - confidence_b|, equal-width bins.
 double ece(const torch::Tensor& probs, const torch::Tensor& labels, int bins = 15);
 

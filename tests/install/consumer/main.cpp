@@ -11,15 +11,13 @@ int main() {
                   })
                   .on("train", [](push::Particle& p, const push::Args& a) {
                     auto x = a[0].toTensor();
-                    auto mse = [](const torch::Tensor& o, const torch::Tensor& y) {
-                      return torch::mse_loss(o, y);
-                    };
+                    auto mse = [](const torch::Tensor& o, const torch::Tensor& y) { return torch::mse_loss(o, y); };
                     return p.step(mse, x, 3 * x).wait();
                   });
   std::vector<push::PFuture> fs;
   for (int i = 0; i < 4; ++i) fs.push_back(dist.p_launch(dist.p_create(opts), "train", torch::ones({8, 1})));
   dist.p_wait(fs);
-  std::cout << "consumer: " << dist.num_particles() << " particles trained, version "
-            << PUSH_VERSION_STRING << std::endl;
+  std::cout << "consumer: " << dist.num_particles() << " particles trained, version " << PUSH_VERSION_STRING
+            << std::endl;
   return 0;
 }

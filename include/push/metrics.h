@@ -1,0 +1,3 @@
+#pragma once
+// push::metrics: how good a predictive distribution is (RMSE, NLL, accuracy, Brier, ECE).
+#include <push/metrics/metrics.h>
