@@ -33,6 +33,16 @@ inline OptimizerFactory adam(double lr = 1e-2) {
   };
 }
 
+/// SGD with momentum: an optimizer with per-parameter state.
+inline OptimizerFactory sgd_momentum(double lr = 0.05) {
+  return [lr](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(lr).momentum(0.9));
+  };
+}
+
+/// The smallest module: 1 -> 1.
+inline torch::nn::AnyModule scalar_module() { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); }
+
 inline torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& label) { return torch::mse_loss(out, label); }
 
 /// Expects `statement` to throw a push::Error (or subclass) whose text contains `needle`.

@@ -8,7 +8,7 @@
 
 namespace push::bayes::detail {
 namespace {
-constexpr const char* kOrigin = "push::bayes::Infer (data parallel)";
+constexpr const char* kDataParallelTraining = "push::bayes::Infer (data parallel)";
 }  // namespace
 
 Replica::Replica(const DataParallelSpec& spec) : spec_(spec) {
@@ -59,14 +59,16 @@ void Replica::before_forward() {
 }
 
 void Replica::step(Particle& p, const std::function<void()>& apply) {
-  PUSH_CHECK(!params_.empty(), kOrigin, "particle ", p.pid(), ": a step outside an epoch (no begin_epoch)");
+  PUSH_CHECK(!params_.empty(), kDataParallelTraining, "particle ", p.pid(),
+             ": a step outside an epoch (no begin_epoch)");
   if (daso_) {
     daso_->step(apply);
   } else if (gradients_) {
     gradients_->average(params_);
     apply();
   } else {
-    PUSH_CHECK(!parameters_->outstanding(), kOrigin, "particle ", p.pid(), ": a step with an average still in flight");
+    PUSH_CHECK(!parameters_->outstanding(), kDataParallelTraining, "particle ", p.pid(),
+               ": a step with an average still in flight");
     apply();
     parameters_->start(params_);
   }

@@ -14,10 +14,11 @@
 #include "learned_noise.h"
 
 namespace push::bayes {
-namespace {
-
 namespace nn = torch::nn;
-namespace F = torch::nn::functional;
+
+// The plan's types have a name outside this file's anonymous namespace: FusedStack::Impl,
+// a class with linkage, holds them.
+namespace fused_plan {
 
 enum class Kind { flatten, linear, conv2d, maxpool2d, relu, leaky_relu, tanh, sigmoid, identity, dropout };
 
@@ -31,6 +32,14 @@ struct Op {
   std::vector<DropoutImpl*> dropouts;  // one per member: each draws its own masks
   std::string signature;               // what must match across members
 };
+
+}  // namespace fused_plan
+
+namespace {
+
+namespace F = torch::nn::functional;
+using fused_plan::Kind;
+using fused_plan::Op;
 
 // The Sequential of a network: under the learned-noise wrapper (set in *wrapper) and the
 // runtime's SequentialNet (how a factory's Sequential becomes an AnyModule).

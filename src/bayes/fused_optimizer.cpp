@@ -10,7 +10,7 @@ namespace push::bayes {
 namespace {
 
 using namespace torch::optim;
-constexpr const char* kOrigin = "push::bayes::FusedStack";
+constexpr const char* kFusedStack = "push::bayes::FusedStack";
 
 // The tensors and step counter of a per-parameter state, for the optimizers LibTorch ships.
 struct Fields {
@@ -27,7 +27,7 @@ Fields fields_of(OptimizerParamState& s) {
   if (auto* a = dynamic_cast<RMSpropParamState*>(&s))
     return {{&a->square_avg(), &a->momentum_buffer(), &a->grad_avg()}, &a->step()};
   if (auto* a = dynamic_cast<AdagradParamState*>(&s)) return {{&a->sum()}, &a->step()};
-  PUSH_CHECK(false, kOrigin, "only Adam, AdamW, SGD, RMSprop and Adagrad are fused");
+  PUSH_CHECK(false, kFusedStack, "only Adam, AdamW, SGD, RMSprop and Adagrad are fused");
   return {};
 }
 
@@ -46,10 +46,10 @@ bool same_options(const OptimizerOptions& a, const OptimizerOptions& b) {
 }  // namespace
 
 void check_fusable(const Optimizer& optimizer) {
-  PUSH_CHECK(optimizer.param_groups().size() == 1, kOrigin, "an optimizer with ", optimizer.param_groups().size(),
+  PUSH_CHECK(optimizer.param_groups().size() == 1, kFusedStack, "an optimizer with ", optimizer.param_groups().size(),
              " parameter groups is not fused");
   const auto& options = optimizer.param_groups()[0].options();
-  PUSH_CHECK(same_options(options, options), kOrigin,
+  PUSH_CHECK(same_options(options, options), kFusedStack,
              "only Adam, AdamW, SGD, RMSprop and Adagrad are fused (their updates are element-wise)");
 }
 
@@ -61,16 +61,17 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
       stacks_(std::move(stacks)),
       offsets_(std::move(offsets)),
       flat_(std::move(flat)) {
-  PUSH_CHECK(make_optimizer != nullptr, kOrigin, "the members have optimizers but no factory was given");
+  PUSH_CHECK(make_optimizer != nullptr, kFusedStack, "the members have optimizers but no factory was given");
   const size_t n = members_.size();
   for (size_t i = 0; i < n; ++i) {
-    PUSH_CHECK(members_[i] != nullptr && members_[i]->param_groups().size() == 1, kOrigin, "member ", i,
+    PUSH_CHECK(members_[i] != nullptr && members_[i]->param_groups().size() == 1, kFusedStack, "member ", i,
                " has no optimizer or more than one parameter group");
     PUSH_CHECK(same_options(members_[i]->param_groups()[0].options(), members_[0]->param_groups()[0].options()),
-               kOrigin, "the optimizer options of member ", i, " differ from member 0's (or are of a kind not fused)");
+               kFusedStack, "the optimizer options of member ", i,
+               " differ from member 0's (or are of a kind not fused)");
   }
   fused_ = make_optimizer({flat_});
-  PUSH_CHECK(fused_ != nullptr && fused_->param_groups().size() == 1, kOrigin,
+  PUSH_CHECK(fused_ != nullptr && fused_->param_groups().size() == 1, kFusedStack,
              "the optimizer factory made no optimizer or more than one parameter group");
   fused_->param_groups()[0].set_options(members_[0]->param_groups()[0].options().clone());
   torch::NoGradGuard no_grad;
@@ -86,8 +87,8 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
     }
   }
   if (found == 0) return;
-  PUSH_CHECK(found == n * stacks_.size(), kOrigin, "optimizer state exists for ", found, " of the ", n * stacks_.size(),
-             " parameters of the members (all or none fuse)");
+  PUSH_CHECK(found == n * stacks_.size(), kFusedStack, "optimizer state exists for ", found, " of the ",
+             n * stacks_.size(), " parameters of the members (all or none fuse)");
   auto stacked = states[0][0]->clone();
   Fields out = fields_of(*stacked);
   const int64_t step = out.step != nullptr ? *out.step : 0;
@@ -96,7 +97,7 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
     for (size_t i = 0; i < n; ++i) {
       in[k].push_back(fields_of(*states[k][i]));
       if (in[k][i].step != nullptr) {
-        PUSH_CHECK(*in[k][i].step == step, kOrigin, "member ", i, " has taken ", *in[k][i].step,
+        PUSH_CHECK(*in[k][i].step == step, kFusedStack, "member ", i, " has taken ", *in[k][i].step,
                    " optimizer steps on parameter ", k, ", member 0 ", step, " on parameter 0");
       }
     }
@@ -110,7 +111,7 @@ FusedOptimizer::FusedOptimizer(std::vector<Optimizer*> members, std::vector<std:
       }
     }
     if (set == 0) continue;
-    PUSH_CHECK(set == n * stacks_.size(), kOrigin, "optimizer state ", j, " is set for ", set, " of the ",
+    PUSH_CHECK(set == n * stacks_.size(), kFusedStack, "optimizer state ", j, " is set for ", set, " of the ",
                n * stacks_.size(), " parameters of the members");
     // In the buffer's layout: parameter k's stack from offsets[k].
     auto all = torch::empty({flat_.numel()}, in[0][0].tensors[j]->options());

@@ -10,27 +10,28 @@
 
 namespace push::data_parallel {
 namespace {
-constexpr const char* kOrigin = "push::data_parallel::DasoSchedule";
+constexpr const char* kDasoSchedule = "push::data_parallel::DasoSchedule";
 }
 
 DasoSchedule::DasoSchedule(DasoOptions options)
     : options_(std::move(options)), best_(std::numeric_limits<double>::infinity()) {
   const auto& o = options_;
-  PUSH_CHECK(o.total_epochs() > 0, kOrigin, "total_epochs must be positive, got ", o.total_epochs());
-  PUSH_CHECK(o.warmup_epochs() >= 0 && o.cooldown_epochs() >= 0, kOrigin,
+  PUSH_CHECK(o.total_epochs() > 0, kDasoSchedule, "total_epochs must be positive, got ", o.total_epochs());
+  PUSH_CHECK(o.warmup_epochs() >= 0 && o.cooldown_epochs() >= 0, kDasoSchedule,
              "warmup_epochs and cooldown_epochs must not be negative, got ", o.warmup_epochs(), " and ",
              o.cooldown_epochs());
-  PUSH_CHECK(o.max_global_skips() >= 1, kOrigin, "max_global_skips must be at least 1, got ", o.max_global_skips());
-  PUSH_CHECK(o.skip_reduction_factor() >= 1 && o.local_skip_factor() >= 1, kOrigin,
+  PUSH_CHECK(o.max_global_skips() >= 1, kDasoSchedule, "max_global_skips must be at least 1, got ",
+             o.max_global_skips());
+  PUSH_CHECK(o.skip_reduction_factor() >= 1 && o.local_skip_factor() >= 1, kDasoSchedule,
              "skip_reduction_factor and local_skip_factor must be at least 1, got ", o.skip_reduction_factor(), " and ",
              o.local_skip_factor());
-  PUSH_CHECK(o.stability_level() >= 0 && o.stability_level() < 1, kOrigin, "stability_level must be in [0, 1), got ",
-             o.stability_level());
-  PUSH_CHECK(o.stability_patience() >= 0, kOrigin, "stability_patience must not be negative, got ",
+  PUSH_CHECK(o.stability_level() >= 0 && o.stability_level() < 1, kDasoSchedule,
+             "stability_level must be in [0, 1), got ", o.stability_level());
+  PUSH_CHECK(o.stability_patience() >= 0, kDasoSchedule, "stability_patience must not be negative, got ",
              o.stability_patience());
-  PUSH_CHECK(o.ranks_per_node() >= 0, kOrigin, "ranks_per_node must not be negative, got ", o.ranks_per_node());
-  PUSH_CHECK(o.downcast() == torch::kBFloat16 || o.downcast() == torch::kHalf || o.downcast() == torch::kFloat, kOrigin,
-             "downcast must be bfloat16, half or float, got ", c10::toString(o.downcast()));
+  PUSH_CHECK(o.ranks_per_node() >= 0, kDasoSchedule, "ranks_per_node must not be negative, got ", o.ranks_per_node());
+  PUSH_CHECK(o.downcast() == torch::kBFloat16 || o.downcast() == torch::kHalf || o.downcast() == torch::kFloat,
+             kDasoSchedule, "downcast must be bfloat16, half or float, got ", c10::toString(o.downcast()));
   if (o.warmup_epochs() == 0) start_cycling();
 }
 
@@ -41,14 +42,14 @@ void DasoSchedule::start_cycling() {
 }
 
 void DasoSchedule::set_batches_per_epoch(int64_t batches) {
-  PUSH_CHECK(batches >= 1, kOrigin, "an epoch needs at least one batch, got ", batches);
-  PUSH_CHECK(batch_ == 0, kOrigin, "the batches per epoch change between epochs, not at batch ", batch_);
+  PUSH_CHECK(batches >= 1, kDasoSchedule, "an epoch needs at least one batch, got ", batches);
+  PUSH_CHECK(batch_ == 0, kDasoSchedule, "the batches per epoch change between epochs, not at batch ", batch_);
   batches_ = batches;
 }
 
 DasoStep DasoSchedule::next() {
-  PUSH_CHECK(batches_ > 0, kOrigin, "set_batches_per_epoch before the first step");
-  PUSH_CHECK(batch_ > 0 || epoch_ == 0 || epoch_ended_, kOrigin, "end_epoch was not called after epoch ", epoch_,
+  PUSH_CHECK(batches_ > 0, kDasoSchedule, "set_batches_per_epoch before the first step");
+  PUSH_CHECK(batch_ > 0 || epoch_ == 0 || epoch_ended_, kDasoSchedule, "end_epoch was not called after epoch ", epoch_,
              "'s last batch");
   const int64_t last = batches_ - 1, b = batch_;
   const int64_t gs = global_skip_;
@@ -82,9 +83,9 @@ DasoStep DasoSchedule::next() {
 }
 
 void DasoSchedule::end_epoch(double mean_loss) {
-  PUSH_CHECK(batch_ == 0 && epoch_ > 0 && !epoch_ended_, kOrigin,
+  PUSH_CHECK(batch_ == 0 && epoch_ > 0 && !epoch_ended_, kDasoSchedule,
              "end_epoch belongs after an epoch's last step, once (at batch ", batch_, " of epoch ", epoch_, ")");
-  PUSH_CHECK(std::isfinite(mean_loss), kOrigin, "the epoch loss is ", mean_loss,
+  PUSH_CHECK(std::isfinite(mean_loss), kDasoSchedule, "the epoch loss is ", mean_loss,
              ": training diverged, and its stability cannot be judged");
   epoch_ended_ = true;
   const auto& o = options_;

@@ -15,7 +15,7 @@
 
 namespace push::data_parallel {
 namespace {
-constexpr const char* kOrigin = "push::data_parallel::DataParallel";
+constexpr const char* kDataParallel = "push::data_parallel::DataParallel";
 }  // namespace
 
 struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
@@ -106,7 +106,7 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
 
   torch::Tensor on_grad(size_t index, const torch::Tensor& grad) {
     // create_graph: the averaged gradients would have no graph (and the buckets would grow one).
-    PUSH_CHECK(!torch::GradMode::is_enabled(), kOrigin,
+    PUSH_CHECK(!torch::GradMode::is_enabled(), kDataParallel,
                "a backward with create_graph (double backward) is not averaged: not supported");
     std::lock_guard lock(mutex);
     if (!in_backward) begin_locked();
@@ -115,7 +115,7 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
     const size_t pos = s.position;
     // A leaf's hook runs once per backward, on its summed gradient; twice means two
     // backward passes at once (from two threads), which one set of buckets cannot serve.
-    PUSH_CHECK(!b.filled[pos], kOrigin, "parameter '", s.name,
+    PUSH_CHECK(!b.filled[pos], kDataParallel, "parameter '", s.name,
                "' got a second gradient in one backward: run one backward at a time");
     b.buffer.narrow(0, s.offset, s.param.numel()).copy_(grad.reshape(-1));
     b.filled[pos] = true;
@@ -167,7 +167,7 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
 
 DataParallel::DataParallel(torch::nn::Module& module, dist::CollectiveGroup group, DataParallelOptions options)
     : state_(std::make_shared<State>()) {
-  PUSH_CHECK(options.bucket_bytes() > 0, kOrigin, "bucket_bytes must be positive, got ", options.bucket_bytes());
+  PUSH_CHECK(options.bucket_bytes() > 0, kDataParallel, "bucket_bytes must be positive, got ", options.bucket_bytes());
   auto& s = *state_;
   s.module = &module;
   s.group = std::move(group);

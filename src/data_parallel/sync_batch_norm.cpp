@@ -10,7 +10,7 @@
 namespace push::data_parallel {
 namespace {
 
-constexpr const char* kOrigin = "push::data_parallel::SyncBatchNorm";
+constexpr const char* kSyncBatchNorm = "push::data_parallel::SyncBatchNorm";
 
 // Keeps the sync alive in the autograd graph (an IValue capsule), for a backward that runs
 // after its module is gone.
@@ -60,9 +60,10 @@ torch::Tensor BatchNormSync::sum(int replica, const torch::Tensor& t) {
 
 SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options_, std::shared_ptr<BatchNormSync> sync, int replica)
     : options(options_), sync_(std::move(sync)), replica_(replica) {
-  PUSH_CHECK(sync_ != nullptr, kOrigin, "no BatchNormSync given");
-  PUSH_CHECK(replica_ >= 0 && replica_ < sync_->replicas(), kOrigin, "replica ", replica_, " of ", sync_->replicas());
-  PUSH_CHECK(options.num_features() > 0, kOrigin, "num_features must be positive, got ", options.num_features());
+  PUSH_CHECK(sync_ != nullptr, kSyncBatchNorm, "no BatchNormSync given");
+  PUSH_CHECK(replica_ >= 0 && replica_ < sync_->replicas(), kSyncBatchNorm, "replica ", replica_, " of ",
+             sync_->replicas());
+  PUSH_CHECK(options.num_features() > 0, kSyncBatchNorm, "num_features must be positive, got ", options.num_features());
   reset();
 }
 
@@ -80,7 +81,7 @@ void SyncBatchNormImpl::reset() {
 }
 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
-  PUSH_CHECK(input.dim() >= 2 && input.dim() <= 4 && input.size(1) == options.num_features(), kOrigin,
+  PUSH_CHECK(input.dim() >= 2 && input.dim() <= 4 && input.size(1) == options.num_features(), kSyncBatchNorm,
              "expected input [B, ", options.num_features(), "(, L)(, H, W)], got ", input.sizes());
   const int64_t c = options.num_features();
   std::vector<int64_t> shape(input.dim(), 1);
@@ -92,7 +93,7 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     auto x = input.to(torch::kFloat64);
     const double count = static_cast<double>(input.numel() / c);
     auto local = torch::cat({x.sum(dims), (x * x).sum(dims), torch::full({1}, count, x.options())});
-    PUSH_CHECK(push::detail::EventLoop::current() == nullptr, kOrigin, "replica ", replica_,
+    PUSH_CHECK(push::detail::EventLoop::current() == nullptr, kSyncBatchNorm, "replica ", replica_,
                " runs on an event loop (a particle or RPC handler): its backward would wait",
                " inside the autograd engine, which fibers do not keep apart; use one thread per replica");
     auto total = AllSum::apply(local, sync_, static_cast<int64_t>(replica_));
@@ -100,7 +101,8 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     mean = total.narrow(0, 0, c) / n;
     var = (total.narrow(0, c, c) / n - mean * mean).clamp_min(0);  // rounding may go below 0
     const double all = n.item<double>();
-    PUSH_CHECK(all > 1, kOrigin, "batch norm needs more than one value per channel over all replicas, got ", all);
+    PUSH_CHECK(all > 1, kSyncBatchNorm, "batch norm needs more than one value per channel over all replicas, got ",
+               all);
     if (is_training() && options.track_running_stats()) {
       torch::NoGradGuard no_grad;
       const double m = options.momentum();

@@ -2,18 +2,17 @@
 #include "rpc_state.h"
 
 #include <iostream>
+#include "dist/rpc_origin.h"
 
 namespace push::dist::detail {
 
-namespace {
-constexpr const char* kOrigin = "push::dist::RpcGroup";
-}  // namespace
+namespace {}  // namespace
 
 // -- sending -------------------------------------------------------------------------------
 
 Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& body, Milliseconds call_timeout,
                                    std::string what, std::optional<Pending::Retry> retry) {
-  PUSH_CHECK(!stopping_, kOrigin, what, ": group '", name_, "' is shut down");
+  PUSH_CHECK(!stopping_, kRpcOrigin, what, ": group '", name_, "' is shut down");
   auto encoded = std::make_shared<const wire::Encoded>(wire::encode(body));
   if (retry) {
     retry->type = type;
@@ -64,7 +63,7 @@ void RpcState::send_pending(Pending p, uint16_t type, std::shared_ptr<const wire
     const std::string text = current_message();
     if (auto failed = calls_.take(id)) {
       failed->promise.set_error(std::make_exception_ptr(
-          Error(c10::str("[", kOrigin, "] ", failed->what, ": cannot send to ", describe(to), ": ", text))));
+          Error(c10::str("[", kRpcOrigin, "] ", failed->what, ": cannot send to ", describe(to), ": ", text))));
     }
   }
 }
@@ -102,8 +101,9 @@ void RpcState::on_reply(int peer, const wire::Header& header, c10::IValue value,
     return;
   }
   if (error) {
-    p->promise.set_error(std::make_exception_ptr(Error(c10::str("[", kOrigin, "] ", p->what, ": malformed reply from ",
-                                                                describe(peer), ": ", push::detail::describe(error)))));
+    p->promise.set_error(
+        std::make_exception_ptr(Error(c10::str("[", kRpcOrigin, "] ", p->what, ": malformed reply from ",
+                                               describe(peer), ": ", push::detail::describe(error)))));
     return;
   }
   if (header.type == wire::kReplyOk) {
@@ -117,7 +117,7 @@ void RpcState::on_reply(int peer, const wire::Header& header, c10::IValue value,
   const std::string message = value.isString() ? value.toStringRef() : "(unreadable error)";
   p->promise.set_error(std::make_exception_ptr(
       RemoteError(members_[peer], member_name(peer), message,
-                  c10::str("[", kOrigin, "] ", p->what, " failed on ", describe(peer), ": ", message))));
+                  c10::str("[", kRpcOrigin, "] ", p->what, " failed on ", describe(peer), ": ", message))));
 }
 
 void RpcState::send_to_new_holder(std::shared_ptr<Pending> moved) {
@@ -129,9 +129,9 @@ void RpcState::send_to_new_holder(std::shared_ptr<Pending> moved) {
       moved->retry.reset();
       const bool service = std::string(retry.kind) == "service";
       const int holder = holders_.lookup(retry.kind, retry.key, /*fresh=*/true);
-      PUSH_CHECK(holder >= 0, kOrigin, service ? "no service '" : "no value is paired under '", retry.key,
+      PUSH_CHECK(holder >= 0, kRpcOrigin, service ? "no service '" : "no value is paired under '", retry.key,
                  service ? "' is registered" : "'", " in group '", name_, "'");
-      moved->to = group_rank_of_global(holder, kOrigin);
+      moved->to = group_rank_of_global(holder, kRpcOrigin);
       send_pending(std::move(*moved), retry.type, retry.body);
     } catch (const std::exception&) {
       moved->promise.set_error(std::current_exception());
@@ -143,8 +143,8 @@ void RpcState::on_peer_lost(int peer, const std::string& why) {
   const auto listeners = lost_.lose(peer, why);
   for (auto& p : calls_.take_to(peer)) {
     p.promise.set_error(
-        std::make_exception_ptr(Error(c10::str("[", kOrigin, "] ", p.what, ": lost the connection to ", describe(peer),
-                                               " (", why, "): it died or left the group"))));
+        std::make_exception_ptr(Error(c10::str("[", kRpcOrigin, "] ", p.what, ": lost the connection to ",
+                                               describe(peer), " (", why, "): it died or left the group"))));
   }
   for (const auto& fn : listeners) {
     try {
@@ -159,7 +159,7 @@ std::optional<Clock::time_point> RpcState::expire() {
   auto expired = calls_.expire(Clock::now());
   for (auto& p : expired.calls) {
     p.promise.set_error(std::make_exception_ptr(Error(c10::str(
-        "[", kOrigin, "] ", p.what, ": no reply from ", describe(p.to), " within the timeout (it may be stuck)"))));
+        "[", kRpcOrigin, "] ", p.what, ": no reply from ", describe(p.to), " within the timeout (it may be stuck)"))));
   }
   return expired.next;
 }

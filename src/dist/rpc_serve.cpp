@@ -3,11 +3,11 @@
 #include "rpc_state.h"
 
 #include <iostream>
+#include "dist/rpc_origin.h"
 
 namespace push::dist::detail {
 
 namespace {
-constexpr const char* kOrigin = "push::dist::RpcGroup";
 
 struct FunctionTable {
   std::mutex mutex;
@@ -69,7 +69,7 @@ void RpcState::on_request(ConnectionPtr from, int peer, const wire::Header& head
           transport_->reply(from, h, body);
         } catch (const std::exception&) {
           if (!stopping_) {
-            std::cerr << "[" << kOrigin << "] " << world_.name() << ": cannot reply to " << describe(peer) << ": "
+            std::cerr << "[" << kRpcOrigin << "] " << world_.name() << ": cannot reply to " << describe(peer) << ": "
                       << current_message() << "\n";
           }
         }
@@ -79,13 +79,13 @@ void RpcState::on_request(ConnectionPtr from, int peer, const wire::Header& head
 
 Served RpcState::serve(uint16_t type, const c10::IValue& body) {
   try {
-    PUSH_CHECK(wire::is_request(type), kOrigin, "malformed request: unknown message type ", type);
+    PUSH_CHECK(wire::is_request(type), kRpcOrigin, "malformed request: unknown message type ", type);
     c10::IValue result;
     uint16_t flags = 0;
     if (type == wire::kCall || type == wire::kService || type == wire::kRemoteCall || type == wire::kRemoteService) {
       PUSH_CHECK(body.isTuple() && body.toTupleRef().elements().size() == 2 &&
                      body.toTupleRef().elements()[0].isString() && body.toTupleRef().elements()[1].isTuple(),
-                 kOrigin, "malformed request: expected (name, (args...)), got ", body.tagKind());
+                 kRpcOrigin, "malformed request: expected (name, (args...)), got ", body.tagKind());
       const auto& elements = body.toTupleRef().elements();
       const std::string target = elements[0].toStringRef();
       const auto& arg_elements = elements[1].toTupleRef().elements();
@@ -93,12 +93,12 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
       RpcFunction fn;
       if (type == wire::kCall || type == wire::kRemoteCall) {
         fn = find_function(target);
-        PUSH_CHECK(fn, kOrigin, "no function named '", target, "' is registered on ", world_.name(),
+        PUSH_CHECK(fn, kRpcOrigin, "no function named '", target, "' is registered on ", world_.name(),
                    " (register it with PUSH_RPC_FUNCTION in every process)");
       } else {
         fn = served_.service(target);
         if (!fn) {
-          throw NotHere(c10::str("[", kOrigin, "] service '", target, "' is not registered on ", world_.name(),
+          throw NotHere(c10::str("[", kRpcOrigin, "] service '", target, "' is not registered on ", world_.name(),
                                  " in group '", name_, "'"));
         }
       }
@@ -108,7 +108,7 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
         flags = wire::kOwnedValue;
       }
     } else if (type == wire::kFetchRRef || type == wire::kReleaseRRef) {
-      PUSH_CHECK(body.isInt(), kOrigin, "malformed request: expected a value id, got ", body.tagKind());
+      PUSH_CHECK(body.isInt(), kRpcOrigin, "malformed request: expected a value id, got ", body.tagKind());
       bool found;
       if (type == wire::kFetchRRef) {
         auto kept = served_.kept(body.toInt());
@@ -117,14 +117,14 @@ Served RpcState::serve(uint16_t type, const c10::IValue& body) {
       } else {
         found = served_.release(body.toInt());
       }
-      PUSH_CHECK(found, kOrigin, "no value with id ", body.toInt(), " on ", world_.name(),
+      PUSH_CHECK(found, kRpcOrigin, "no value with id ", body.toInt(), " on ", world_.name(),
                  " (released, or never created)");
     } else {
-      PUSH_CHECK(body.isString(), kOrigin, "malformed request: expected a key, got ", body.tagKind());
+      PUSH_CHECK(body.isString(), kRpcOrigin, "malformed request: expected a key, got ", body.tagKind());
       auto value = served_.paired(body.toStringRef());
       if (!value) {
-        throw NotHere(c10::str("[", kOrigin, "] no value is paired under '", body.toStringRef(), "' on ", world_.name(),
-                               " in group '", name_, "'"));
+        throw NotHere(c10::str("[", kRpcOrigin, "] no value is paired under '", body.toStringRef(), "' on ",
+                               world_.name(), " in group '", name_, "'"));
       }
       result = std::move(*value);
     }

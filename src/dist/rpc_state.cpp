@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <iostream>
+#include "dist/rpc_origin.h"
 
 namespace push::dist::detail {
 
-namespace {
-constexpr const char* kOrigin = "push::dist::RpcGroup";
-}  // namespace
+namespace {}  // namespace
 
 RpcState::RpcState(World world, std::string name, std::vector<int> members, Milliseconds timeout, std::string prefix,
                    c10::intrusive_ptr<c10d::Store> store, std::unique_ptr<StoreBarrier> barrier)
@@ -95,7 +94,7 @@ void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeou
                             const c10::intrusive_ptr<c10d::Store>& waiter, int handler_threads) {
   loops_.start(handler_threads, name_, [this](std::exception_ptr error) {
     if (stopping_) return;  // cancelled by shutdown: its caller's call fails there
-    std::cerr << "[" << kOrigin << "] " << world_.name() << ": " << push::detail::describe(error) << "\n";
+    std::cerr << "[" << kRpcOrigin << "] " << world_.name() << ": " << push::detail::describe(error) << "\n";
   });
   transport_->start();
   for (int peer = 0; peer < static_cast<int>(members_.size()); ++peer) {
@@ -121,7 +120,7 @@ void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeou
 void RpcState::barrier(Milliseconds timeout) { barrier_->arrive_and_wait(timeout, "push::dist::RpcGroup::barrier"); }
 
 void RpcState::check_not_own_handler(const char* what) const {
-  PUSH_CHECK(!loops_.is_own_thread(), kOrigin, "group '", name_, "' cannot ", what,
+  PUSH_CHECK(!loops_.is_own_thread(), kRpcOrigin, "group '", name_, "' cannot ", what,
              " from one of its own handlers (they run on its event loops)");
 }
 
@@ -145,7 +144,7 @@ void RpcState::shutdown() {
   loops_.stop();
   for (auto& p : calls_.take_all()) {
     p.promise.set_error(std::make_exception_ptr(
-        CancelledError(c10::str("[", kOrigin, "] ", p.what, ": group '", name_, "' shut down before the reply"))));
+        CancelledError(c10::str("[", kRpcOrigin, "] ", p.what, ": group '", name_, "' shut down before the reply"))));
   }
   if (error) std::rethrow_exception(error);
 }

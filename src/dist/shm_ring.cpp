@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include "dist/rpc_origin.h"
 
 namespace push::dist::detail {
 
@@ -19,7 +20,6 @@ using push::detail::Clock;
 
 namespace {
 
-constexpr const char* kOrigin = "push::dist::RpcGroup";
 constexpr const char* kName = "push-rpc-ring";
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
@@ -91,11 +91,11 @@ char* SendRing::acquire(Clock::time_point deadline, const std::atomic<bool>& bro
     uint32_t emptied = s->emptied.load(std::memory_order_acquire);
     if (head_ - emptied < slots_) break;
     if (broken.load(std::memory_order_acquire)) {
-      throw Error(c10::str("[", kOrigin, "] cannot send to ", peer, ": the connection closed"));
+      throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", peer, ": the connection closed"));
     }
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw Error(c10::str("[", kOrigin, "] cannot send to ", peer,
+      throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", peer,
                            ": no progress within the send timeout (its shared-memory ring stayed full)"));
     }
     // Announce the wait, look once more, then sleep until the receiver moves `emptied`
@@ -116,17 +116,17 @@ char* SendRing::acquire(Clock::time_point deadline, const std::atomic<bool>& bro
 void SendRing::interrupt() { futex(&shared(base_)->emptied, FUTEX_WAKE, INT_MAX, nullptr); }
 
 std::unique_ptr<RecvRing> RecvRing::open(int64_t pid, int64_t fd, uint64_t slot_bytes, uint32_t slots) {
-  PUSH_CHECK(pid > 0 && pid <= INT_MAX && fd >= 0 && fd <= INT_MAX, kOrigin, "malformed ring announcement: pid ", pid,
-             ", descriptor ", fd);
+  PUSH_CHECK(pid > 0 && pid <= INT_MAX && fd >= 0 && fd <= INT_MAX, kRpcOrigin, "malformed ring announcement: pid ",
+             pid, ", descriptor ", fd);
   const std::string path = c10::str("/proc/", pid, "/fd/", fd);
   char target[256] = {};
   const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
-  PUSH_CHECK(n > 0 && std::strncmp(target, "/memfd:push-rpc-ring", 20) == 0, kOrigin, "cannot open the ",
+  PUSH_CHECK(n > 0 && std::strncmp(target, "/memfd:push-rpc-ring", 20) == 0, kRpcOrigin, "cannot open the ",
              "shared-memory ring at ", path, ": ",
              n > 0 ? c10::str("it is ", target) : std::string(std::strerror(errno)),
              " (set RpcGroupOptions::shared_memory(false) where processes cannot open each other's memory)");
   const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  PUSH_CHECK(f >= 0, kOrigin, "cannot open the shared-memory ring at ", path, ": ", std::strerror(errno),
+  PUSH_CHECK(f >= 0, kRpcOrigin, "cannot open the shared-memory ring at ", path, ": ", std::strerror(errno),
              " (set RpcGroupOptions::shared_memory(false) where processes cannot open each other's memory)");
   struct stat st {};
   const int seals = ::fcntl(f, F_GET_SEALS);
@@ -135,7 +135,7 @@ std::unique_ptr<RecvRing> RecvRing::open(int64_t pid, int64_t fd, uint64_t slot_
   if (!ok) {
     ::close(f);
     throw Error(
-        c10::str("[", kOrigin, "] the shared-memory ring at ", path, " is not a sealed ring of the announced size"));
+        c10::str("[", kRpcOrigin, "] the shared-memory ring at ", path, " is not a sealed ring of the announced size"));
   }
   std::unique_ptr<RecvRing> r(new RecvRing());
   r->slot_bytes_ = slot_bytes;
@@ -145,7 +145,7 @@ std::unique_ptr<RecvRing> RecvRing::open(int64_t pid, int64_t fd, uint64_t slot_
   void* p = ::mmap(nullptr, r->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f, 0);
   const int error = errno;
   ::close(f);
-  PUSH_CHECK(p != MAP_FAILED, kOrigin, "cannot map the shared-memory ring at ", path, ": ", std::strerror(error));
+  PUSH_CHECK(p != MAP_FAILED, kRpcOrigin, "cannot map the shared-memory ring at ", path, ": ", std::strerror(error));
   r->base_ = static_cast<char*>(p);
   // Start where the sender is (0 on a fresh ring).
   r->tail_ = shared(r->base_)->emptied.load(std::memory_order_acquire);

@@ -24,13 +24,10 @@
 #include <climits>
 #include <cstring>
 #include <iostream>
+#include "dist/rpc_origin.h"
 
 namespace push::dist::detail {
 namespace {
-
-constexpr const char* kOrigin = "push::dist::RpcGroup";
-
-std::string errno_text(int code) { return std::strerror(code); }
 
 void set_nodelay(int fd) {
   int one = 1;
@@ -46,11 +43,11 @@ void set_send_timeout(int fd, std::chrono::milliseconds timeout) {
 
 sockaddr_in parse_address(const std::string& address) {
   const auto colon = address.rfind(':');
-  PUSH_CHECK(colon != std::string::npos, kOrigin, "bad member address '", address, "'");
+  PUSH_CHECK(colon != std::string::npos, kRpcOrigin, "bad member address '", address, "'");
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   const std::string host = address.substr(0, colon);
-  PUSH_CHECK(::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, kOrigin, "bad member address '", address,
+  PUSH_CHECK(::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, kRpcOrigin, "bad member address '", address,
              "' (an IPv4 address is expected)");
   sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   return sa;
@@ -83,7 +80,7 @@ Transport::Transport(TransportOptions options, TransportCallbacks callbacks)
   for (int i = 0; i < options_.size; ++i) dial_mutex_.push_back(std::make_unique<std::mutex>());
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  PUSH_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, kOrigin, "cannot create an epoll instance: ", errno_text(errno));
+  PUSH_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, kRpcOrigin, "cannot create an epoll instance: ", std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeTag;
@@ -103,13 +100,13 @@ std::string Transport::describe(int peer) const {
 
 std::string Transport::listen(const std::string& host) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  PUSH_CHECK(listen_fd_ >= 0, kOrigin, "cannot open a socket: ", errno_text(errno));
+  PUSH_CHECK(listen_fd_ >= 0, kRpcOrigin, "cannot open a socket: ", std::strerror(errno));
   int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in sa = parse_address(host + ":0");
-  PUSH_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, kOrigin, "cannot listen on ", host,
-             ": ", errno_text(errno));
-  PUSH_CHECK(::listen(listen_fd_, 128) == 0, kOrigin, "cannot listen on ", host, ": ", errno_text(errno));
+  PUSH_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, kRpcOrigin, "cannot listen on ",
+             host, ": ", std::strerror(errno));
+  PUSH_CHECK(::listen(listen_fd_, 128) == 0, kRpcOrigin, "cannot listen on ", host, ": ", std::strerror(errno));
   socklen_t len = sizeof(sa);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
   port_ = ntohs(sa.sin_port);
@@ -154,13 +151,13 @@ ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_
   int error = 0;
   auto cannot = [&] {
     return Error(
-        c10::str("[", kOrigin, "] cannot connect to ", describe(peer), " at ", address, ": ", errno_text(error)));
+        c10::str("[", kRpcOrigin, "] cannot connect to ", describe(peer), " at ", address, ": ", std::strerror(error)));
   };
   // A refused connection is tried again every 20 ms until the deadline: the peer may not
   // listen yet.
   const bool connected = Clock::poll_until(deadline, std::chrono::milliseconds(20), [&] {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    PUSH_CHECK(fd >= 0, kOrigin, "cannot open a socket: ", errno_text(errno));
+    PUSH_CHECK(fd >= 0, kRpcOrigin, "cannot open a socket: ", std::strerror(errno));
     int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
     error = rc == 0 ? 0 : errno;
     if (error == EINPROGRESS) error = finish_connect(fd, deadline);
@@ -211,7 +208,7 @@ void Transport::send(int peer, const wire::Header& header, const wire::Encoded& 
       address = addresses_[peer];
     }
     if (!c) {
-      PUSH_CHECK(!stopping_, kOrigin, "the group is shut down");
+      PUSH_CHECK(!stopping_, kRpcOrigin, "the group is shut down");
       c = dial(peer, address, Clock::deadline_after(options_.send_timeout), /*retry=*/false);
       std::lock_guard<std::mutex> lock(mutex_);
       outgoing_[peer] = c;
@@ -231,10 +228,10 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
   header.data_bytes = body.data_bytes;
   PUSH_CHECK(body.meta.size() <= options_.max_message_bytes &&
                  body.data_bytes <= options_.max_message_bytes - body.meta.size(),
-             kOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
+             kRpcOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
              options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
   std::lock_guard<std::mutex> lock(c.send_mutex);
-  PUSH_CHECK(!c.closed, kOrigin, "the connection to ", describe(c.peer), " is closed");
+  PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", describe(c.peer), " is closed");
   SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
   if (ring != nullptr) header.flags |= wire::kRingData;
   char head[wire::kHeaderBytes];
@@ -262,9 +259,9 @@ void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
       const int error = errno;
       // The stream may hold half a frame now: end it, so the reader side closes it too.
       ::shutdown(c.fd, SHUT_RDWR);
-      throw Error(c10::str("[", kOrigin, "] cannot send to ", describe(c.peer), ": ",
+      throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", describe(c.peer), ": ",
                            error == EAGAIN || error == EWOULDBLOCK ? std::string("no progress within the send timeout")
-                                                                   : errno_text(error)));
+                                                                   : std::strerror(error)));
     }
     auto left = static_cast<std::size_t>(n);
     while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
@@ -418,7 +415,7 @@ std::string advertised_host(const std::string& master_addr, int master_port, con
   if (interface.empty() && loopback(master_addr)) return "127.0.0.1";
   if (!interface.empty()) {
     ifaddrs* list = nullptr;
-    PUSH_CHECK(::getifaddrs(&list) == 0, kOrigin, "cannot list network interfaces: ", errno_text(errno));
+    PUSH_CHECK(::getifaddrs(&list) == 0, kRpcOrigin, "cannot list network interfaces: ", std::strerror(errno));
     std::string found;
     for (auto* a = list; a != nullptr; a = a->ifa_next) {
       if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || interface != a->ifa_name) continue;
@@ -428,7 +425,7 @@ std::string advertised_host(const std::string& master_addr, int master_port, con
       break;
     }
     ::freeifaddrs(list);
-    PUSH_CHECK(!found.empty(), kOrigin, "network interface '", interface, "' has no IPv4 address");
+    PUSH_CHECK(!found.empty(), kRpcOrigin, "network interface '", interface, "' has no IPv4 address");
     return found;
   }
   // The address this host reaches the master from: a connected UDP socket sends nothing.
@@ -436,7 +433,7 @@ std::string advertised_host(const std::string& master_addr, int master_port, con
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
-  PUSH_CHECK(::getaddrinfo(master_addr.c_str(), std::to_string(master_port).c_str(), &hints, &res) == 0, kOrigin,
+  PUSH_CHECK(::getaddrinfo(master_addr.c_str(), std::to_string(master_port).c_str(), &hints, &res) == 0, kRpcOrigin,
              "cannot resolve the master address '", master_addr, "'");
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in local{};
@@ -445,7 +442,7 @@ std::string advertised_host(const std::string& master_addr, int master_port, con
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
-  PUSH_CHECK(ok, kOrigin, "cannot find this host's address towards '", master_addr, "'");
+  PUSH_CHECK(ok, kRpcOrigin, "cannot find this host's address towards '", master_addr, "'");
   char text[INET_ADDRSTRLEN];
   ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
   return text;

@@ -11,14 +11,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include "dist/rpc_origin.h"
 
 // The transport's I/O thread: waits on every connection with epoll, assembles frames,
 // maps announced rings and empties their slots, and hands complete messages on.
 namespace push::dist::detail {
-namespace {
-constexpr const char* kOrigin = "push::dist::RpcGroup";
-std::string errno_text(int code) { return std::strerror(code); }
-}  // namespace
+namespace {}  // namespace
 
 void Transport::loop() {
   epoll_event events[64];
@@ -65,7 +63,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
             if (errno == EINTR) continue;
-            why = errno_text(errno);
+            why = std::strerror(errno);
             return false;
           }
         }
@@ -77,7 +75,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
         if (n < 0) {
           if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
           if (errno == EINTR) continue;
-          why = errno_text(errno);
+          why = std::strerror(errno);
           return false;
         }
         c.begin = 0;
@@ -94,9 +92,9 @@ bool Transport::read_some(Connection& c, std::string& why) {
           if (c.header_got < wire::kHeaderBytes) continue;
           c.header_got = 0;
           c.header = wire::read_header(c.header_bytes, options_.max_message_bytes);
-          PUSH_CHECK((c.header.type == wire::kHello) == (!c.outgoing && !c.introduced), kOrigin,
+          PUSH_CHECK((c.header.type == wire::kHello) == (!c.outgoing && !c.introduced), kRpcOrigin,
                      "malformed frame: ", c.header.type == wire::kHello ? "a second hello" : "no hello first");
-          PUSH_CHECK(!c.ring_data() || c.recv_ring, kOrigin,
+          PUSH_CHECK(!c.ring_data() || c.recv_ring, kRpcOrigin,
                      "malformed frame: data in a shared-memory ring that was never announced");
           c.meta.assign(c.header.meta_bytes, 0);
           c.meta_got = 0;
@@ -133,7 +131,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
             const std::string token(c.meta.begin(), c.meta.end());
             PUSH_CHECK(token == options_.token && c.header.data_bytes == 0 &&
                            c.header.id < static_cast<uint64_t>(options_.size),
-                       kOrigin, "a hello that is not from a member of this group");
+                       kRpcOrigin, "a hello that is not from a member of this group");
             c.peer = static_cast<int>(c.header.id);
             c.introduced = true;
             c.stage = Stage::kHeader;
@@ -169,13 +167,13 @@ bool Transport::read_some(Connection& c, std::string& why) {
 }
 
 void Transport::open_ring(Connection& c) {
-  PUSH_CHECK(!c.recv_ring, kOrigin, "malformed frame: a second shared-memory ring");
-  PUSH_CHECK(c.header.meta_bytes == 32 && c.header.data_bytes == 0 && c.header.tensor_count == 0, kOrigin,
+  PUSH_CHECK(!c.recv_ring, kRpcOrigin, "malformed frame: a second shared-memory ring");
+  PUSH_CHECK(c.header.meta_bytes == 32 && c.header.data_bytes == 0 && c.header.tensor_count == 0, kRpcOrigin,
              "malformed frame: a ring announcement of ", c.header.meta_bytes, " bytes");
   uint64_t v[4];
   std::memcpy(v, c.meta.data(), sizeof(v));
   const uint64_t slot_bytes = v[2], slots = v[3];
-  PUSH_CHECK(slot_bytes >= 4096 && slot_bytes <= (uint64_t{1} << 30) && slots >= 1 && slots <= 4096, kOrigin,
+  PUSH_CHECK(slot_bytes >= 4096 && slot_bytes <= (uint64_t{1} << 30) && slots >= 1 && slots <= 4096, kRpcOrigin,
              "malformed frame: a ring of ", slots, " slots of ", slot_bytes, " bytes");
   c.recv_ring = RecvRing::open(static_cast<int64_t>(std::min<uint64_t>(v[0], INT64_MAX)),
                                static_cast<int64_t>(std::min<uint64_t>(v[1], INT64_MAX)), slot_bytes,
@@ -183,13 +181,13 @@ void Transport::open_ring(Connection& c) {
 }
 
 void Transport::take_slot(Connection& c, uint64_t bytes) {
-  PUSH_CHECK(bytes == std::min(c.ring_left, c.recv_ring->slot_bytes()), kOrigin, "malformed frame: a note of ", bytes,
-             " bytes where ", std::min(c.ring_left, c.recv_ring->slot_bytes()), " were due");
+  PUSH_CHECK(bytes == std::min(c.ring_left, c.recv_ring->slot_bytes()), kRpcOrigin, "malformed frame: a note of ",
+             bytes, " bytes where ", std::min(c.ring_left, c.recv_ring->slot_bytes()), " were due");
   const char* src = c.recv_ring->front();
   if (!c.table_error) {
     for (uint64_t done = 0; done < bytes;) {
       auto [dst, need] = c.tensor_window();
-      PUSH_CHECK(dst != nullptr, kOrigin, "malformed frame: more ring data than its tensors hold");
+      PUSH_CHECK(dst != nullptr, kRpcOrigin, "malformed frame: more ring data than its tensors hold");
       const uint64_t take = std::min(need, bytes - done);
       std::memcpy(dst, src + done, take);
       c.tensor_got += take;
@@ -216,11 +214,11 @@ void Transport::deliver(Connection& c) {
   c.tensors.clear();
   c.table_error = nullptr;
   if (c.outgoing) {
-    PUSH_CHECK(wire::is_reply(header.type), kOrigin, "malformed frame: a request (type ", header.type,
+    PUSH_CHECK(wire::is_reply(header.type), kRpcOrigin, "malformed frame: a request (type ", header.type,
                ") where only replies are expected");
     callbacks_.reply(c.peer, header, std::move(value), std::move(error));
   } else {
-    PUSH_CHECK(wire::is_request(header.type), kOrigin, "malformed frame: a reply (type ", header.type,
+    PUSH_CHECK(wire::is_request(header.type), kRpcOrigin, "malformed frame: a reply (type ", header.type,
                ") where only requests are expected");
     callbacks_.request(c.shared_from_this(), c.peer, header, std::move(value), std::move(error));
   }

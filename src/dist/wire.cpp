@@ -9,11 +9,10 @@
 
 #include <cstring>
 #include <limits>
+#include "dist/rpc_origin.h"
 
 namespace push::dist::detail::wire {
 namespace {
-
-constexpr const char* kOrigin = "push::dist::RpcGroup";
 
 enum Tag : uint8_t {
   kNone = 0,
@@ -39,7 +38,7 @@ void put(std::vector<char>& out, T v) {
 }
 
 uint32_t checked_count(std::size_t n, const char* what) {
-  PUSH_CHECK(n <= std::numeric_limits<uint32_t>::max(), kOrigin, "cannot send a ", what, " of ", n,
+  PUSH_CHECK(n <= std::numeric_limits<uint32_t>::max(), kRpcOrigin, "cannot send a ", what, " of ", n,
              " elements (at most 2^32-1)");
   return static_cast<uint32_t>(n);
 }
@@ -100,7 +99,7 @@ struct Writer {
   std::vector<at::Tensor> tensors;
 
   void value(const c10::IValue& v, int depth) {
-    PUSH_CHECK(depth < kMaxDepth, kOrigin, "cannot send a value nested deeper than ", kMaxDepth);
+    PUSH_CHECK(depth < kMaxDepth, kRpcOrigin, "cannot send a value nested deeper than ", kMaxDepth);
     if (v.isNone()) {
       put<uint8_t>(out, kNone);
     } else if (v.isBool()) {
@@ -147,7 +146,7 @@ struct Writer {
         value(entry.value(), depth + 1);
       }
     } else {
-      throw Error(c10::str("[", kOrigin, "] cannot send a value of type ", v.tagKind(),
+      throw Error(c10::str("[", kRpcOrigin, "] cannot send a value of type ", v.tagKind(),
                            " (send None, bools, numbers, strings, tensors, and tuples, lists "
                            "and dicts of them)"));
     }
@@ -155,7 +154,7 @@ struct Writer {
 
   uint32_t tensor(const at::Tensor& t) {
     if (!t.defined()) return kUndefinedTensor;
-    PUSH_CHECK(t.layout() == at::kStrided && !t.is_quantized(), kOrigin, "cannot send a tensor with layout ",
+    PUSH_CHECK(t.layout() == at::kStrided && !t.is_quantized(), kRpcOrigin, "cannot send a tensor with layout ",
                t.layout(), " (only dense tensors)");
     // Bytes go straight from the storage: a view sends only its own elements.
     at::Tensor dense = t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
@@ -191,7 +190,7 @@ struct Reader {
 
   template <typename T>
   T get(const char* what) {
-    PUSH_CHECK(static_cast<std::size_t>(end - p) >= sizeof(T), kOrigin, "malformed message: truncated ", what);
+    PUSH_CHECK(static_cast<std::size_t>(end - p) >= sizeof(T), kRpcOrigin, "malformed message: truncated ", what);
     T v;
     std::memcpy(&v, p, sizeof(T));
     p += sizeof(T);
@@ -199,7 +198,7 @@ struct Reader {
   }
 
   c10::IValue value(int depth) {
-    PUSH_CHECK(depth < kMaxDepth, kOrigin, "malformed message: nested deeper than ", kMaxDepth);
+    PUSH_CHECK(depth < kMaxDepth, kRpcOrigin, "malformed message: nested deeper than ", kMaxDepth);
     const auto tag = get<uint8_t>("value tag");
     switch (tag) {
       case kNone:
@@ -217,7 +216,7 @@ struct Reader {
       }
       case kString: {
         const auto n = get<uint32_t>("string length");
-        PUSH_CHECK(static_cast<std::size_t>(end - p) >= n, kOrigin, "malformed message: a string of ", n,
+        PUSH_CHECK(static_cast<std::size_t>(end - p) >= n, kRpcOrigin, "malformed message: a string of ", n,
                    " bytes overruns the message");
         std::string s(p, n);
         p += n;
@@ -226,7 +225,7 @@ struct Reader {
       case kTensor: {
         const auto index = get<uint32_t>("tensor index");
         if (index == kUndefinedTensor) return c10::IValue(at::Tensor());
-        PUSH_CHECK(index < tensors->size(), kOrigin, "malformed message: tensor ", index, " of a table of ",
+        PUSH_CHECK(index < tensors->size(), kRpcOrigin, "malformed message: tensor ", index, " of a table of ",
                    tensors->size());
         return c10::IValue((*tensors)[index]);
       }
@@ -247,7 +246,7 @@ struct Reader {
       }
       case kDict: {
         const auto key_kind = element_kind("dict key");
-        PUSH_CHECK(key_kind != kAny && key_kind != kTensorKind, kOrigin,
+        PUSH_CHECK(key_kind != kAny && key_kind != kTensorKind, kRpcOrigin,
                    "malformed message: a dict needs keys of one hashable type");
         const auto value_kind = element_kind("dict value");
         const auto n = count("dict");
@@ -260,25 +259,25 @@ struct Reader {
         return c10::IValue(dict);
       }
       default:
-        throw Error(c10::str("[", kOrigin, "] malformed message: unknown value tag ", static_cast<int>(tag)));
+        throw Error(c10::str("[", kRpcOrigin, "] malformed message: unknown value tag ", static_cast<int>(tag)));
     }
   }
 
   uint32_t count(const char* what) {
     const auto n = get<uint32_t>(what);
     // Every element takes at least one byte: a count beyond the bytes left is a lie.
-    PUSH_CHECK(n <= static_cast<std::size_t>(end - p), kOrigin, "malformed message: a ", what, " of ", n,
+    PUSH_CHECK(n <= static_cast<std::size_t>(end - p), kRpcOrigin, "malformed message: a ", what, " of ", n,
                " elements in ", end - p, " bytes");
     return n;
   }
   Kind element_kind(const char* what) {
     const auto k = get<uint8_t>(what);
-    PUSH_CHECK(k <= kTensorKind, kOrigin, "malformed message: unknown ", what, " type ", static_cast<int>(k));
+    PUSH_CHECK(k <= kTensorKind, kRpcOrigin, "malformed message: unknown ", what, " type ", static_cast<int>(k));
     return static_cast<Kind>(k);
   }
   c10::IValue element(Kind kind, int depth, const char* what) {
     auto v = value(depth + 1);
-    PUSH_CHECK(matches(kind, v), kOrigin, "malformed message: a ", what, " of type ", v.tagKind(),
+    PUSH_CHECK(matches(kind, v), kRpcOrigin, "malformed message: a ", what, " of type ", v.tagKind(),
                " in a container of ", type_of(kind)->str());
     return v;
   }
@@ -303,7 +302,7 @@ void write_header(const Header& h, char* out) {
 Header read_header(const char* in, uint64_t max_bytes) {
   uint32_t magic;
   std::memcpy(&magic, in, 4);
-  PUSH_CHECK(magic == kMagic, kOrigin, "malformed frame: bad magic 0x", std::hex, magic,
+  PUSH_CHECK(magic == kMagic, kRpcOrigin, "malformed frame: bad magic 0x", std::hex, magic,
              " (not a push RPC peer, or the stream lost its place)");
   Header h;
   std::memcpy(&h.type, in + 4, 2);
@@ -312,13 +311,13 @@ Header read_header(const char* in, uint64_t max_bytes) {
   std::memcpy(&h.meta_bytes, in + 16, 4);
   std::memcpy(&h.tensor_count, in + 20, 4);
   std::memcpy(&h.data_bytes, in + 24, 8);
-  PUSH_CHECK(is_known(h.type), kOrigin, "malformed frame: unknown message type ", h.type);
-  PUSH_CHECK(h.meta_bytes <= max_bytes && h.data_bytes <= max_bytes - h.meta_bytes, kOrigin, "frame of ", h.meta_bytes,
-             " + ", h.data_bytes, " bytes is over the limit of ", max_bytes,
+  PUSH_CHECK(is_known(h.type), kRpcOrigin, "malformed frame: unknown message type ", h.type);
+  PUSH_CHECK(h.meta_bytes <= max_bytes && h.data_bytes <= max_bytes - h.meta_bytes, kRpcOrigin, "frame of ",
+             h.meta_bytes, " + ", h.data_bytes, " bytes is over the limit of ", max_bytes,
              " bytes (RpcGroupOptions::max_message_bytes)");
   // Each table entry takes at least 2 bytes of meta.
-  PUSH_CHECK(h.tensor_count <= h.meta_bytes / 2, kOrigin, "malformed frame: ", h.tensor_count, " tensors announced in ",
-             h.meta_bytes, " bytes of meta");
+  PUSH_CHECK(h.tensor_count <= h.meta_bytes / 2, kRpcOrigin, "malformed frame: ", h.tensor_count,
+             " tensors announced in ", h.meta_bytes, " bytes of meta");
   return h;
 }
 
@@ -328,7 +327,7 @@ Encoded encode(const c10::IValue& value) {
   Encoded e;
   put<uint32_t>(e.meta, checked_count(w.tensors.size(), "tensor table"));
   for (const auto& t : w.tensors) {
-    PUSH_CHECK(t.dim() <= kMaxDims, kOrigin, "cannot send a tensor of ", t.dim(), " dimensions");
+    PUSH_CHECK(t.dim() <= kMaxDims, kRpcOrigin, "cannot send a tensor of ", t.dim(), " dimensions");
     put<int8_t>(e.meta, static_cast<int8_t>(t.scalar_type()));
     put<uint8_t>(e.meta, static_cast<uint8_t>(t.dim()));
     for (auto s : t.sizes()) put<int64_t>(e.meta, s);
@@ -347,36 +346,36 @@ Reader table_reader(const std::vector<char>& meta) { return Reader{meta.data(), 
 std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const Header& header, ReceivePool* pool) {
   Reader r = table_reader(meta);
   const auto n = r.get<uint32_t>("tensor table");
-  PUSH_CHECK(n == header.tensor_count, kOrigin, "malformed message: a table of ", n,
+  PUSH_CHECK(n == header.tensor_count, kRpcOrigin, "malformed message: a table of ", n,
              " tensors where the header announced ", header.tensor_count);
   std::vector<at::Tensor> tensors;
   tensors.reserve(n);
   uint64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const auto dtype = r.get<int8_t>("tensor dtype");
-    PUSH_CHECK(sendable_dtype(dtype), kOrigin, "malformed message: tensor ", i, " has unknown dtype code ",
+    PUSH_CHECK(sendable_dtype(dtype), kRpcOrigin, "malformed message: tensor ", i, " has unknown dtype code ",
                static_cast<int>(dtype));
     const auto dims = r.get<uint8_t>("tensor rank");
-    PUSH_CHECK(dims <= kMaxDims, kOrigin, "malformed message: tensor ", i, " has ", static_cast<int>(dims),
+    PUSH_CHECK(dims <= kMaxDims, kRpcOrigin, "malformed message: tensor ", i, " has ", static_cast<int>(dims),
                " dimensions");
     std::vector<int64_t> sizes(dims);
     const auto itemsize = static_cast<uint64_t>(c10::elementSize(static_cast<at::ScalarType>(dtype)));
     uint64_t bytes = itemsize;
     for (auto& s : sizes) {
       s = r.get<int64_t>("tensor size");
-      PUSH_CHECK(s >= 0, kOrigin, "malformed message: tensor ", i, " has size ", s);
+      PUSH_CHECK(s >= 0, kRpcOrigin, "malformed message: tensor ", i, " has size ", s);
       const auto u = static_cast<uint64_t>(s);
-      PUSH_CHECK(u == 0 || bytes <= header.data_bytes / u, kOrigin, "malformed message: tensor ", i,
+      PUSH_CHECK(u == 0 || bytes <= header.data_bytes / u, kRpcOrigin, "malformed message: tensor ", i,
                  " is larger than the ", header.data_bytes, " data bytes announced");
       bytes *= u;
     }
     total += bytes;
-    PUSH_CHECK(total <= header.data_bytes, kOrigin, "malformed message: its tensors need more than the ",
+    PUSH_CHECK(total <= header.data_bytes, kRpcOrigin, "malformed message: its tensors need more than the ",
                header.data_bytes, " data bytes announced");
     const auto type = static_cast<at::ScalarType>(dtype);
     tensors.push_back(pool != nullptr ? pool->empty(sizes, type) : at::empty(sizes, at::TensorOptions().dtype(type)));
   }
-  PUSH_CHECK(total == header.data_bytes, kOrigin, "malformed message: its tensors need ", total,
+  PUSH_CHECK(total == header.data_bytes, kRpcOrigin, "malformed message: its tensors need ", total,
              " bytes where the header announced ", header.data_bytes);
   return tensors;
 }
@@ -384,7 +383,7 @@ std::vector<at::Tensor> read_tensor_table(const std::vector<char>& meta, const H
 c10::IValue decode(const std::vector<char>& meta, const std::vector<at::Tensor>& tensors) {
   Reader r = table_reader(meta);
   const auto n = r.get<uint32_t>("tensor table");
-  PUSH_CHECK(n == tensors.size(), kOrigin, "malformed message: tensor table mismatch");
+  PUSH_CHECK(n == tensors.size(), kRpcOrigin, "malformed message: tensor table mismatch");
   for (uint32_t i = 0; i < n; ++i) {
     r.get<int8_t>("tensor dtype");
     const auto dims = r.get<uint8_t>("tensor rank");
@@ -392,7 +391,7 @@ c10::IValue decode(const std::vector<char>& meta, const std::vector<at::Tensor>&
   }
   r.tensors = &tensors;
   auto value = r.value(0);
-  PUSH_CHECK(r.p == r.end, kOrigin, "malformed message: ", r.end - r.p, " bytes left over after the value");
+  PUSH_CHECK(r.p == r.end, kRpcOrigin, "malformed message: ", r.end - r.p, " bytes left over after the value");
   return value;
 }
 

@@ -18,8 +18,8 @@
 namespace push::server {
 namespace {
 
-constexpr const char* kHost = "push::server::GradServerHost";
-constexpr const char* kClient = "push::server::GradServer";
+constexpr const char* kGradHost = "push::server::GradServerHost";
+constexpr const char* kGradClient = "push::server::GradServer";
 constexpr const char* kModelKey = "model";
 // Waits on forwarded sums end when the primary answers or the call times out.
 constexpr auto kForever = std::chrono::hours(24 * 365);
@@ -85,23 +85,23 @@ struct GradServerHost::Primary {
   // may_step false (a flush): the step waits for the flush's own call.
   void add(const Grads& partial, int64_t n, bool may_step) {
     std::lock_guard lock(mutex);
-    PUSH_CHECK(!closed, kHost, "server '", name, "' is shutting down");
-    PUSH_CHECK(model != nullptr, kHost, "server '", name,
+    PUSH_CHECK(!closed, kGradHost, "server '", name, "' is shutting down");
+    PUSH_CHECK(model != nullptr, kGradHost, "server '", name,
                "': no model is managed yet (call manage_model on the primary before clients push)");
-    PUSH_CHECK(n > 0, kHost, "server '", name, "': a forwarded sum of ", n, " gradients");
+    PUSH_CHECK(n > 0, kGradHost, "server '", name, "': a forwarded sum of ", n, " gradients");
     // The sum must hold exactly the trainable parameters: checked before anything changes.
     size_t trainable = 0;
     for (const auto& item : model->named_parameters(/*recurse=*/true)) {
       if (!item.value().requires_grad()) continue;
       ++trainable;
       auto it = partial.find(item.key());
-      PUSH_CHECK(it != partial.end(), kHost, "server '", name, "': no gradient for parameter '", item.key(), "'");
-      PUSH_CHECK(it->second.sizes() == item.value().sizes(), kHost, "server '", name, "': gradient '", item.key(),
+      PUSH_CHECK(it != partial.end(), kGradHost, "server '", name, "': no gradient for parameter '", item.key(), "'");
+      PUSH_CHECK(it->second.sizes() == item.value().sizes(), kGradHost, "server '", name, "': gradient '", item.key(),
                  "' has shape ", it->second.sizes(), ", the parameter ", item.value().sizes());
     }
-    PUSH_CHECK(partial.size() == trainable, kHost, "server '", name, "': ", partial.size() - trainable,
+    PUSH_CHECK(partial.size() == trainable, kGradHost, "server '", name, "': ", partial.size() - trainable,
                " gradients are not of trainable parameters of the managed model");
-    add_into(sum, partial, kHost, "a forwarded sum");
+    add_into(sum, partial, kGradHost, "a forwarded sum");
     count += n;
     if (++partials >= options.reduce_batch_size() && may_step) step_locked();
   }
@@ -133,7 +133,7 @@ struct GradServerHost::Primary {
   void publish_locked() {
     const bool ok = published->push(kModelKey, state_of(*model), version + 1,
                                     version == 0 ? std::nullopt : std::optional<int64_t>(version));
-    PUSH_CHECK(ok, kHost, "server '", name, "': the published model changed behind the primary");
+    PUSH_CHECK(ok, kGradHost, "server '", name, "': the published model changed behind the primary");
     ++version;
   }
 };
@@ -205,7 +205,7 @@ struct GradServerHost::Secondary {
     if (lost.empty()) return;
     const std::string why = std::move(lost);
     lost.clear();
-    throw Error(c10::str("[", kHost, "] server '", name, "', secondary ", member,
+    throw Error(c10::str("[", kGradHost, "] server '", name, "', secondary ", member,
                          ": gradients forwarded earlier were not applied, and this push was not taken either",
                          " (push it again): ", why));
   }
@@ -219,7 +219,7 @@ struct GradServerHost::Secondary {
         reap_locked();
         throw_lost_locked();
         if (held < options.max_queue_size()) {
-          add_into(sum, grads, kHost, c10::str("a push to server '", name, "'"));
+          add_into(sum, grads, kGradHost, c10::str("a push to server '", name, "'"));
           ++count;
           ++held;
           if (count < options.reduce_batch_size()) return;
@@ -267,21 +267,21 @@ struct GradServerHost::Secondary {
 GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::string primary,
                                std::vector<std::string> secondaries, GradServerOptions options)
     : group_(std::move(group)), name_(std::move(name)), services_(group_) {
-  PUSH_CHECK(!name_.empty(), kHost, "the server needs a name");
-  PUSH_CHECK(options.reduce_batch_size() >= 1, kHost, "reduce_batch_size must be >= 1, got ",
+  PUSH_CHECK(!name_.empty(), kGradHost, "the server needs a name");
+  PUSH_CHECK(options.reduce_batch_size() >= 1, kGradHost, "reduce_batch_size must be >= 1, got ",
              options.reduce_batch_size());
-  PUSH_CHECK(options.max_queue_size() >= options.reduce_batch_size(), kHost, "max_queue_size (",
+  PUSH_CHECK(options.max_queue_size() >= options.reduce_batch_size(), kGradHost, "max_queue_size (",
              options.max_queue_size(), ") must be >= reduce_batch_size (", options.reduce_batch_size(), ")");
-  PUSH_CHECK(!secondaries.empty(), kHost, "server '", name_, "' needs at least one secondary reducer");
-  PUSH_CHECK(group_.is_member(primary), kHost, "primary reducer '", primary, "' is not a member of group '",
+  PUSH_CHECK(!secondaries.empty(), kGradHost, "server '", name_, "' needs at least one secondary reducer");
+  PUSH_CHECK(group_.is_member(primary), kGradHost, "primary reducer '", primary, "' is not a member of group '",
              group_.name(), "'");
   for (const auto& s : secondaries) {
-    PUSH_CHECK(group_.is_member(s), kHost, "secondary reducer '", s, "' is not a member of group '", group_.name(),
+    PUSH_CHECK(group_.is_member(s), kGradHost, "secondary reducer '", s, "' is not a member of group '", group_.name(),
                "'");
   }
   const std::string self = group_.self();
   const bool is_secondary = std::find(secondaries.begin(), secondaries.end(), self) != secondaries.end();
-  PUSH_CHECK(self == primary || is_secondary, kHost, "server '", name_, "': ", self,
+  PUSH_CHECK(self == primary || is_secondary, kGradHost, "server '", name_, "': ", self,
              " is neither its primary reducer nor a secondary: only they build a GradServerHost");
   // Services registered before a failure below go with services_.
   if (self == primary) {
@@ -293,7 +293,7 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
     auto p = primary_;
     services_.add(info_service(name_), [p](const dist::RpcArgs&) { return c10::IValue(p->secondaries); });
     services_.add(apply_service(name_), [p](const dist::RpcArgs& a) {
-      p->add(grads_of(a.at(0), kHost), a.at(1).toInt(), a.at(2).toBool());
+      p->add(grads_of(a.at(0), kGradHost), a.at(1).toInt(), a.at(2).toBool());
       return c10::IValue();
     });
     services_.add(step_service(name_), [p](const dist::RpcArgs&) {
@@ -310,7 +310,7 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
     secondary_->options = options;
     auto s = secondary_;
     services_.add(reduce_service(name_, self), [s](const dist::RpcArgs& a) {
-      s->push(grads_of(a.at(0), kHost));
+      s->push(grads_of(a.at(0), kGradHost));
       return c10::IValue();
     });
     services_.add(flush_service(name_, self), [s](const dist::RpcArgs&) {
@@ -334,9 +334,9 @@ GradServerHost::~GradServerHost() {
 
 void GradServerHost::manage_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                   std::function<void()> after_step) {
-  PUSH_CHECK(primary_ != nullptr, kHost, "server '", name_, "': manage_model is called on the primary reducer");
+  PUSH_CHECK(primary_ != nullptr, kGradHost, "server '", name_, "': manage_model is called on the primary reducer");
   std::lock_guard lock(primary_->mutex);
-  PUSH_CHECK(primary_->model == nullptr, kHost, "server '", name_, "' manages a model already");
+  PUSH_CHECK(primary_->model == nullptr, kGradHost, "server '", name_, "' manages a model already");
   primary_->model = &model;
   primary_->optimizer = &optimizer;
   primary_->after_step = std::move(after_step);
@@ -366,7 +366,7 @@ GradServer::GradServer(dist::RpcGroup group, std::string name, std::optional<dis
       // pushes over the secondaries as handles on different ranks do.
       random_(push::detail::mix_seed(group_.rank_of(group_.self()), std::hash<std::string>{}(name_), next_handle(),
                                      push::detail::seed_purpose::kServer)) {
-  PUSH_CHECK(!name_.empty(), kClient, "the server needs a name");
+  PUSH_CHECK(!name_.empty(), kGradClient, "the server needs a name");
 }
 
 const std::vector<std::string>& GradServer::secondaries() {
@@ -375,7 +375,7 @@ const std::vector<std::string>& GradServer::secondaries() {
       auto list = group_.registered_sync(info_service(name_), {}, timeout_);
       for (const auto& s : list.toListRef()) secondaries_.push_back(s.toStringRef());
     } catch (const std::exception& e) {
-      throw Error(c10::str("[", kClient, "] server '", name_, "': ", e.what()));
+      throw Error(c10::str("[", kGradClient, "] server '", name_, "': ", e.what()));
     }
   }
   return secondaries_;
@@ -386,7 +386,7 @@ void GradServer::push(const torch::nn::Module& module, const std::string& second
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
     const auto& g = item.value().grad();
-    PUSH_CHECK(g.defined(), kClient, "server '", name_, "': parameter '", item.key(),
+    PUSH_CHECK(g.defined(), kGradClient, "server '", name_, "': parameter '", item.key(),
                "' has no gradient (run backward before push)");
     grads.insert(item.key(), g.detach().to(torch::kCPU));
   }
@@ -395,13 +395,13 @@ void GradServer::push(const torch::nn::Module& module, const std::string& second
   if (to.empty()) {
     to = all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(random_)];
   } else {
-    PUSH_CHECK(std::find(all.begin(), all.end(), to) != all.end(), kClient, "server '", name_, "': '", to,
+    PUSH_CHECK(std::find(all.begin(), all.end(), to) != all.end(), kGradClient, "server '", name_, "': '", to,
                "' is not one of its secondary reducers");
   }
   try {
     group_.registered_sync(reduce_service(name_, to), {grads}, timeout_);
   } catch (const std::exception& e) {
-    throw Error(c10::str("[", kClient, "] push to server '", name_, "' (secondary ", to, "): ", e.what()));
+    throw Error(c10::str("[", kGradClient, "] push to server '", name_, "' (secondary ", to, "): ", e.what()));
   }
 }
 
@@ -411,9 +411,9 @@ int64_t GradServer::pull(torch::nn::Module& module) {
   try {
     pulled = models.pull(module);
   } catch (const std::exception& e) {
-    throw Error(c10::str("[", kClient, "] pull from server '", name_, "': ", e.what()));
+    throw Error(c10::str("[", kGradClient, "] pull from server '", name_, "': ", e.what()));
   }
-  PUSH_CHECK(pulled, kClient, "server '", name_, "' has published no model yet");
+  PUSH_CHECK(pulled, kGradClient, "server '", name_, "' has published no model yet");
   return models.version();
 }
 
@@ -422,7 +422,7 @@ void GradServer::flush() {
     for (const auto& s : secondaries()) group_.registered_sync(flush_service(name_, s), {}, timeout_);
     group_.registered_sync(step_service(name_), {}, timeout_);
   } catch (const std::exception& e) {
-    throw Error(c10::str("[", kClient, "] flush of server '", name_, "': ", e.what()));
+    throw Error(c10::str("[", kGradClient, "] flush of server '", name_, "': ", e.what()));
   }
 }
 

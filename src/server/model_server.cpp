@@ -7,7 +7,7 @@
 
 namespace push::server {
 namespace {
-constexpr const char* kOrigin = "push::server::ModelServer";
+constexpr const char* kModelServer = "push::server::ModelServer";
 }  // namespace
 
 c10::Dict<std::string, at::Tensor> state_of(const torch::nn::Module& module) {
@@ -42,7 +42,7 @@ void load_state(torch::nn::Module& module, const c10::Dict<std::string, at::Tens
 
 ModelServer::ModelServer(OrderedServer server, std::string model_name)
     : server_(std::move(server)), model_name_(std::move(model_name)) {
-  PUSH_CHECK(!model_name_.empty(), kOrigin, "the model needs a name");
+  PUSH_CHECK(!model_name_.empty(), kModelServer, "the model needs a name");
 }
 
 bool ModelServer::push(torch::nn::Module& module, bool pull_on_fail) {
@@ -52,7 +52,7 @@ bool ModelServer::push(torch::nn::Module& module, bool pull_on_fail) {
     return true;
   }
   if (pull_on_fail) {
-    PUSH_CHECK(pull(module), kOrigin, "push of '", model_name_, "' lost, and the server has no version of it");
+    PUSH_CHECK(pull(module), kModelServer, "push of '", model_name_, "' lost, and the server has no version of it");
   }
   return false;
 }
@@ -60,12 +60,12 @@ bool ModelServer::push(torch::nn::Module& module, bool pull_on_fail) {
 bool ModelServer::pull(torch::nn::Module& module) {
   auto newest = server_.pull(model_name_);
   if (!newest) return false;
-  PUSH_CHECK(newest->value.isGenericDict(), kOrigin, "key '", model_name_, "' of server '", server_.name(),
+  PUSH_CHECK(newest->value.isGenericDict(), kModelServer, "key '", model_name_, "' of server '", server_.name(),
              "' holds no model");
   c10::Dict<std::string, at::Tensor> state;
   for (const auto& entry : newest->value.toGenericDict())
     state.insert(entry.key().toStringRef(), entry.value().toTensor());
-  load_state(module, state, kOrigin);
+  load_state(module, state, kModelServer);
   version_ = newest->version;
   return true;
 }

@@ -10,8 +10,8 @@
 namespace push::server {
 namespace {
 
-constexpr const char* kHost = "push::server::OrderedServerHost";
-constexpr const char* kClient = "push::server::OrderedServer";
+constexpr const char* kOrderedHost = "push::server::OrderedServerHost";
+constexpr const char* kOrderedClient = "push::server::OrderedServer";
 
 std::string push_service(const std::string& name) { return name + "/push"; }
 std::string pull_service(const std::string& name) { return name + "/pull"; }
@@ -41,7 +41,7 @@ struct OrderedServerHost::Store {
     auto& chain = it->second;
     if (!prev || chain.back().version != *prev) return false;
     for (const auto& kept : chain) {
-      PUSH_CHECK(kept.version != version, kHost, "server '", name, "': version ", version, " of key '", key,
+      PUSH_CHECK(kept.version != version, kOrderedHost, "server '", name, "': version ", version, " of key '", key,
                  "' exists (each push needs a new version)");
     }
     chain.push_back({std::move(value), version});
@@ -63,8 +63,8 @@ struct OrderedServerHost::Store {
 
 OrderedServerHost::OrderedServerHost(dist::RpcGroup group, std::string name, OrderedServerOptions options)
     : name_(std::move(name)), store_(std::make_shared<Store>()), services_(std::move(group)) {
-  PUSH_CHECK(!name_.empty(), kHost, "the server needs a name");
-  PUSH_CHECK(options.version_depth() >= 1, kHost, "version_depth must be >= 1, got ", options.version_depth());
+  PUSH_CHECK(!name_.empty(), kOrderedHost, "the server needs a name");
+  PUSH_CHECK(options.version_depth() >= 1, kOrderedHost, "version_depth must be >= 1, got ", options.version_depth());
   store_->name = name_;
   store_->depth = options.version_depth();
   // The handlers hold the store: a call already running when the host goes finishes on it.
@@ -89,7 +89,7 @@ size_t OrderedServerHost::size() const {
 
 bool OrderedServerHost::push(const std::string& key, c10::IValue value, int64_t version,
                              std::optional<int64_t> prev_version) {
-  check_versions(kHost, name_, key, version, prev_version);
+  check_versions(kOrderedHost, name_, key, version, prev_version);
   return store_->push(key, std::move(value), version, prev_version);
 }
 
@@ -99,20 +99,20 @@ std::optional<Versioned> OrderedServerHost::pull(const std::string& key, std::op
 
 OrderedServer::OrderedServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout)
     : group_(std::move(group)), name_(std::move(name)), timeout_(timeout) {
-  PUSH_CHECK(!name_.empty(), kClient, "the server needs a name");
+  PUSH_CHECK(!name_.empty(), kOrderedClient, "the server needs a name");
 }
 
 c10::IValue OrderedServer::call(const std::string& service, const char* what, dist::RpcArgs args) const {
   try {
     return group_.registered_sync(service, std::move(args), timeout_);
   } catch (const std::exception& e) {
-    throw Error(c10::str("[", kClient, "] ", what, " on server '", name_, "': ", e.what()));
+    throw Error(c10::str("[", kOrderedClient, "] ", what, " on server '", name_, "': ", e.what()));
   }
 }
 
 bool OrderedServer::push(const std::string& key, c10::IValue value, int64_t version,
                          std::optional<int64_t> prev_version) const {
-  check_versions(kClient, name_, key, version, prev_version);
+  check_versions(kOrderedClient, name_, key, version, prev_version);
   return call(push_service(name_), "push",
               {key, std::move(value), version, prev_version ? c10::IValue(*prev_version) : c10::IValue()})
       .toBool();

@@ -3,13 +3,13 @@
 
 namespace push::server {
 namespace {
-constexpr const char* kHost = "push::server::QueueHost";
-constexpr const char* kClient = "push::server::RemoteQueue";
+constexpr const char* kQueueHost = "push::server::QueueHost";
+constexpr const char* kQueueClient = "push::server::RemoteQueue";
 }  // namespace
 
 QueueHost::QueueHost(dist::RpcGroup group, std::string name)
     : queue_(std::make_shared<parallel::SimpleQueue<c10::IValue>>()), services_(std::move(group)) {
-  PUSH_CHECK(!name.empty(), kHost, "the queue needs a name");
+  PUSH_CHECK(!name.empty(), kQueueHost, "the queue needs a name");
   auto q = queue_;
   services_.add(name + "/put", [q](const dist::RpcArgs& a) {
     q->put(a.at(0));
@@ -28,7 +28,7 @@ QueueHost::QueueHost(dist::RpcGroup group, std::string name)
 }
 
 RemoteQueue::RemoteQueue(dist::RpcGroup group, std::string name) : group_(std::move(group)), name_(std::move(name)) {
-  PUSH_CHECK(!name_.empty(), kClient, "the queue needs a name");
+  PUSH_CHECK(!name_.empty(), kQueueClient, "the queue needs a name");
 }
 
 c10::IValue RemoteQueue::call(const std::string& op, dist::RpcArgs args,
@@ -36,9 +36,9 @@ c10::IValue RemoteQueue::call(const std::string& op, dist::RpcArgs args,
   try {
     return group_.registered_sync(name_ + "/" + op, std::move(args), timeout);
   } catch (const dist::RemoteError& e) {
-    throw Error(c10::str("[", kClient, "] ", op, " on queue '", name_, "': ", e.remote_message()));
+    throw Error(c10::str("[", kQueueClient, "] ", op, " on queue '", name_, "': ", e.remote_message()));
   } catch (const std::exception& e) {
-    throw Error(c10::str("[", kClient, "] ", op, " on queue '", name_, "': ", e.what()));
+    throw Error(c10::str("[", kQueueClient, "] ", op, " on queue '", name_, "': ", e.what()));
   }
 }
 

@@ -13,7 +13,7 @@
 
 namespace push::server {
 namespace {
-constexpr const char* kOrigin = "push::server::RankPool";
+constexpr const char* kRankPool = "push::server::RankPool";
 }  // namespace
 
 struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
@@ -40,7 +40,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
   void enqueue(Call call) {
     {
       std::lock_guard lock(mutex);
-      PUSH_CHECK(!closed, kOrigin, "the pool is closed");
+      PUSH_CHECK(!closed, kRankPool, "the pool is closed");
       queue.push_back(std::move(call));
     }
     poke();
@@ -75,8 +75,8 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
         }
         if (!alive) {
           for (auto& c : queue) {
-            c.result.set_error(std::make_exception_ptr(
-                Error(c10::str("[", kOrigin, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
+            c.result.set_error(std::make_exception_ptr(Error(
+                c10::str("[", kRankPool, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
           }
           queue.clear();
           return;
@@ -125,8 +125,8 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
       cancelled.swap(queue);
     }
     for (auto& c : cancelled) {
-      c.result.set_error(std::make_exception_ptr(
-          CancelledError(c10::str("[", kOrigin, "] the call of '", c.function, "' was cancelled before it was sent"))));
+      c.result.set_error(std::make_exception_ptr(CancelledError(
+          c10::str("[", kRankPool, "] the call of '", c.function, "' was cancelled before it was sent"))));
     }
     return cancelled.size();
   }
@@ -135,15 +135,15 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
 RankPool::RankPool(dist::RpcGroup group, std::vector<std::string> workers, int per_worker,
                    std::optional<dist::Milliseconds> timeout)
     : impl_(std::make_shared<Impl>()) {
-  PUSH_CHECK(per_worker >= 1, kOrigin, "per_worker must be >= 1, got ", per_worker);
+  PUSH_CHECK(per_worker >= 1, kRankPool, "per_worker must be >= 1, got ", per_worker);
   if (workers.empty()) {
     for (const auto& m : group.members()) {
       if (m != group.self()) workers.push_back(m);
     }
   }
-  PUSH_CHECK(!workers.empty(), kOrigin, "no worker: group '", group.name(), "' has no other member");
+  PUSH_CHECK(!workers.empty(), kRankPool, "no worker: group '", group.name(), "' has no other member");
   for (const auto& w : workers) {
-    PUSH_CHECK(group.is_member(w), kOrigin, "'", w, "' is not a member of group '", group.name(), "'");
+    PUSH_CHECK(group.is_member(w), kRankPool, "'", w, "' is not a member of group '", group.name(), "'");
   }
   impl_->group = std::move(group);
   impl_->workers = std::move(workers);

@@ -34,7 +34,7 @@ constexpr int64_t kEpochs = 16, kBatch = 16;
 
 // Trains with DASO (or, when `daso_options` is unset, blocking DataParallel over every rank)
 // and returns the training MSE of the result.
-double train(push::dist::World& world, const push::data::Dataset& data, std::optional<DasoOptions> daso_options) {
+double train_daso(push::dist::World& world, const push::data::Dataset& data, std::optional<DasoOptions> daso_options) {
   auto net = sine_net();
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
   auto group = world.collective();
@@ -96,9 +96,9 @@ PUSH_DIST_WORKER(daso) {
   const auto raw = push::data::synthetic_gap(512, 1);
   const auto data = push::data::Standardizer::fit(raw).apply(raw);  // 128 rows, 8 batches per rank
   const auto options = DasoOptions(kEpochs).ranks_per_node(2).warmup_epochs(3).cooldown_epochs(3).max_global_skips(4);
-  const double blocking = train(world, data, std::nullopt);
-  const double hooks = train(world, data, options);
-  const double in_step = train(world, data, DasoOptions(options).average_in_step(true));
+  const double blocking = train_daso(world, data, std::nullopt);
+  const double hooks = train_daso(world, data, options);
+  const double in_step = train_daso(world, data, DasoOptions(options).average_in_step(true));
   EXPECT_LT(blocking, 0.2);
   EXPECT_LT(hooks, 1.5 * blocking + 0.02) << "blocking " << blocking;
   EXPECT_LT(in_step, 1.5 * blocking + 0.02) << "blocking " << blocking;

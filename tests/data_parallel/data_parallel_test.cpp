@@ -127,7 +127,7 @@ namespace {
 // ranks, Adam, 30 epochs of batches of 32 per rank: it must get within 1.5x (+ 0.02) of
 // blocking's training MSE, far below the untrained 1; after synchronize() the ranks hold
 // one set of parameters.
-double train(bool blocking, push::dist::CollectiveGroup& group, const push::data::Dataset& data) {
+double train_mode(bool blocking, push::dist::CollectiveGroup& group, const push::data::Dataset& data) {
   torch::manual_seed(3);
   auto net = torch::nn::Sequential(torch::nn::Linear(1, 32), torch::nn::Tanh(), torch::nn::Linear(32, 32),
                                    torch::nn::Tanh(), torch::nn::Linear(32, 1));
@@ -169,7 +169,7 @@ PUSH_DIST_WORKER(nonblocking) {
   auto group = world.collective();
   const auto raw = push::data::synthetic_gap(512, 1);
   const auto data = push::data::Standardizer::fit(raw).apply(raw);
-  const double blocking = train(true, group, data), nonblocking = train(false, group, data);
+  const double blocking = train_mode(true, group, data), nonblocking = train_mode(false, group, data);
   EXPECT_LT(blocking, 0.2);
   EXPECT_LT(nonblocking, 1.5 * blocking + 0.02) << "blocking " << blocking;
   if (world.rank() == 0) std::printf("training mse: blocking %.4f, non-blocking %.4f\n", blocking, nonblocking);

@@ -11,13 +11,8 @@ namespace push {
 namespace {
 
 using testing::mse;
+using testing::sgd_momentum;
 using testing::tiny_mlp;
-
-OptimizerFactory sgd_momentum() {
-  return [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.05).momentum(0.9));
-  };
-}
 
 // Trains `n` particles for a few epochs, interleaving them message by message and
 // reading each other's views, and returns every particle's parameters.

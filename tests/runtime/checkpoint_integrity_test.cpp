@@ -24,17 +24,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::mse;
+using testing::sgd_momentum;
 using testing::tiny_mlp;
 
-fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("integrity", name); }
+fs::path integrity_dir(const std::string& name) { return testing::fresh_dir("integrity", name); }
 
-OptimizerFactory sgd_momentum() {
-  return [](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.05).momentum(0.9));
-  };
-}
-
-ParticleOptions trainable(OptimizerFactory optimizer) {
+ParticleOptions trainable_with(OptimizerFactory optimizer) {
   return ParticleOptions().optimizer(std::move(optimizer)).on("train", [](Particle& p, const Args&) {
     auto x = torch::linspace(-1, 1, 8).unsqueeze(1);
     return p.step(mse, x, torch::sin(x)).wait();
@@ -59,23 +54,23 @@ void expect_unchanged(Push& dist, const std::vector<std::vector<torch::Tensor>>&
 }
 
 TEST(CheckpointIntegrity, AFailedLoadChangesNothing) {
-  const fs::path dir = fresh_dir("atomic-load");
+  const fs::path dir = integrity_dir("atomic-load");
   {
     // Particle 0 trained with Adam, particle 1 with SGD + momentum.
     Push saved(tiny_mlp, PushOptions().seed(1));
-    saved.p_create(trainable(testing::adam()));
-    saved.p_create(trainable(sgd_momentum()));
-    saved.p_create(trainable(testing::adam()));
+    saved.p_create(trainable_with(testing::adam()));
+    saved.p_create(trainable_with(sgd_momentum()));
+    saved.p_create(trainable_with(testing::adam()));
     for (Pid pid = 0; pid < 3; ++pid) saved.p_launch(pid, "train").wait();
     saved.save(dir);
   }
   // Particles 0 and 1 use Adam here: 0 would load, 1's optimizer state does not fit.
   // Particle 2 is missing and would be created.
   Push dist(tiny_mlp, PushOptions().seed(2));
-  dist.p_create(trainable(testing::adam()));
-  dist.p_create(trainable(testing::adam()));
+  dist.p_create(trainable_with(testing::adam()));
+  dist.p_create(trainable_with(testing::adam()));
   auto before = all_parameters(dist);
-  EXPECT_PUSH_ERROR(dist.load(dir, [](Pid) { return trainable(testing::adam()); }), "particle 1");
+  EXPECT_PUSH_ERROR(dist.load(dir, [](Pid) { return trainable_with(testing::adam()); }), "particle 1");
   EXPECT_EQ(dist.num_particles(), 2);  // particle 2 was not created
   expect_unchanged(dist, before);
   // The distribution still trains, and a checkpoint that fits loads.
@@ -83,7 +78,7 @@ TEST(CheckpointIntegrity, AFailedLoadChangesNothing) {
 }
 
 TEST(CheckpointIntegrity, ParametersOfAnotherShapeAreRefused) {
-  const fs::path dir = fresh_dir("shape");
+  const fs::path dir = integrity_dir("shape");
   {
     Push saved(
         [] { return torch::nn::Sequential(torch::nn::Linear(1, 4), torch::nn::Tanh(), torch::nn::Linear(4, 1)); });
@@ -98,7 +93,7 @@ TEST(CheckpointIntegrity, ParametersOfAnotherShapeAreRefused) {
 }
 
 TEST(CheckpointIntegrity, FlippedTensorBytesAreDetected) {
-  const fs::path dir = fresh_dir("flipped");
+  const fs::path dir = integrity_dir("flipped");
   torch::Tensor weight;
   {
     Push saved(tiny_mlp);
@@ -147,7 +142,7 @@ TEST(CheckpointIntegrity, Crc32cMatchesTheStandardCheckValue) {
 }
 
 TEST(CheckpointIntegrity, AnEditedManifestIsRefused) {
-  const fs::path dir = fresh_dir("manifest");
+  const fs::path dir = integrity_dir("manifest");
   {
     Push saved(tiny_mlp);
     saved.p_create();
@@ -168,7 +163,7 @@ TEST(CheckpointIntegrity, AnEditedManifestIsRefused) {
 }
 
 TEST(CheckpointIntegrity, TruncatedFilesAreNamed) {
-  const fs::path dir = fresh_dir("truncated");
+  const fs::path dir = integrity_dir("truncated");
   {
     Push saved(tiny_mlp);
     saved.p_create();
@@ -196,46 +191,46 @@ namespace {
 // save() replaces its folder as a whole, so it refuses one that holds anything else, and
 // "ck/" is the folder ck.
 TEST(CheckpointIntegrity, SaveRefusesAFolderThatIsNotACheckpoint) {
-  const fs::path dir = fresh_dir("foreign");
+  const fs::path dir = integrity_dir("foreign");
   fs::create_directories(dir);
   { std::ofstream(dir / "notes.txt") << "mine"; }
   Push dist(tiny_mlp, PushOptions().seed(1));
-  dist.p_create(trainable(testing::adam()));
+  dist.p_create(trainable_with(testing::adam()));
   EXPECT_PUSH_ERROR(dist.save(dir), "holds something other than a push checkpoint");
   EXPECT_TRUE(fs::exists(dir / "notes.txt"));
 
-  const fs::path ck = fresh_dir("trailing-slash");
+  const fs::path ck = integrity_dir("trailing-slash");
   dist.save(ck.string() + "/");
   dist.save(ck.string() + "/");  // a checkpoint folder is replaced
   EXPECT_TRUE(fs::exists(ck / "push.manifest"));
   Push loaded(tiny_mlp, PushOptions().seed(2));
-  loaded.load(ck.string() + "/", [](Pid) { return trainable(testing::adam()); });
+  loaded.load(ck.string() + "/", [](Pid) { return trainable_with(testing::adam()); });
   EXPECT_TRUE(torch::equal(loaded.p_parameters(0)[0], dist.p_parameters(0)[0]));
 }
 
 // load() creating particles while another thread calls p_create: every id belongs to
 // exactly one particle (an id taken by both used to leave a freed record in the cache).
 TEST(CheckpointIntegrity, ParticlesCreatedDuringALoadNeverShareAnId) {
-  const fs::path dir = fresh_dir("concurrent-create");
+  const fs::path dir = integrity_dir("concurrent-create");
   {
     Push saved(tiny_mlp, PushOptions().devices(2).seed(1));
-    for (int i = 0; i < 6; ++i) saved.p_create(trainable(testing::adam()));
+    for (int i = 0; i < 6; ++i) saved.p_create(trainable_with(testing::adam()));
     saved.save(dir);
   }
   for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     Push dist(tiny_mlp, PushOptions().devices(2).cache_size(1).seed(2));
-    for (int i = 0; i < 2; ++i) dist.p_create(trainable(testing::adam()));
+    for (int i = 0; i < 2; ++i) dist.p_create(trainable_with(testing::adam()));
     std::atomic<bool> go{false};
     std::vector<Pid> created;
     std::thread creator([&] {
       while (!go.load()) std::this_thread::yield();
-      for (int i = 0; i < 8; ++i) created.push_back(dist.p_create(trainable(testing::adam())));
+      for (int i = 0; i < 8; ++i) created.push_back(dist.p_create(trainable_with(testing::adam())));
     });
     go = true;
     bool loaded = true;
     try {
-      dist.load(dir, [](Pid) { return trainable(testing::adam()); });
+      dist.load(dir, [](Pid) { return trainable_with(testing::adam()); });
     } catch (const Error&) {
       loaded = false;  // a created particle is not in the checkpoint: refused, nothing changed
     }

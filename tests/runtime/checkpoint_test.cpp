@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 using testing::mse;
 using testing::tiny_mlp;
 
-fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("test", name); }
+fs::path checkpoint_dir(const std::string& name) { return testing::fresh_dir("test", name); }
 
 ParticleOptions trainable() {
   return ParticleOptions()
@@ -44,7 +44,7 @@ void run_epochs(Push& dist, int epochs) {
 }
 
 TEST(Checkpoint, LoadResumesBitwiseExactly) {
-  const fs::path dir = fresh_dir("resume");
+  const fs::path dir = checkpoint_dir("resume");
   std::vector<std::vector<torch::Tensor>> expected;
   {
     Push dist(tiny_mlp, PushOptions().devices(2).cache_size(1));
@@ -79,7 +79,7 @@ TEST(Checkpoint, LoadResumesBitwiseExactly) {
 }
 
 TEST(Checkpoint, UserStateAndIdsRoundTrip) {
-  const fs::path dir = fresh_dir("state");
+  const fs::path dir = checkpoint_dir("state");
   auto opts = ParticleOptions().on("get", [](Particle& p, const Args&) { return p.state()["tag"]; });
   {
     Push dist(tiny_mlp);
@@ -95,7 +95,7 @@ TEST(Checkpoint, UserStateAndIdsRoundTrip) {
 }
 
 TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointInPlace) {
-  const fs::path dir = fresh_dir("atomic");
+  const fs::path dir = checkpoint_dir("atomic");
   Push dist(tiny_mlp);
   Pid pid = dist.p_create(ParticleOptions().on("poison", [](Particle& p, const Args&) {
     // A value LibTorch's archive cannot serialize: the save fails midway.
@@ -121,7 +121,7 @@ TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointInPlace) {
 TEST(Checkpoint, SaveReplacesOnlyAFolderItMayAndFollowsALink) {
   Push dist(tiny_mlp);
   Pid pid = dist.p_create(trainable());
-  const fs::path dir = fresh_dir("targets");
+  const fs::path dir = checkpoint_dir("targets");
   fs::create_directories(dir);
   EXPECT_PUSH_ERROR(dist.save("/"), "is not a folder one can write");
   EXPECT_PUSH_ERROR(dist.save("."), "is the current folder or contains it");
@@ -148,9 +148,9 @@ TEST(Checkpoint, SaveReplacesOnlyAFolderItMayAndFollowsALink) {
 
 TEST(Checkpoint, MissingOrCorruptCheckpointsAreNamed) {
   Push dist(tiny_mlp);
-  EXPECT_PUSH_ERROR(dist.load(fresh_dir("nothing-here")), "does not exist");
+  EXPECT_PUSH_ERROR(dist.load(checkpoint_dir("nothing-here")), "does not exist");
 
-  const fs::path dir = fresh_dir("corrupt");
+  const fs::path dir = checkpoint_dir("corrupt");
   {
     Push saved(tiny_mlp);
     saved.p_create();
@@ -168,7 +168,7 @@ TEST(Checkpoint, MissingOrCorruptCheckpointsAreNamed) {
 }
 
 TEST(Checkpoint, MismatchedParticlesAreNamed) {
-  const fs::path dir = fresh_dir("mismatch");
+  const fs::path dir = checkpoint_dir("mismatch");
   {
     Push saved(tiny_mlp);
     saved.p_create();

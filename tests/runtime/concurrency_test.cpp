@@ -21,10 +21,9 @@ namespace push {
 namespace {
 
 using testing::count_threads;
+using testing::scalar_module;
 using testing::settled_thread_count;
 using testing::threads_named;
-
-torch::nn::AnyModule scalar_module() { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); }
 
 // OpenBLAS's process-wide thread count, or -1 where LibTorch uses another BLAS.
 int openblas_threads() {

@@ -9,11 +9,11 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "scratch_dir.h"
 #include "test_util.h"
+#include "thread_count.h"
 
 namespace push {
 namespace {
@@ -21,23 +21,15 @@ namespace {
 namespace fs = std::filesystem;
 using testing::tiny_mlp;
 
-fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("reentrancy", name); }
+fs::path reentrancy_dir(const std::string& name) { return testing::fresh_dir("reentrancy", name); }
 
-// Threads of this process whose name starts with `prefix` (lanes are push-lane-N).
-size_t threads_named(const std::string& prefix) {
-  size_t n = 0;
-  for (const auto& entry : fs::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(entry.path() / "comm");
-    std::string name;
-    if (std::getline(comm, name) && name.rfind(prefix, 0) == 0) ++n;
-  }
-  return n;
-}
-size_t lane_threads() { return threads_named("push-lane"); }
+using testing::threads_named;
+// Lane threads are named push-lane-N.
+int lane_threads() { return threads_named("push-lane"); }
 
 TEST(Reentrancy, SaveFromAHandlerWritesTheCheckpoint) {
   for (int lanes : {1, 2}) {
-    const fs::path dir = fresh_dir("save-" + std::to_string(lanes));
+    const fs::path dir = reentrancy_dir("save-" + std::to_string(lanes));
     Push dist(tiny_mlp, PushOptions().devices(lanes).cache_size(1));
     auto opts = ParticleOptions().optimizer(testing::adam()).on("checkpoint", [&](Particle&, const Args&) {
       dist.save(dir);
@@ -55,7 +47,7 @@ TEST(Reentrancy, SaveFromAHandlerWritesTheCheckpoint) {
 }
 
 TEST(Reentrancy, LoadFromAHandlerRestoresEveryParticle) {
-  const fs::path dir = fresh_dir("load");
+  const fs::path dir = reentrancy_dir("load");
   Push dist(tiny_mlp, PushOptions().devices(2).cache_size(1));
   auto opts = ParticleOptions()
                   .optimizer(testing::adam())
@@ -82,7 +74,7 @@ TEST(Reentrancy, LoadFromAHandlerRestoresEveryParticle) {
 }
 
 TEST(Reentrancy, DestroyingThePushFromAHandlerDefersTheShutdown) {
-  const size_t lanes_before = lane_threads();
+  const int lanes_before = lane_threads();
   auto dist = std::make_unique<Push>(tiny_mlp, PushOptions().devices(2));
   Promise<c10::IValue> never;
   auto opts = ParticleOptions()
@@ -104,7 +96,7 @@ TEST(Reentrancy, DestroyingThePushFromAHandlerDefersTheShutdown) {
   testing::eventually([&] { return lane_threads() <= lanes_before && threads_named("push-shutdown") == 0; },
                       std::chrono::seconds(20));
   EXPECT_EQ(lane_threads(), lanes_before);
-  EXPECT_EQ(threads_named("push-shutdown"), 0u);
+  EXPECT_EQ(threads_named("push-shutdown"), 0);
 }
 
 }  // namespace

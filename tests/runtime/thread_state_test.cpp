@@ -18,8 +18,7 @@ namespace push {
 namespace {
 
 using namespace std::chrono_literals;
-
-torch::nn::AnyModule scalar_module() { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); }
+using testing::scalar_module;
 
 c10::IValue name(at::ScalarType dtype) { return std::string(c10::toString(dtype)); }
 

@@ -20,8 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using detail::Clock;
 using detail::ManualClock;
-
-torch::nn::AnyModule scalar_module() { return torch::nn::AnyModule(torch::nn::Linear(1, 1)); }
+using testing::scalar_module;
 
 int64_t ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
