@@ -21,11 +21,6 @@
 
 namespace push::compat {
 
-/// Blocks until the work queued on `device` is done (a no-op off CUDA).
-inline void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
 /// The key of a parameter's entry in Optimizer::state(): the TensorImpl's address as text
 /// in 1.13, the address itself in later versions (taken from the map's own key type).
 using OptimizerStateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
@@ -194,4 +189,22 @@ c10::intrusive_ptr<NcclGroup> make_nccl_group(const World& world, const std::str
 }
 
 }  // namespace push::compat
+#endif
+
+// CUDA streams and events (built against a CUDA LibTorch: PUSH_WITH_CUDA). The event class
+// moved from ATen (at::cuda::CUDAEvent) to c10 (c10::cuda::CUDAEvent) during 2.x.
+#if PUSH_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#if __has_include(<c10/cuda/CUDAEvent.h>)
+#include <c10/cuda/CUDAEvent.h>
+namespace push::compat {
+using CudaEvent = c10::cuda::CUDAEvent;
+}  // namespace push::compat
+#else
+#include <ATen/cuda/CUDAEvent.h>
+namespace push::compat {
+using CudaEvent = at::cuda::CUDAEvent;
+}  // namespace push::compat
+#endif
 #endif

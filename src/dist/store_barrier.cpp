@@ -17,7 +17,7 @@ void StoreBarrier::arrive_and_wait_for_live(int rank, std::chrono::milliseconds 
   const int64_t generation = generation_++;
   const std::string base = c10::str(prefix_, "live/", generation, "/");
   try {
-    waiter_->set(base + std::to_string(rank), {1});
+    waiter_->set(base + std::to_string(rank), std::vector<uint8_t>{1});
     std::vector<std::string> missing;
     const bool all = Clock::poll_until(Clock::deadline_after(timeout), std::chrono::milliseconds(20), [&] {
       const std::set<int> gone = lost();
@@ -42,7 +42,7 @@ void StoreBarrier::arrive_and_wait(std::chrono::milliseconds timeout, const char
     if (waiter_->add(base + "/arrived", 1) == size_) {
       // Last to arrive: release this generation, and drop the previous one's keys, which
       // every rank has left (they all arrived here after it).
-      waiter_->set(base + "/open", {1});
+      waiter_->set(base + "/open", std::vector<uint8_t>{1});
       if (generation > 0) {
         const std::string previous = c10::str(prefix_, generation - 1);
         waiter_->deleteKey(previous + "/arrived");

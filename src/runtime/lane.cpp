@@ -48,7 +48,8 @@ EventLoop::Options loop_options(const LaneConfig& config) {
 Lane::Lane(LaneConfig config)
     : EventLoop(loop_options(config)),
       config_(std::move(config)),
-      cache_(config_.device, config_.cache_size),
+      streams_(config_.device),
+      cache_(streams_, config_.device, config_.cache_size),
       views_(config_.view_size) {}
 
 // Joined here, not in ~EventLoop: the loop's last work (unwinding suspended handlers)
@@ -65,6 +66,7 @@ Lane* Lane::current() {
 
 void Lane::thread_main() {
   c10::DeviceGuard device_guard(config_.device);
+  streams_.enter();
   // BLAS first: an OpenMP build of OpenBLAS sets this thread's OpenMP count, which
   // at::set_num_threads then sets to the lane's.
   set_blas_threads(config_.blas_threads);

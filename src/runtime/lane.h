@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/event_loop.h"
+#include "runtime/lane_streams.h"
 #include "runtime/particle_cache.h"
 #include "runtime/view_cache.h"
 
@@ -90,6 +91,7 @@ class Lane final : public EventLoop {
   std::string describe_job(void* owner) const override;
 
   LaneConfig config_;
+  LaneStreams streams_;  // before the cache, which copies on them
   ParticleCache cache_;
   ViewCache views_;
   // The particle the running handler has pinned (lane thread only). One is enough: only

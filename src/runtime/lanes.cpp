@@ -12,8 +12,29 @@
 
 namespace push::detail {
 
-int Lanes::count(const PushOptions& options) {
+namespace {
+
+// The GPUs the lanes run on: every visible one, unless the options ask for the CPU.
+int cuda_lanes_available(const PushOptions& options) {
+  const auto type = options.device_type();
+  PUSH_CHECK(!type || *type == torch::kCPU || *type == torch::kCUDA, "push::Push",
+             "device_type must be CPU or CUDA, got ", *type);
   const int cuda = compat::cuda_device_count();
+  if (type == torch::kCUDA) {
+#if PUSH_WITH_CUDA
+    PUSH_CHECK(cuda > 0, "push::Push", "device_type CUDA, but this process sees no CUDA device");
+#else
+    PUSH_CHECK(false, "push::Push", "device_type CUDA, but push was built against LibTorch ", TORCH_VERSION,
+               " without CUDA (build with the torch2 preset)");
+#endif
+  }
+  return type == torch::kCPU ? 0 : cuda;
+}
+
+}  // namespace
+
+int Lanes::count(const PushOptions& options) {
+  const int cuda = cuda_lanes_available(options);
   const int lanes = options.devices().value_or(cuda > 0 ? cuda : 1);
   PUSH_CHECK(lanes >= 1, "push::Push", "devices must be at least 1, got ", lanes);
   PUSH_CHECK(cuda == 0 || lanes <= cuda, "push::Push", "devices(", lanes, ") is more than the ", cuda,
@@ -22,7 +43,7 @@ int Lanes::count(const PushOptions& options) {
 }
 
 Lanes::Lanes(const PushOptions& options, int count, int ranks_on_host) {
-  const int cuda = compat::cuda_device_count();
+  const int cuda = cuda_lanes_available(options);
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = options.intra_op_threads().value_or(std::max(1, cores / (count * ranks_on_host)));
   PUSH_CHECK(threads >= 1, "push::Push", "intra_op_threads must be at least 1, got ", threads);

@@ -22,7 +22,11 @@ std::exception_ptr wrap_particle_error(Pid pid, const std::string& message, std:
 }
 
 PFuture LocalDelivery::send(ParticleRecord& target, const std::string& message, Args args) {
-  if (Lane* here = Lane::current()) detach_from_particles(args, here->cache());
+  if (Lane* here = Lane::current()) {
+    detach_from_particles(args, here->cache());
+    // The arguments are read on the target's lane, on its own stream.
+    LaneStreams::finish_current(here->device());
+  }
   ParticleRecord* record = &target;
   Promise<c10::IValue> promise;
   auto handler = [record, message, args = std::move(args), promise] {
@@ -51,6 +55,8 @@ PFuture LocalDelivery::send(ParticleRecord& target, const std::string& message, 
         result = std::move(out[0]);
       }
       lane.unpin_running();
+      // The waiter reads the result on its own thread and stream.
+      LaneStreams::finish_current(lane.device());
       promise.set_value(std::move(result));
     } catch (...) {
       lane.unpin_running();
@@ -75,7 +81,7 @@ ParticleView::Data LocalDelivery::snapshot(ParticleRecord& record, const torch::
   };
   for (const auto& p : lane.cache().parameters(record)) data.parameters.push_back(copy(p));
   for (const auto& g : lane.cache().gradients(record)) data.gradients.push_back(copy(g));
-  compat::synchronize(lane.device());
+  LaneStreams::finish_current(lane.device());
   return data;
 }
 

@@ -115,14 +115,15 @@ void ParticleCache::evict(ParticleRecord& r) {
   collect_slots(r);
   r.host.resize(r.slots.size());
   const bool pinned = compat::wants_pinned_host(device_);
+  // A host tensor may still be read by a restore queued on the copy stream: the copies
+  // below queue behind it there.
   for (size_t i = 0; i < r.slots.size(); ++i) {
     const torch::Tensor& t = r.slots[i];
     if (!same_layout(r.host[i], t)) {
       r.host[i] = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(pinned));
     }
-    r.host[i].copy_(t, /*non_blocking=*/pinned);
   }
-  compat::synchronize(device_);
+  r.host_ready = streams_.copy(r.slots, r.host);
   // Spares the last restore did not use are dropped: the pool never holds more than
   // one evicted particle's storage.
   spare_.clear();
@@ -139,13 +140,12 @@ void ParticleCache::evict(ParticleRecord& r) {
 void ParticleCache::restore(ParticleRecord& r) {
   TORCH_INTERNAL_ASSERT(!r.resident, "restoring particle ", r.pid, " that is resident");
   torch::NoGradGuard no_grad;
-  const bool pinned = compat::wants_pinned_host(device_);
-  for (size_t i = 0; i < r.slots.size(); ++i) {
-    const torch::Tensor& host = r.host[i];
-    torch::Tensor on_device = take_buffer(host);
-    on_device.copy_(host, /*non_blocking=*/pinned);
-    r.slots[i].set_data(on_device);
-  }
+  std::vector<torch::Tensor> on_device;
+  on_device.reserve(r.slots.size());
+  for (const torch::Tensor& host : r.host) on_device.push_back(take_buffer(host));
+  // The compute stream waits for the copies on the device; the lane's thread goes on.
+  streams_.order_after(streams_.copy(r.host, on_device));
+  for (size_t i = 0; i < r.slots.size(); ++i) r.slots[i].set_data(on_device[i]);
   // The slot handles are the particle's own tensors: drop ours so that a gradient the
   // optimizer later replaces is not kept alive here.
   r.slots.clear();
@@ -178,6 +178,7 @@ torch::Tensor ParticleCache::take_buffer(const torch::Tensor& like) {
 
 std::vector<torch::Tensor> ParticleCache::parameters(ParticleRecord& r) const {
   if (r.resident) return r.module.ptr()->parameters();
+  r.host_ready.wait();
   std::vector<torch::Tensor> out;
   for (int64_t slot : r.param_slot) out.push_back(r.host[slot]);
   return out;
@@ -205,6 +206,7 @@ std::vector<torch::Tensor> ParticleCache::gradients(ParticleRecord& r) const {
     for (const auto& p : r.module.ptr()->parameters()) out.push_back(p.grad());
     return out;
   }
+  r.host_ready.wait();
   for (int64_t slot : r.grad_slot) out.push_back(slot >= 0 ? r.host[slot] : torch::Tensor());
   return out;
 }

@@ -6,7 +6,11 @@
 //
 // Eviction copies every tensor of the particle (parameters, buffers, gradients,
 // optimizer state) into the host store and swaps an empty tensor into the *same*
-// TensorImpl (Tensor::set_data); restoring swaps a device copy back. Identity is
+// TensorImpl (Tensor::set_data); restoring swaps a device copy back. On a GPU lane both
+// copies run on the lane's copy stream (lane_streams.h): an eviction queues its copies
+// behind the compute queued so far and returns without waiting; a restore makes the
+// compute stream wait for its copies on the device. Only a read of an evicted particle's
+// host copies (parameters(), gradients()) waits for them, and only for them. Identity is
 // preserved, so the optimizer's state keys and any handle the user holds stay valid,
 // and the copies are exact, so training is bitwise the same at any cache size.
 #include <torch/types.h>
@@ -16,13 +20,16 @@
 #include <unordered_set>
 #include <vector>
 
+#include "runtime/lane_streams.h"
+
 namespace push::detail {
 
 struct ParticleRecord;
 
 class ParticleCache {
  public:
-  ParticleCache(torch::Device device, int capacity) : device_(device), capacity_(capacity) {}
+  ParticleCache(LaneStreams& streams, torch::Device device, int capacity)
+      : streams_(streams), device_(device), capacity_(capacity) {}
 
   /// A newly created particle, already on the device: becomes resident (MRU).
   void insert(ParticleRecord& record);
@@ -55,6 +62,7 @@ class ParticleCache {
   torch::Tensor take_buffer(const torch::Tensor& like);
   void keep_buffer(torch::Tensor buffer);
 
+  LaneStreams& streams_;
   torch::Device device_;
   int capacity_;
   std::list<ParticleRecord*> lru_;    // front: least recently used

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/lane_streams.h"
+
 namespace push::detail {
 
 struct ParticleRecord {
@@ -38,6 +40,7 @@ struct ParticleRecord {
   std::list<ParticleRecord*>::iterator lru_position;
   std::vector<torch::Tensor> slots;  // the tensors that were evicted, same TensorImpls
   std::vector<torch::Tensor> host;   // their copies in the host store
+  CopiesDone host_ready;             // the copies into `host` (a GPU lane copies asynchronously)
   // One entry per parameter in module order, duplicates included (a tied weight is one
   // slot under several names): parameter i is slots[param_slot[i]], its gradient
   // slots[grad_slot[i]] (-1: none).

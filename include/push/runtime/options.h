@@ -25,9 +25,13 @@ enum class Placement {
 };
 
 struct PushOptions {
-  /// Number of device lanes. With CUDA: the first n GPUs (default: all of them);
-  /// without: n CPU lanes (default 1), each with its own event loop.
+  /// Number of device lanes. On GPUs: the first n (default: all of them); on the CPU:
+  /// n event loops (default 1).
   TORCH_ARG(std::optional<int>, devices) = std::nullopt;
+  /// What the lanes run on: torch::kCUDA (GPUs) or torch::kCPU. Default: the GPUs when
+  /// this process sees any, else the CPU. kCUDA where there is no GPU (or push was built
+  /// against a LibTorch without CUDA) is a push::Error saying which.
+  TORCH_ARG(std::optional<torch::DeviceType>, device_type) = std::nullopt;
   /// Most particles resident (materialized on the device) per device. The rest live in
   /// a host store with their gradients and optimizer state.
   TORCH_ARG(int, cache_size) = 4;
