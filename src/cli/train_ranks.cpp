@@ -32,9 +32,10 @@ void check_data_parallel(const TrainConfig& c, const std::optional<dist::World>&
              "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
   if (c.data_parallel == "daso") {
     const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node, world->size());
-    const char* source = c.ranks_per_node > 0                         ? ""
-                         : std::getenv("LOCAL_WORLD_SIZE") != nullptr ? " (LOCAL_WORLD_SIZE)"
-                                                                      : " (all of them: LOCAL_WORLD_SIZE is unset)";
+    const char* source = c.ranks_per_node > 0 ? ""
+                         : dist::WorldOptions::launched_local_world_size()
+                             ? " (the launcher's ranks per node)"
+                             : " (all of them: LOCAL_WORLD_SIZE is unset)";
     PUSH_CHECK(world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
                "--data-parallel daso needs at least 2 nodes of equal size: ", world->size(), " ranks with ", per_node,
                " ranks per node", source, " do not make them; set --ranks-per-node (e.g. ",
@@ -44,7 +45,9 @@ void check_data_parallel(const TrainConfig& c, const std::optional<dist::World>&
 
 }  // namespace
 
-bool starts_its_ranks(const TrainConfig& c) { return c.nproc > 1 && std::getenv("WORLD_SIZE") == nullptr; }
+bool starts_its_ranks(const TrainConfig& c) {
+  return c.nproc > 1 && !dist::WorldOptions::launched_world_size().has_value();
+}
 
 int relaunch(int argc, char** argv, int nproc) {
   std::error_code ec;
@@ -68,12 +71,14 @@ int relaunch(int argc, char** argv, int nproc) {
 
 TrainRanks join_ranks(const TrainConfig& c) {
   TrainRanks ranks;
-  const char* world_size = std::getenv("WORLD_SIZE");
-  if (world_size != nullptr) {
-    PUSH_CHECK(c.nproc == 1 || c.nproc == std::atoi(world_size), "push train", "--nproc ", c.nproc,
-               " differs from the job's ", world_size, " ranks (WORLD_SIZE)");
+  // Started by a launcher: push launch or torchrun (WORLD_SIZE), mpirun (OMPI_COMM_WORLD_SIZE)
+  // or srun (SLURM_NTASKS).
+  const std::optional<int> world_size = dist::WorldOptions::launched_world_size();
+  if (world_size) {
+    PUSH_CHECK(c.nproc == 1 || c.nproc == *world_size, "push train", "--nproc ", c.nproc, " differs from the job's ",
+               *world_size, " ranks (the launcher's WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)");
   }
-  if (world_size != nullptr && std::atoi(world_size) > 1) ranks.world.emplace(dist::World::from_env());
+  if (world_size && *world_size > 1) ranks.world.emplace(dist::World::from_env());
   check_data_parallel(c, ranks.world);
   return ranks;
 }

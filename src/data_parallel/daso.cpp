@@ -6,6 +6,7 @@
 #include <push/core/errors.h>
 #include <push/data_parallel/data_parallel.h>
 #include <push/data_parallel/replicas.h>
+#include <push/dist/world.h>
 
 #include <torch/torch.h>
 
@@ -18,7 +19,7 @@
 
 namespace push::data_parallel {
 namespace {
-constexpr const char* kOrigin = "push::data_parallel::Daso";
+constexpr const char* kDaso = "push::data_parallel::Daso";
 
 }  // namespace
 
@@ -98,13 +99,12 @@ struct Daso::State {
 };
 
 int DasoGroups::resolve_ranks_per_node(int asked, int world_size) {
-  PUSH_CHECK(asked >= 0, kOrigin, "ranks_per_node must not be negative, got ", asked);
+  PUSH_CHECK(asked >= 0, kDaso, "ranks_per_node must not be negative, got ", asked);
   if (asked > 0) return asked;
-  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    PUSH_CHECK(end != env && *end == '\0' && v > 0, kOrigin, "LOCAL_WORLD_SIZE='", env, "' is not a positive integer");
-    return static_cast<int>(v);
+  if (auto launched = dist::WorldOptions::launched_local_world_size()) {
+    PUSH_CHECK(*launched > 0, kDaso, "the launcher's ranks per node (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or ",
+               "SLURM_NTASKS_PER_NODE) must be positive, got ", *launched);
+    return *launched;
   }
   return world_size;
 }
@@ -113,10 +113,10 @@ DasoGroups DasoGroups::make(const dist::World& world, int ranks_per_node) {
   DasoGroups g;
   const int size = world.size(), rank = world.rank();
   g.ranks_per_node = resolve_ranks_per_node(ranks_per_node, size);
-  PUSH_CHECK(size % g.ranks_per_node == 0, kOrigin, "a world of ", size, " ranks is not a whole number of nodes of ",
+  PUSH_CHECK(size % g.ranks_per_node == 0, kDaso, "a world of ", size, " ranks is not a whole number of nodes of ",
              g.ranks_per_node, " ranks");
   g.nodes = size / g.ranks_per_node;
-  PUSH_CHECK(g.nodes >= 2, kOrigin, "DASO needs at least 2 nodes; ", size, " ranks with ", g.ranks_per_node,
+  PUSH_CHECK(g.nodes >= 2, kDaso, "DASO needs at least 2 nodes; ", size, " ranks with ", g.ranks_per_node,
              " ranks per node make one (set ranks_per_node to a divisor of ", size,
              " to simulate nodes, or use DataParallel)");
   g.node = rank / g.ranks_per_node;
@@ -142,13 +142,13 @@ Daso::Daso(torch::nn::Module& module, torch::optim::Optimizer& optimizer, DasoGr
   s.groups = std::move(groups);
   for (const auto& p : module.parameters()) {
     if (!p.requires_grad()) continue;
-    PUSH_CHECK(p.is_floating_point(), kOrigin, "parameter of type ", c10::toString(p.scalar_type()),
+    PUSH_CHECK(p.is_floating_point(), kDaso, "parameter of type ", c10::toString(p.scalar_type()),
                " is not floating point");
-    PUSH_CHECK(s.params.empty() || p.device() == s.params[0].device(), kOrigin,
-               "the parameters are on several devices (", s.params[0].device(), " and ", p.device(), ")");
+    PUSH_CHECK(s.params.empty() || p.device() == s.params[0].device(), kDaso, "the parameters are on several devices (",
+               s.params[0].device(), " and ", p.device(), ")");
     s.params.push_back(p);
   }
-  PUSH_CHECK(!s.params.empty(), kOrigin, "the module has no trainable parameters");
+  PUSH_CHECK(!s.params.empty(), kDaso, "the module has no trainable parameters");
   const auto flat_options = s.params[0].options().dtype(torch::kFloat).requires_grad(false);
   s.flat = torch::empty({push::detail::total_numel(s.params)}, flat_options);
   s.sum = torch::empty_like(s.flat);
@@ -186,7 +186,7 @@ void Daso::step(const std::function<void()>& apply) {
   apply();
   const DasoStep step = s.schedule.next();
   if (step.receive) {
-    PUSH_CHECK(s.outstanding.has_value(), kOrigin, "internal: a receive with no sync outstanding");
+    PUSH_CHECK(s.outstanding.has_value(), kDaso, "internal: a receive with no sync outstanding");
     s.finish(*s.outstanding, /*blocking=*/false, step.waited);
     s.outstanding.reset();
   }

@@ -81,23 +81,51 @@ int parse_int(const std::string& variable, const std::string& text, const char* 
   return value;
 }
 
-}  // namespace
+// The launchers' names of each variable: torchrun's (and push launch's), OpenMPI's, Slurm's.
+constexpr std::initializer_list<const char*> kRankKeys = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+constexpr std::initializer_list<const char*> kSizeKeys = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"};
+constexpr std::initializer_list<const char*> kLocalRankKeys = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                               "SLURM_LOCALID"};
+constexpr std::initializer_list<const char*> kLocalSizeKeys = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                               "SLURM_NTASKS_PER_NODE"};
 
-WorldOptions WorldOptions::from_env(const Lookup& lookup_in) {
-  Lookup lookup = lookup_in ? lookup_in : [](const std::string& key) -> std::optional<std::string> {
+WorldOptions::Lookup or_getenv(const WorldOptions::Lookup& lookup) {
+  if (lookup) return lookup;
+  return [](const std::string& key) -> std::optional<std::string> {
     const char* value = std::getenv(key.c_str());
     return value ? std::optional<std::string>(value) : std::nullopt;
   };
-  // The first of `keys` that is set: torchrun's name, then OpenMPI's, then Slurm's.
-  auto first = [&](std::initializer_list<const char*> keys) -> std::optional<std::pair<std::string, std::string>> {
-    for (const char* key : keys) {
-      if (auto value = lookup(key)) return std::make_pair(std::string(key), *value);
-    }
-    return std::nullopt;
-  };
+}
+
+// The first of `keys` that is set, with its name.
+std::optional<std::pair<std::string, std::string>> first_set(const WorldOptions::Lookup& lookup,
+                                                             std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    if (auto value = lookup(key)) return std::make_pair(std::string(key), *value);
+  }
+  return std::nullopt;
+}
+
+std::optional<int> first_int(const WorldOptions::Lookup& lookup, std::initializer_list<const char*> keys) {
+  auto found = first_set(or_getenv(lookup), keys);
+  if (!found) return std::nullopt;
+  return parse_int(found->first, found->second, kFromEnv);
+}
+
+}  // namespace
+
+std::optional<int> WorldOptions::launched_world_size(const Lookup& lookup) { return first_int(lookup, kSizeKeys); }
+
+std::optional<int> WorldOptions::launched_local_world_size(const Lookup& lookup) {
+  return first_int(lookup, kLocalSizeKeys);
+}
+
+WorldOptions WorldOptions::from_env(const Lookup& lookup_in) {
+  const Lookup lookup = or_getenv(lookup_in);
+  auto first = [&](std::initializer_list<const char*> keys) { return first_set(lookup, keys); };
   WorldOptions o;
-  auto rank = first({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
-  auto size = first({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"});
+  auto rank = first(kRankKeys);
+  auto size = first(kSizeKeys);
   PUSH_CHECK(size.has_value(), kFromEnv,
              "WORLD_SIZE is not set (nor OMPI_COMM_WORLD_SIZE, SLURM_NTASKS): start the program "
              "with `push launch`, torchrun --no-python, mpirun or srun, or set it");
@@ -106,12 +134,13 @@ WorldOptions WorldOptions::from_env(const Lookup& lookup_in) {
              "`push launch`, torchrun --no-python, mpirun or srun, or set it");
   o.world_size(parse_int(size->first, size->second, kFromEnv));
   o.rank(parse_int(rank->first, rank->second, kFromEnv));
-  if (auto local = first({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})) {
+  if (auto local = first(kLocalRankKeys)) {
     o.local_rank(parse_int(local->first, local->second, kFromEnv));
   }
   if (auto addr = lookup("MASTER_ADDR")) o.master_addr(*addr);
   if (auto port = lookup("MASTER_PORT")) o.master_port(parse_int("MASTER_PORT", *port, kFromEnv));
   if (auto ifname = lookup("GLOO_SOCKET_IFNAME")) o.interface(*ifname);
+  if (auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE")) o.launcher_hosts_store(*agent == "True" || *agent == "1");
   o.validate();
   return o;
 }
@@ -143,15 +172,17 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
   const std::string where = c10::str(options.master_addr(), ":", options.master_port());
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(options.master_port());
-  store_options.isServer = options.rank() == 0;
+  store_options.isServer = options.rank() == 0 && !options.launcher_hosts_store();
   store_options.numWorkers = static_cast<size_t>(options.world_size());
-  store_options.waitWorkers = true;
+  // The name exchange below is the wait for every rank (its error says who is missing);
+  // LibTorch 2.x's own wait in the constructor would report it as a store that cannot start.
+  store_options.waitWorkers = false;
   store_options.timeout = options.init_timeout();
   try {
     s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
   } catch (const std::exception&) {
     throw Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(),
-                         (options.rank() == 0 ? " cannot host the store at " : " cannot reach the store at "), where,
+                         (store_options.isServer ? " cannot host the store at " : " cannot reach the store at "), where,
                          " (MASTER_ADDR:MASTER_PORT) within ", options.init_timeout().count(),
                          " ms: ", detail::current_message()));
   }

@@ -17,15 +17,6 @@ using namespace push::testing;
 using namespace std::chrono_literals;
 using push::detail::Clock;
 
-// What must not depend on how the particles are spread: everything but timings and the
-// layout itself.
-json comparable(json m) {
-  m.erase("timings");
-  m["run"].erase("devices");
-  m["run"].erase("ranks");
-  return m;
-}
-
 TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
   for (const std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
     const std::string common = "--algo " + algo + " --particles 4 --epochs 3 --samples 3 --quiet --out ";
@@ -91,10 +82,13 @@ TEST_F(Cli, DataParallelModesTrainAndWriteTheUsualOutputs) {
 }
 
 TEST_F(Cli, NprocMustMatchTheJobItRunsIn) {
-  // Under a launcher (WORLD_SIZE set) --nproc must agree with it.
-  auto r = run("--nproc 3 --epochs 1 --quiet --out x", -1, "", {"WORLD_SIZE=2", "RANK=0"});
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--nproc 3 differs from the job's 2 ranks (WORLD_SIZE)"), std::string::npos) << r.err;
+  // Under a launcher (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS set) --nproc must agree with it.
+  for (const std::string size : {"WORLD_SIZE=2", "OMPI_COMM_WORLD_SIZE=2", "SLURM_NTASKS=2"}) {
+    auto r = run("--nproc 3 --epochs 1 --quiet --out x", -1, "", {size, "RANK=0"});
+    EXPECT_EQ(r.code, 1) << size;
+    EXPECT_NE(r.err.find("--nproc 3 differs from the job's 2 ranks (the launcher's WORLD_SIZE"), std::string::npos)
+        << size << ": " << r.err;
+  }
 }
 
 // The processes whose environment holds `tag` and `RANK=<rank>`.

@@ -63,6 +63,15 @@ inline std::vector<std::string> staging_folders(const std::vector<std::string>& 
   return staged;
 }
 
+/// What must not depend on how the particles are spread over lanes and ranks, or how the
+/// ranks were started: a run's metrics.json without its timings and its layout.
+inline json comparable(json m) {
+  m.erase("timings");
+  m["run"].erase("devices");
+  m["run"].erase("ranks");
+  return m;
+}
+
 class Cli : public ::testing::Test {
  protected:
   fs::path dir_ = fs::temp_directory_path() / ("push_cli_test_" + std::to_string(::getpid()) + "_" +
@@ -158,6 +167,8 @@ class Cli : public ::testing::Test {
     }
     write(name, s.str());
   }
+  /// A launcher command line that run() and start() put in front of the tool (torchrun, mpirun).
+  std::string launcher_;
   bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
   /// Every entry of the test's folder (names), hidden ones included.
   std::vector<std::string> entries(const fs::path& sub = {}) {
@@ -170,7 +181,7 @@ class Cli : public ::testing::Test {
  private:
   /// The shell command that runs `push train ARGS` in the folder `sub` of the test's folder.
   std::string train_command(const std::string& args, const std::string& sub = "") const {
-    return "cd '" + (dir_ / sub).string() + "' || exit 99; exec '" PUSH_CLI_BINARY "' train " + args;
+    return "cd '" + (dir_ / sub).string() + "' || exit 99; exec " + launcher_ + " '" PUSH_CLI_BINARY "' train " + args;
   }
   /// In a forked child: adds `env` to the environment and runs the shell `command`.
   [[noreturn]] static void exec_shell(const std::string& command, const std::vector<std::string>& env) {

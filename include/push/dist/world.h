@@ -33,6 +33,10 @@ struct WorldOptions {
   /// Host of rank 0, which runs the TCPStore every rank meets at.
   TORCH_ARG(std::string, master_addr) = "127.0.0.1";
   TORCH_ARG(int, master_port) = 29500;
+  /// The launcher already serves the store at master_addr:master_port (torchrun 2.x does,
+  /// and says so with TORCHELASTIC_USE_AGENT_STORE=True): rank 0 connects to it like every
+  /// other rank instead of hosting its own.
+  TORCH_ARG(bool, launcher_hosts_store) = false;
   /// This rank's name; empty means "worker<rank>".
   TORCH_ARG(std::string, name) = "";
   /// Rendezvous: connecting to the store, every rank joining, connecting the groups.
@@ -54,8 +58,15 @@ struct WorldOptions {
   using Lookup = std::function<std::optional<std::string>(const std::string&)>;
   /// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; falling back to
   /// OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK} and Slurm's SLURM_{PROCID,NTASKS,
-  /// LOCALID}. Also GLOO_SOCKET_IFNAME. Throws push::Error naming what is missing/wrong.
+  /// LOCALID}. Also GLOO_SOCKET_IFNAME and TORCHELASTIC_USE_AGENT_STORE. Throws
+  /// push::Error naming what is missing/wrong.
   static WorldOptions from_env(const Lookup& lookup = {});
+  /// The number of ranks a launcher started, from the same variables as from_env
+  /// (WORLD_SIZE, else OMPI_COMM_WORLD_SIZE, else SLURM_NTASKS); nullopt when none is set.
+  static std::optional<int> launched_world_size(const Lookup& lookup = {});
+  /// The ranks per node a launcher started (LOCAL_WORLD_SIZE, else
+  /// OMPI_COMM_WORLD_LOCAL_SIZE, else SLURM_NTASKS_PER_NODE); nullopt when none is set.
+  static std::optional<int> launched_local_world_size(const Lookup& lookup = {});
   /// Throws push::Error when the options cannot describe a job (rank >= world size, ...).
   void validate() const;
 };
