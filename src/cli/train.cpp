@@ -46,7 +46,7 @@ int run_train(int argc, char** argv) {
   if (starts_its_ranks(c)) return relaunch(argc, argv, c.nproc);
   const TrainRanks ranks = join_ranks(c);
   if (!ranks.lead()) c.quiet = true;
-  if (c.devices == 0) c.devices = default_devices();
+  settle_devices(c);
 
   // ---- check everything before anything is written ----
   const auto spec = bayes::parse_model_spec(c.model);

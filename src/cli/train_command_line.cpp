@@ -8,6 +8,36 @@
 
 namespace push::cli {
 
+namespace {
+
+// --devices: N lanes on what the machine has, or the device type with an optional count.
+void parse_devices(const std::string& text, TrainConfig& c) {
+  const auto colon = text.find(':');
+  const std::string type = colon == std::string::npos ? text : text.substr(0, colon);
+  std::string count = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (type == "cpu" || type == "cuda") {
+    c.device_type = type;
+  } else if (colon == std::string::npos && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    count = text;
+  } else {
+    throw CLI::ValidationError("--devices", "'" + text + "' is not N, cpu, cpu:N, cuda or cuda:N");
+  }
+  if (count.empty()) return;
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(count, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != count.size() || n < 1 || n > 256) {
+    throw CLI::ValidationError("--devices", "'" + text + "': the lane count must be 1 to 256");
+  }
+  c.devices = n;
+}
+
+}  // namespace
+
 std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& c) {
   const auto up_to_2_40 = CLI::Range(int64_t{1}, int64_t{1} << 40);
   const auto up_to_100000 = CLI::Range(int64_t{1}, int64_t{100000});
@@ -18,9 +48,10 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_option("--particles", c.particles, "networks in the distribution")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  app.add_option("--devices", c.devices,
-                 "device lanes: GPUs, or CPU event loops without CUDA (default: every GPU, else 2)")
-      ->check(CLI::Range(1, 256));
+  app.add_option_function<std::string>(
+         "--devices", [&c](const std::string& text) { parse_devices(text, c); },
+         "device lanes: N, cpu, cpu:N, cuda or cuda:N (default: every GPU, else 2 CPU lanes)")
+      ->type_name("N|cpu[:N]|cuda[:N]");
   // Small networks gain nothing from intra-op parallelism, and on a busy machine its
   // spinning threads cost more than they give: one per lane unless asked.
   app.add_option("--threads", c.threads, "intra-op threads per lane")

@@ -14,6 +14,7 @@ struct TrainConfig {
   std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
   std::string out = "push-out", save, resume;
   int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
+  std::string device_type;                      // --devices cpu|cuda[:N]; empty: GPUs if any
   int nproc = 1;  // local ranks push train starts itself (not part of identity: any count resumes)
   int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0, collect_every = 0;
   double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;

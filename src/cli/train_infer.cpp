@@ -6,9 +6,24 @@
 
 namespace push::cli {
 
-int default_devices() {
-  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
-                                     : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 2);
+void settle_devices(TrainConfig& c) {
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (c.device_type == "cuda") {
+#if PUSH_WITH_CUDA
+    PUSH_CHECK(gpus > 0, "push train", "--devices cuda: this machine has no CUDA device that LibTorch can use");
+#else
+    PUSH_CHECK(false, "push train", "--devices cuda: push was built against LibTorch ", TORCH_VERSION,
+               " without CUDA (./scripts/setup --libtorch wheel builds against the CUDA one)");
+#endif
+  }
+  if (c.device_type.empty()) c.device_type = gpus > 0 ? "cuda" : "cpu";
+  if (c.device_type == "cuda") {
+    if (c.devices == 0) c.devices = gpus;
+    PUSH_CHECK(c.devices <= gpus, "push train", "--devices cuda:", c.devices, ": this machine has ", gpus,
+               " CUDA device", gpus == 1 ? "" : "s");
+  } else if (c.devices == 0) {
+    c.devices = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 2);
+  }
 }
 
 bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify) {
@@ -30,6 +45,7 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
   // Every particle resident: push train's sets are small, and a fused group is then a lane.
   auto distribution = PushOptions()
                           .devices(c.devices)
+                          .device_type(c.device_type == "cuda" ? torch::kCUDA : torch::kCPU)
                           .intra_op_threads(c.threads)
                           .cache_size(std::max(1, (c.particles + c.devices - 1) / c.devices))
                           .seed(c.seed);

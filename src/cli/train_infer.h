@@ -11,8 +11,10 @@
 
 namespace push::cli {
 
-/// --devices' default: every GPU; without CUDA 2 CPU lanes (1 on a one-core machine).
-int default_devices();
+/// Settles --devices: the device type (cuda when the machine has a GPU, else cpu) and the
+/// lane count (every GPU; 2 CPU lanes, 1 on a one-core machine). --devices cuda where there
+/// is no usable GPU, or more GPUs than there are, is a push::Error.
+void settle_devices(TrainConfig& c);
 
 /// The likelihood --likelihood names (settled by load_train_data; categorical when `classify`).
 bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify);

@@ -116,9 +116,13 @@ json metrics_document(const TrainConfig& c, bayes::Infer& infer, int ranks, cons
                     {"input_shape", d.train.input_shape()},
                     {"classes", d.train.num_classes}};
   if (d.classify()) data_info["class_labels"] = d.train_raw.class_labels;
-  json run = {{"epochs", infer.epochs_done()}, {"ranks", ranks},
-              {"devices", c.devices},          {"threads", c.threads},
-              {"fused", infer.fused()},        {"data_parallel", c.data_parallel.empty() ? "no" : c.data_parallel},
+  json run = {{"epochs", infer.epochs_done()},
+              {"ranks", ranks},
+              {"devices", c.devices},
+              {"device_type", c.device_type},
+              {"threads", c.threads},
+              {"fused", infer.fused()},
+              {"data_parallel", c.data_parallel.empty() ? "no" : c.data_parallel},
               {"resumed_from", c.resume}};
   json timings = {{"load_s", t.load_s}, {"train_s", t.train_s}, {"predict_s", t.predict_s}, {"total_s", t.total_s}};
   return {{"algorithm", c.algo},  {"config", c.identity()},       {"run", run},         {"data", data_info},

@@ -121,6 +121,9 @@ TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
       {"--epochs -3", "--epochs"},
       {"--resume no-such-dir", "no checkpoint to resume"},
       {"--data sine-gap --task classification", "not classification"},
+      {"--devices gpu", "'gpu' is not N, cpu, cpu:N, cuda or cuda:N"},
+      {"--devices cpu:0", "the lane count must be 1 to 256"},
+      {"--devices cuda:9", "--devices cuda"},
   };
   for (const auto& [args, needle] : cases) {
     auto r = run(args + " --quiet --out should-not-exist");
@@ -163,6 +166,23 @@ TEST_F(Cli, CnnOnTabularDataIsABadModelSpec) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("cnn needs image inputs"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "nope"));
+}
+
+// --devices names what the lanes run on. cuda without a usable GPU (here, a CPU machine, or
+// push built against a LibTorch without CUDA) is one line before anything is written; cpu:N
+// is N CPU lanes even where there are GPUs.
+TEST_F(Cli, DevicesNamesTheDeviceTypeAndCudaWithoutAGpuIsOneLine) {
+  if (!torch::cuda::is_available()) {
+    auto r = run("--devices cuda --epochs 1 --quiet --out should-not-exist");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("--devices cuda: "), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "should-not-exist"));
+  }
+  auto r = run("--devices cpu:2 --particles 2 --epochs 2 --samples 2 --quiet --out cpu");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(metrics("cpu")["run"]["devices"], 2);
+  EXPECT_EQ(metrics("cpu")["run"]["device_type"], "cpu");
 }
 
 }  // namespace
