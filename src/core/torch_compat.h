@@ -51,6 +51,11 @@ const Array* explicit_padding(const Padding& padding) {
 #endif
 }
 
+/// Whether this LibTorch's TCPStore client speaks the protocol of torchrun 2.x's agent
+/// store. It does not in 1.13: 2.0 renumbered the store's queries (a validation query came
+/// first), so a 1.13 client's requests to a 2.x server go unanswered.
+inline constexpr bool kJoinsTorchrun2Store = PUSH_TORCH_AT_LEAST(2, 0);
+
 /// Whether the host store should use page-locked memory for `device`.
 inline bool wants_pinned_host(const torch::Device& device) { return device.is_cuda(); }
 

@@ -1,6 +1,7 @@
 // World: rendezvous through c10d's TCPStore, names, the default Gloo group, groups.
 #include "c10d.h"
 #include "core/clock.h"
+#include "core/torch_compat.h"
 #include "world_access.h"
 
 #include <algorithm>
@@ -170,6 +171,11 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
   auto& s = *state_;
   s.options = options;
   const std::string where = c10::str(options.master_addr(), ":", options.master_port());
+  PUSH_CHECK(!options.launcher_hosts_store() || compat::kJoinsTorchrun2Store, origin,
+             "the launcher (torchrun) serves the store at ", where, ", but push was built against LibTorch ",
+             TORCH_VERSION,
+             ", whose store client cannot talk to torchrun 2.x's: start this build with push launch, mpirun or "
+             "srun, or use the LibTorch 2.x build (./scripts/setup --libtorch wheel)");
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(options.master_port());
   store_options.isServer = options.rank() == 0 && !options.launcher_hosts_store();
