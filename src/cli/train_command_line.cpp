@@ -12,27 +12,23 @@ namespace {
 
 // --devices: N lanes on what the machine has, or the device type with an optional count.
 void parse_devices(const std::string& text, TrainConfig& c) {
+  auto digits = [](const std::string& t) {
+    return !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+  };
   const auto colon = text.find(':');
-  const std::string type = colon == std::string::npos ? text : text.substr(0, colon);
-  std::string count = colon == std::string::npos ? "" : text.substr(colon + 1);
-  if (type == "cpu" || type == "cuda") {
-    c.device_type = type;
-  } else if (colon == std::string::npos && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+  const std::string head = text.substr(0, colon);
+  std::string count;
+  if (head == "cpu" || head == "cuda") {
+    c.device_type = head;
+    if (colon == std::string::npos) return;
+    count = text.substr(colon + 1);
+  } else if (colon == std::string::npos && digits(text)) {
     count = text;
   } else {
     throw CLI::ValidationError("--devices", "'" + text + "' is not N, cpu, cpu:N, cuda or cuda:N");
   }
-  if (count.empty()) return;
-  size_t used = 0;
-  int n = 0;
-  try {
-    n = std::stoi(count, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != count.size() || n < 1 || n > 256) {
-    throw CLI::ValidationError("--devices", "'" + text + "': the lane count must be 1 to 256");
-  }
+  const int n = digits(count) && count.size() <= 3 ? std::stoi(count) : 0;
+  if (n < 1 || n > 256) throw CLI::ValidationError("--devices", "'" + text + "': the lane count must be 1 to 256");
   c.devices = n;
 }
 
