@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/torch_compat.h"
+#include "handshake.h"
 #include "store_barrier.h"
 
 #include <push/dist/collective.h>
@@ -28,6 +29,7 @@ namespace push::dist::detail {
 struct WorldState {
   WorldOptions options;
   std::vector<std::string> names;
+  handshake::Bytes secret{};  // the job's (world_join.h): RPC group keys derive from it
   c10::intrusive_ptr<c10d::TCPStore> store;
   std::shared_ptr<::gloo::transport::Device> device;
   std::unique_ptr<StoreBarrier> barrier;

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
+#include "handshake.h"
 #include "shm_ring.h"
 #include "wire.h"
 
@@ -25,30 +27,41 @@ constexpr uint64_t kWakeTag = 1;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(int fd_, bool outgoing_, int peer_) : fd(fd_), outgoing(outgoing_), peer(peer_), introduced(outgoing_) {}
+  Connection(int fd_, bool outgoing_, int peer_) : fd(fd_), outgoing(outgoing_), peer(peer_), introduced(outgoing_) {
+    if (introduced) staging.resize(kStagingBytes);
+  }
 
   int fd;
   const bool outgoing;
-  int peer;         // group rank; -1 until an incoming connection says hello
-  bool introduced;  // incoming: hello received
+  int peer;         // group rank; -1 until an incoming connection has proved which
+  bool introduced;  // outgoing, or incoming and the handshake (handshake.h) passed
   std::mutex send_mutex;
   bool closed = false;  // guarded by send_mutex
   // Shared memory (shm_ring.h): this side's ring for what it sends on this connection.
   std::unique_ptr<SendRing> send_ring;  // guarded by send_mutex
   bool ring_refused = false;            // guarded by send_mutex: none could be made
+  std::vector<char> owed;               // guarded by send_mutex: a heartbeat's bytes a full socket did not take
   std::atomic<SendRing*> ring_to_wake{nullptr};
   std::atomic<bool> broken{false};  // close() began: a sender waiting on the ring gives up
 
   // The reader's state (I/O thread only).
+  bool gone = false;  // close() ran
+  // Incoming, before it is introduced: the handshake's fixed-size frames, nothing else.
+  enum class Handshake { kHello, kProof };
+  Handshake handshake = Handshake::kHello;
+  push::detail::Clock::time_point handshake_deadline;
+  char handshake_in[handshake::kHelloBytes];  // the hello or the proof being read
+  std::size_t handshake_got = 0;
+  handshake::Bytes dialer_nonce{}, listener_nonce{};
+
   enum class Stage { kHeader, kMeta, kData };
   Stage stage = Stage::kHeader;
-  std::vector<char> staging = std::vector<char>(kStagingBytes);
+  std::vector<char> staging;  // kStagingBytes once introduced: nothing before
   std::size_t begin = 0, end = 0;
   char header_bytes[wire::kHeaderBytes];
   std::size_t header_got = 0;
   wire::Header header;
-  std::vector<char> meta;
-  std::size_t meta_got = 0;
+  std::vector<char> meta;  // grows with the bytes that arrive, not with the bytes announced
   std::vector<at::Tensor> tensors;
   std::size_t tensor_index = 0;
   uint64_t tensor_got = 0;

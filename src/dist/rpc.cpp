@@ -22,7 +22,8 @@ void register_function(const std::string& name, RpcFunction fn) {
 bool is_function_registered(const std::string& name) { return static_cast<bool>(detail::find_function(name)); }
 
 int detail::RpcTestAccess::port(const RpcGroup& group) { return group.check("port").port(); }
-std::string detail::RpcTestAccess::token(const RpcGroup& group) { return group.check("token").prefix(); }
+detail::handshake::Bytes detail::RpcTestAccess::key(const RpcGroup& group) { return group.check("key").key(); }
+int detail::RpcTestAccess::group_rank(const RpcGroup& group) { return group.check("group_rank").group_rank(); }
 
 // -- RRef ---------------------------------------------------------------------------------
 
@@ -344,6 +345,9 @@ RpcGroup World::rpc_group(const std::string& name, std::vector<std::string> memb
     prefix = c10::str("push/rpc/", name, "#", state_->group_counts["rpc:" + name]++, "/");
   }
   PUSH_CHECK(options.max_message_bytes() > 0, origin, "max_message_bytes must be positive");
+  PUSH_CHECK(!options.handshake_timeout() || options.handshake_timeout()->count() > 0, origin,
+             "handshake_timeout must be positive");
+  PUSH_CHECK(options.heartbeat_timeout().count() >= 0, origin, "heartbeat_timeout must be >= 0 (0: no heartbeats)");
   auto barrier =
       std::make_unique<detail::StoreBarrier>(state_->new_client(), prefix + "barrier/", static_cast<int>(ranks.size()));
   auto s = std::make_shared<detail::RpcState>(*this, name, std::move(ranks), timeout, prefix, state_->store,

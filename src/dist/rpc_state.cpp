@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iostream>
 #include "dist/rpc_origin.h"
+#include "world_access.h"
 
 namespace push::dist::detail {
 
@@ -54,7 +55,11 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
   const int handler_threads = options.handler_threads();
   const auto deadline = Clock::deadline_after(init_timeout);
   TransportOptions to;
-  to.token = prefix_;
+  key_ = handshake::group_key(WorldAccess::state(world_).secret, prefix_);
+  to.key = key_;
+  to.heartbeat_timeout = options.heartbeat_timeout();
+  to.handshake_timeout =
+      options.handshake_timeout().value_or(std::min<Milliseconds>(init_timeout, std::chrono::seconds(10)));
   to.rank = group_rank_;
   to.size = static_cast<int>(members_.size());
   to.max_message_bytes = options.max_message_bytes();

@@ -46,8 +46,10 @@ class RpcState {
   const std::vector<int>& members() const { return members_; }
   int group_rank() const { return group_rank_; }
   Milliseconds timeout() const { return timeout_; }
-  /// Of the group's keys in the store; also the token its connections introduce themselves with.
+  /// Of the group's keys in the store; its connections' key derives from it (handshake.h).
   const std::string& prefix() const { return prefix_; }
+  /// The key its connections prove they hold (handshake.h).
+  const handshake::Bytes& key() const { return key_; }
   /// The port this member listens on.
   int port() const { return transport_->port(); }
 
@@ -107,6 +109,7 @@ class RpcState {
   const int group_rank_;
   const Milliseconds timeout_;
   const std::string prefix_;
+  handshake::Bytes key_{};  // set by connect()
   const c10::intrusive_ptr<c10d::Store> store_;
   const std::unique_ptr<StoreBarrier> barrier_;
   std::unique_ptr<Transport> transport_;

@@ -1,17 +1,20 @@
 #pragma once
 // What the wire protocol's tests (tests/dist/rpc_wire_test.cpp) reach inside a group: where
-// a member listens, and the token its connections must introduce themselves with (wire.h
-// has the frame format). Defined in rpc.cpp.
+// a member listens, and the key its connections prove they hold (handshake.h; wire.h has
+// the frame format). Defined in rpc.cpp.
 #include <push/dist/rpc.h>
 
 #include <string>
+
+#include "handshake.h"
 
 namespace push::dist::detail {
 
 class RpcTestAccess {
  public:
   static int port(const RpcGroup& group);
-  static std::string token(const RpcGroup& group);
+  static handshake::Bytes key(const RpcGroup& group);
+  static int group_rank(const RpcGroup& group);
 };
 
 }  // namespace push::dist::detail

@@ -78,6 +78,8 @@ Transport::Transport(TransportOptions options, TransportCallbacks callbacks)
   addresses_.resize(options_.size);
   same_host_.assign(options_.size, 0);
   for (int i = 0; i < options_.size; ++i) dial_mutex_.push_back(std::make_unique<std::mutex>());
+  last_heard_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<std::size_t>(std::max(options_.size, 1)));
+  for (int i = 0; i < options_.size; ++i) heard_from(i);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   PUSH_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, kRpcOrigin, "cannot create an epoll instance: ", std::strerror(errno));
@@ -169,14 +171,16 @@ ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // sends block; reads use MSG_DONTWAIT
     set_nodelay(fd);
     set_send_timeout(fd, options_.send_timeout);
+    try {
+      // At least a second for the handshake, however little of the dial's time is left.
+      handshake::dial(fd, options_.key, options_.rank, peer,
+                      std::max(deadline, Clock::deadline_after(std::chrono::seconds(1))), describe(peer));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
     c = std::make_shared<Connection>(fd, /*outgoing=*/true, peer);
-    wire::Header hello;
-    hello.type = wire::kHello;
-    hello.id = static_cast<uint64_t>(options_.rank);
-    wire::Encoded token;
-    token.meta.assign(options_.token.begin(), options_.token.end());
-    hello.meta_bytes = static_cast<uint32_t>(token.meta.size());
-    write_frame(*c, hello, token);
+    heard_from(peer);
     watch(c);
     return true;
   });
@@ -232,6 +236,7 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
              options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
   std::lock_guard<std::mutex> lock(c.send_mutex);
   PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", describe(c.peer), " is closed");
+  pay_owed(c);
   SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
   if (ring != nullptr) header.flags |= wire::kRingData;
   char head[wire::kHeaderBytes];
@@ -335,16 +340,139 @@ void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encode
   }
 }
 
+void Transport::pay_owed(Connection& c) {
+  if (c.owed.empty()) return;
+  iovec iov{c.owed.data(), c.owed.size()};
+  send_all(c, &iov, 1);
+  c.owed.clear();
+}
+
+// -- the I/O thread: heartbeats -------------------------------------------------------------
+
+void Transport::heard_from(int peer) {
+  last_heard_[static_cast<std::size_t>(peer)].store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+std::optional<Clock::time_point> Transport::keep_alive() {
+  if (options_.heartbeat_timeout.count() <= 0) return std::nullopt;
+  const auto now = Clock::now();
+  if (now < next_beat_) return next_beat_;
+  next_beat_ = now + options_.heartbeat_timeout / 4;
+  std::vector<ConnectionPtr> out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out = outgoing_;
+  }
+  {
+    char head[wire::kHeaderBytes];
+    wire::Header h;
+    h.type = wire::kHeartbeat;
+    wire::write_header(h, head);
+    for (auto& c : out) {
+      if (!c) continue;
+      // A sender holding the connection is writing to the peer already; never wait for it.
+      std::unique_lock<std::mutex> lock(c->send_mutex, std::try_to_lock);
+      if (!lock.owns_lock() || c->closed || !c->owed.empty()) continue;
+      const ssize_t n = ::send(c->fd, head, sizeof(head), MSG_DONTWAIT | MSG_NOSIGNAL);
+      // Part of it went: the next sender writes the rest first, so the stream stays whole.
+      if (n > 0 && static_cast<std::size_t>(n) < sizeof(head)) c->owed.assign(head + n, head + sizeof(head));
+    }
+  }
+  const auto silence = std::chrono::duration_cast<Clock::duration>(options_.heartbeat_timeout);
+  for (auto& c : out) {
+    if (!c) continue;
+    const Clock::time_point heard(
+        Clock::duration(last_heard_[static_cast<std::size_t>(c->peer)].load(std::memory_order_relaxed)));
+    if (now - heard > silence) {
+      close(c.get(), c10::str("nothing heard from it for ", options_.heartbeat_timeout.count(),
+                              " ms (heartbeat_timeout): it is stopped, hung or cut off"));
+    }
+  }
+  return next_beat_;
+}
+
 // -- the I/O thread: accepting (reading is in transport_read.cpp) ---------------------------
 
 void Transport::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: nothing more; other errors: try at the next event
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+      // Out of file descriptors (or buffers): the listening socket stays ready, so epoll
+      // would wake this thread again at once. Close the oldest unproved connection and try
+      // again; when there is none, stop accepting for a while.
+      const int error = errno;
+      if ((error == EMFILE || error == ENFILE) && evict_oldest_handshake("out of file descriptors")) continue;
+      accept_paused_until_ = Clock::deadline_after(std::chrono::milliseconds(100));
+      epoll_event ev{};
+      ev.data.u64 = kListenTag;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+      if (!accept_pause_reported_) {
+        accept_pause_reported_ = true;
+        std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank) << ": cannot accept connections ("
+                  << std::strerror(error) << "): pausing 100 ms at a time\n";
+      }
+      return;
+    }
     set_nodelay(fd);
     set_send_timeout(fd, options_.send_timeout);
-    watch(std::make_shared<Connection>(fd, /*outgoing=*/false, -1));
+    auto c = std::make_shared<Connection>(fd, /*outgoing=*/false, -1);
+    c->handshake_deadline = Clock::deadline_after(options_.handshake_timeout);
+    while (live_pending() >= options_.max_pending &&
+           evict_oldest_handshake("too many connections in their handshake")) {
+    }
+    pending_.push_back(c);
+    watch(c);
   }
+}
+
+std::size_t Transport::live_pending() {
+  while (!pending_.empty() && (pending_.front()->gone || pending_.front()->introduced)) pending_.pop_front();
+  return static_cast<std::size_t>(std::count_if(pending_.begin(), pending_.end(),
+                                                [](const ConnectionPtr& c) { return !c->gone && !c->introduced; }));
+}
+
+bool Transport::evict_oldest_handshake(const char* why) {
+  while (!pending_.empty()) {
+    ConnectionPtr c = std::move(pending_.front());
+    pending_.pop_front();
+    if (c->gone || c->introduced) continue;
+    close(c.get(), why);
+    return true;
+  }
+  return false;
+}
+
+std::optional<Clock::time_point> Transport::expire_handshakes() {
+  const auto now = Clock::now();
+  std::optional<Clock::time_point> next;
+  if (accept_paused_until_) {
+    if (now >= *accept_paused_until_) {
+      accept_paused_until_.reset();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kListenTag;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    } else {
+      next = accept_paused_until_;
+    }
+  }
+  // Deadlines grow with accept order: the expired ones are at the front.
+  while (!pending_.empty()) {
+    Connection& c = *pending_.front();
+    if (c.gone || c.introduced) {
+      pending_.pop_front();
+      continue;
+    }
+    if (c.handshake_deadline > now) {
+      if (!next || c.handshake_deadline < *next) next = c.handshake_deadline;
+      break;
+    }
+    ConnectionPtr keep = std::move(pending_.front());
+    pending_.pop_front();
+    close(keep.get(), "no handshake within the handshake timeout");
+  }
+  return next;
 }
 
 void Transport::watch(const ConnectionPtr& c) {
@@ -377,6 +505,7 @@ void Transport::close(Connection* c, const std::string& why) {
     // Already closed (stop() after the loop ended); keep the object alive until done.
     keep = c->shared_from_this();
   }
+  c->gone = true;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
   c->broken = true;              // and one waiting for its ring
@@ -389,9 +518,15 @@ void Transport::close(Connection* c, const std::string& why) {
     }
   }
   if (stopping_) return;
-  if (!c->outgoing && c->introduced == false && why != "the peer closed the connection") {
-    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank)
-              << ": dropped a connection that was not a member of the group: " << why << "\n";
+  if (!c->outgoing && c->introduced == false) {
+    // Said for the first few and then every 1000th: a flood of strangers must not become a
+    // flood of lines.
+    ++strangers_dropped_;
+    if (strangers_dropped_ <= 3 || strangers_dropped_ % 1000 == 0) {
+      std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank)
+                << ": dropped a connection that did not prove it is a member of the group (" << strangers_dropped_
+                << " so far): " << why << "\n";
+    }
   } else if (!c->outgoing && why != "the peer closed the connection") {
     std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank) << ": closed the connection from "
               << describe(c->peer) << ": " << why << "\n";

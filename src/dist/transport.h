@@ -18,7 +18,9 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "handshake.h"
 #include "receive_pool.h"
 #include "shm_ring.h"
 #include "wire.h"
@@ -39,9 +42,9 @@ using ConnectionPtr = std::shared_ptr<Connection>;
 using push::detail::Clock;
 
 struct TransportOptions {
-  std::string token;  // the group's identity: a hello carrying another token is refused
-  int rank = -1;      // this member's group rank
-  int size = 0;       // members in the group
+  handshake::Bytes key{};  // the group's key: a connection that cannot prove it holds it is closed
+  int rank = -1;           // this member's group rank
+  int size = 0;            // members in the group
   uint64_t max_message_bytes = 0;
   std::size_t receive_pool_bytes = 0;  // freed large receive buffers kept for reuse
   // Shared-memory rings to members with this host_identity() (shm_ring.h): messages with
@@ -51,6 +54,13 @@ struct TransportOptions {
   uint32_t ring_slots = 16;
   uint64_t ring_min_bytes = uint64_t{256} << 10;
   std::chrono::milliseconds send_timeout{0};
+  // Connections that have not finished the handshake: at most max_pending at a time (a new
+  // one closes the oldest), each for at most handshake_timeout.
+  std::size_t max_pending = 64;
+  std::chrono::milliseconds handshake_timeout{10000};
+  // A peer that sends nothing for this long is lost (peer_lost); every quarter of it this
+  // member sends each peer a heartbeat on the connection it dialed. 0: off.
+  std::chrono::milliseconds heartbeat_timeout{0};
   std::vector<std::string> names;  // of each group rank, for errors: "worker1 (rank 1)"
 };
 
@@ -106,6 +116,23 @@ class Transport {
   void watch(const ConnectionPtr& c);
   /// Reads what `c` has; false when the connection must close (`why` says why).
   bool read_some(Connection& c, std::string& why);
+  /// read_some for an incoming connection that has not proved itself: reads the fixed-size
+  /// hello or proof only, answers the hello. False when it must close.
+  bool read_handshake(Connection& c, std::string& why);
+  /// Closes the handshakes past their deadline; resumes accepting after a pause. Returns
+  /// the next time either needs the I/O thread.
+  std::optional<Clock::time_point> expire_handshakes();
+  /// Makes room for one more pending handshake (closing the oldest); false when none could
+  /// be closed.
+  bool evict_oldest_handshake(const char* why);
+  /// Pending handshakes still open.
+  std::size_t live_pending();
+  /// Sends the heartbeats that are due and closes the connections of peers silent past
+  /// heartbeat_timeout; returns when it needs the I/O thread next.
+  std::optional<Clock::time_point> keep_alive();
+  void heard_from(int peer);
+  /// Writes what a heartbeat left unsent on `c` (under its send mutex).
+  void pay_owed(Connection& c);
   void deliver(Connection& c);
   void close(Connection* c, const std::string& why);
   void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
@@ -132,6 +159,16 @@ class Transport {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
+  // The I/O thread's own: incoming connections still in their handshake, oldest first (some
+  // may have finished or closed since: skipped), and whether accepting pauses (out of fds).
+  std::deque<ConnectionPtr> pending_;
+  std::optional<Clock::time_point> accept_paused_until_;
+  bool accept_pause_reported_ = false;
+  // Heartbeats: when each peer was last heard from (ns on push's Clock; set by dials too),
+  // and when this member's next heartbeats are due (I/O thread).
+  std::unique_ptr<std::atomic<int64_t>[]> last_heard_;
+  Clock::time_point next_beat_{};
+  uint64_t strangers_dropped_ = 0;
 
   mutable std::mutex mutex_;             // guards the members below
   std::vector<ConnectionPtr> outgoing_;  // by group rank

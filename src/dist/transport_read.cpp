@@ -23,7 +23,10 @@ void Transport::loop() {
   while (!stopping_) {
     // Asleep at most until the nearest call deadline (and 1 s at most, so that stopping_ is
     // seen; 1 ms with a ManualClock, so that a deadline the test moves past is seen).
-    const auto next = callbacks_.tick();
+    auto next = callbacks_.tick();
+    for (const auto& wake : {expire_handshakes(), keep_alive()}) {
+      if (wake && (!next || *wake < *next)) next = wake;
+    }
     const int timeout_ms = next ? poll_timeout_ms(*next, 1000) : 1000;
     const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
     for (int i = 0; i < n && !stopping_; ++i) {
@@ -42,9 +45,63 @@ void Transport::loop() {
   }
 }
 
+bool Transport::read_handshake(Connection& c, std::string& why) {
+  namespace hs = handshake;
+  // The hello and the proof have the same size: a header, checked as soon as it is in, and
+  // 32 bytes. Nothing past them is read here.
+  for (;;) {
+    const std::size_t want = c.handshake_got < wire::kHeaderBytes ? wire::kHeaderBytes : hs::kHelloBytes;
+    const ssize_t n = ::recv(c.fd, c.handshake_in + c.handshake_got, want - c.handshake_got, MSG_DONTWAIT);
+    if (n == 0) {
+      why = "the peer closed the connection";
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      why = std::strerror(errno);
+      return false;
+    }
+    c.handshake_got += static_cast<std::size_t>(n);
+    const bool hello = c.handshake == Connection::Handshake::kHello;
+    if (c.handshake_got == wire::kHeaderBytes) {
+      const wire::Header h = hs::check_header(c.handshake_in, hello, options_.size);
+      if (hello) c.peer = static_cast<int>(h.id);
+    }
+    if (c.handshake_got < hs::kHelloBytes) continue;
+    c.handshake_got = 0;
+    if (hello) {
+      std::memcpy(c.dialer_nonce.data(), c.handshake_in + wire::kHeaderBytes, hs::kBytes);
+      c.listener_nonce = hs::random_bytes();
+      const auto challenge = hs::challenge_frame(
+          options_.rank, c.listener_nonce,
+          hs::proof(options_.key, "listener", c.dialer_nonce, c.listener_nonce, c.peer, options_.rank));
+      // A fresh connection's send buffer takes these few bytes at once; the I/O thread
+      // never waits on a peer.
+      const ssize_t sent = ::send(c.fd, challenge.data(), challenge.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      PUSH_CHECK(sent == static_cast<ssize_t>(challenge.size()), kRpcOrigin, "cannot send the challenge");
+      c.handshake = Connection::Handshake::kProof;
+      continue;
+    }
+    hs::Bytes theirs;
+    std::memcpy(theirs.data(), c.handshake_in + wire::kHeaderBytes, hs::kBytes);
+    PUSH_CHECK(
+        hs::same(theirs, hs::proof(options_.key, "dialer", c.dialer_nonce, c.listener_nonce, c.peer, options_.rank)),
+        kRpcOrigin, "a wrong proof for group rank ", c.peer, " (not this job's key)");
+    c.introduced = true;
+    c.staging.resize(kStagingBytes);
+    return true;
+  }
+}
+
 bool Transport::read_some(Connection& c, std::string& why) {
   using Stage = Connection::Stage;
   try {
+    if (!c.introduced) {
+      if (!read_handshake(c, why)) return false;
+      if (!c.introduced) return true;
+    }
+    heard_from(c.peer);  // bytes (or an end) from the peer: it is alive enough to send
     for (int turn = 0; turn < 64; ++turn) {
       if (c.begin == c.end) {
         // Large tensor bytes go straight into their tensor, past the staging buffer.
@@ -92,17 +149,22 @@ bool Transport::read_some(Connection& c, std::string& why) {
           if (c.header_got < wire::kHeaderBytes) continue;
           c.header_got = 0;
           c.header = wire::read_header(c.header_bytes, options_.max_message_bytes);
-          PUSH_CHECK((c.header.type == wire::kHello) == (!c.outgoing && !c.introduced), kRpcOrigin,
-                     "malformed frame: ", c.header.type == wire::kHello ? "a second hello" : "no hello first");
+          PUSH_CHECK(!wire::is_handshake(c.header.type), kRpcOrigin, "malformed frame: a handshake frame (type ",
+                     c.header.type, ") after the handshake");
           PUSH_CHECK(!c.ring_data() || c.recv_ring, kRpcOrigin,
                      "malformed frame: data in a shared-memory ring that was never announced");
-          c.meta.assign(c.header.meta_bytes, 0);
-          c.meta_got = 0;
+          if (c.header.type == wire::kHeartbeat) {
+            PUSH_CHECK(c.header.meta_bytes == 0 && c.header.data_bytes == 0, kRpcOrigin,
+                       "malformed frame: a heartbeat with a body");
+            continue;  // the next header
+          }
+          // The meta grows as its bytes arrive: a header alone costs nothing.
+          c.meta.clear();
+          c.meta.reserve(std::min<std::size_t>(c.header.meta_bytes, kStagingBytes));
           c.stage = Stage::kMeta;
         } else if (c.stage == Stage::kMeta) {
-          const auto take = std::min<std::size_t>(avail, c.meta.size() - c.meta_got);
-          std::memcpy(c.meta.data() + c.meta_got, src, take);
-          c.meta_got += take;
+          const auto take = std::min<std::size_t>(avail, c.header.meta_bytes - c.meta.size());
+          c.meta.insert(c.meta.end(), src, src + take);
           c.begin += take;
         } else if (c.ring_data()) {
           const auto take = std::min(avail, sizeof(c.note) - c.note_got);
@@ -126,17 +188,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
           c.tensor_got += take;
           c.begin += take;
         }
-        if (c.stage == Stage::kMeta && c.meta_got == c.meta.size()) {
-          if (c.header.type == wire::kHello) {
-            const std::string token(c.meta.begin(), c.meta.end());
-            PUSH_CHECK(token == options_.token && c.header.data_bytes == 0 &&
-                           c.header.id < static_cast<uint64_t>(options_.size),
-                       kRpcOrigin, "a hello that is not from a member of this group");
-            c.peer = static_cast<int>(c.header.id);
-            c.introduced = true;
-            c.stage = Stage::kHeader;
-            continue;
-          }
+        if (c.stage == Stage::kMeta && c.meta.size() == c.header.meta_bytes) {
           if (c.header.type == wire::kRing) {
             open_ring(c);
             c.stage = Stage::kHeader;

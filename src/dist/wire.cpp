@@ -287,7 +287,8 @@ struct Reader {
 
 bool is_request(uint16_t t) { return t >= kCall && t <= kFetchPaired; }
 bool is_reply(uint16_t t) { return t == kReplyOk || t == kReplyError; }
-bool is_known(uint16_t t) { return t == kHello || t == kRing || is_request(t) || is_reply(t); }
+bool is_handshake(uint16_t t) { return t == kHello || t == kChallenge || t == kProof; }
+bool is_known(uint16_t t) { return is_handshake(t) || t == kRing || t == kHeartbeat || is_request(t) || is_reply(t); }
 
 void write_header(const Header& h, char* out) {
   std::memcpy(out, &kMagic, 4);

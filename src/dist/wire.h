@@ -35,7 +35,7 @@ constexpr int kMaxDepth = 64;
 constexpr int kMaxDims = 32;
 
 enum Type : uint16_t {
-  kHello = 1,          // first frame of a connection: id = sender's group rank, meta = group token
+  kHello = 1,          // first frame of a connection: id = sender's group rank, meta = nonce (handshake.h)
   kCall = 2,           // ("function", (args...))
   kService = 3,        // ("key", (args...))
   kRemoteCall = 4,     // as kCall; the result stays with the callee, the reply is its id
@@ -44,11 +44,15 @@ enum Type : uint16_t {
   kReleaseRRef = 7,    // id
   kFetchPaired = 8,    // "key"
   kRing = 9,           // the sender's shared-memory ring (shm_ring.h): meta = u64 pid, fd, slot bytes, slots
+  kChallenge = 10,     // the listener's answer to a hello (handshake.h)
+  kProof = 11,         // the dialer's answer to the challenge (handshake.h)
+  kHeartbeat = 12,     // a sign of life, a header alone (transport.h, heartbeat_timeout)
   kReplyOk = 16,       // the result
   kReplyError = 17,    // the error message
 };
 bool is_request(uint16_t type);
 bool is_reply(uint16_t type);
+bool is_handshake(uint16_t type);
 bool is_known(uint16_t type);
 
 enum Flags : uint16_t {

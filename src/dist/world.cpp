@@ -2,10 +2,18 @@
 #include "c10d.h"
 #include "core/clock.h"
 #include "core/torch_compat.h"
+#include "store_deadline.h"
 #include "world_access.h"
+#include "world_join.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <set>
 
@@ -17,6 +25,35 @@ std::vector<uint8_t> string_to_bytes(const std::string& text) { return std::vect
 std::string current_message() { return push::detail::describe(std::current_exception()); }
 
 namespace {
+
+/// A socket listening on `host`:`port` only (not every interface), for the store server.
+/// Throws push::Error naming the address.
+int store_listen_fd(const std::string& host, int port) {
+  constexpr const char* origin = "push::dist::World";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  PUSH_CHECK(::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) == 0, origin,
+             "cannot resolve MASTER_ADDR '", host, "'");
+  std::string why = "no address";
+  int fd = -1;
+  for (auto* a = list; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(list);
+  PUSH_CHECK(fd >= 0, origin, "rank 0 cannot host the store at ", host, ":", port, ": ", why,
+             " (is MASTER_ADDR an address of this host, and MASTER_PORT free?)");
+  return fd;
+}
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
@@ -113,7 +150,22 @@ std::optional<int> first_int(const WorldOptions::Lookup& lookup, std::initialize
   return parse_int(found->first, found->second, kFromEnv);
 }
 
+/// The job id a launcher gave: PUSH_JOB_ID, else torchrun's run and restart, Slurm's job and
+/// step, Open MPI's namespace; empty when none is set.
+std::string launched_job_id(const WorldOptions::Lookup& lookup) {
+  if (auto id = lookup("PUSH_JOB_ID")) return *id;
+  if (auto run = lookup("TORCHELASTIC_RUN_ID")) {
+    return c10::str("torchrun:", *run, ".", lookup("TORCHELASTIC_RESTART_COUNT").value_or("0"));
+  }
+  if (auto job = lookup("SLURM_JOB_ID")) return c10::str("slurm:", *job, ".", lookup("SLURM_STEP_ID").value_or("0"));
+  if (auto ns = lookup("PMIX_NAMESPACE")) return c10::str("mpi:", *ns);
+  if (auto id = lookup("OMPI_MCA_ess_base_jobid")) return c10::str("mpi:", *id);
+  return "";
+}
+
 }  // namespace
+
+std::optional<int> WorldOptions::launched_rank(const Lookup& lookup) { return first_int(lookup, kRankKeys); }
 
 std::optional<int> WorldOptions::launched_world_size(const Lookup& lookup) { return first_int(lookup, kSizeKeys); }
 
@@ -142,6 +194,8 @@ WorldOptions WorldOptions::from_env(const Lookup& lookup_in) {
   if (auto port = lookup("MASTER_PORT")) o.master_port(parse_int("MASTER_PORT", *port, kFromEnv));
   if (auto ifname = lookup("GLOO_SOCKET_IFNAME")) o.interface(*ifname);
   if (auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE")) o.launcher_hosts_store(*agent == "True" || *agent == "1");
+  if (auto secret = lookup("PUSH_JOB_SECRET")) o.job_secret(*secret);
+  o.job_id(launched_job_id(lookup));
   o.validate();
   return o;
 }
@@ -162,6 +216,7 @@ void WorldOptions::validate() const {
     PUSH_CHECK(t.count() > 0, origin, what, " must be positive, got ", t.count(), " ms");
   }
   PUSH_CHECK(gloo_threads_ >= 1, origin, "gloo_threads must be >= 1, got ", gloo_threads_);
+  if (!job_secret_.empty()) detail::handshake::from_hex(job_secret_, "the job secret (PUSH_JOB_SECRET)");
 }
 
 World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>()) {
@@ -180,30 +235,46 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
   store_options.port = static_cast<uint16_t>(options.master_port());
   store_options.isServer = options.rank() == 0 && !options.launcher_hosts_store();
   store_options.numWorkers = static_cast<size_t>(options.world_size());
-  // The name exchange below is the wait for every rank (its error says who is missing);
-  // LibTorch 2.x's own wait in the constructor would report it as a store that cannot start.
+  // join_job below is the wait for every rank (its error says who is missing); LibTorch
+  // 2.x's own wait in the constructor would report it as a store that cannot start.
   store_options.waitWorkers = false;
   store_options.timeout = options.init_timeout();
+  const auto deadline = push::detail::Clock::deadline_after(options.init_timeout());
+  // Every store call until the job is joined ends by the deadline, even against a store that
+  // accepts and never answers (LibTorch 1.13's client has no timeout of its own).
+  // (A little after the deadline: a store that answers reports its own timeouts first.)
+  detail::StoreDeadline bounded(options.master_addr(), options.master_port(),
+                                deadline + std::chrono::milliseconds(500) + options.init_timeout() / 10);
+  auto late = [&](const std::string& doing) {
+    return Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(), ": the store at ",
+                          where, " did not answer ", doing, " within ", options.init_timeout().count(),
+                          " ms (init_timeout): is rank 0 stopped, or is another program listening on MASTER_PORT?"));
+  };
   try {
+    if (store_options.isServer) {
+      if constexpr (compat::kStoreTakesListenFd) {
+        compat::give_store_listen_fd(store_options,
+                                     detail::store_listen_fd(options.master_addr(), options.master_port()));
+      }
+    }
     s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
   } catch (const std::exception&) {
+    if (bounded.fired()) throw late("the connection");
     throw Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(),
                          (store_options.isServer ? " cannot host the store at " : " cannot reach the store at "), where,
                          " (MASTER_ADDR:MASTER_PORT) within ", options.init_timeout().count(),
                          " ms: ", detail::current_message()));
   }
   try {
-    s.store->set(c10::str("push/world/name/", options.rank()), detail::string_to_bytes(options.name()));
-    s.names.resize(options.world_size());
-    for (int r = 0; r < options.world_size(); ++r) {
-      s.names[r] = detail::bytes_to_string(s.store->get(c10::str("push/world/name/", r)));
-    }
+    detail::join_job(s, deadline);
+  } catch (const Error&) {
+    if (bounded.fired()) throw late("while the ranks joined");
+    throw;
   } catch (const std::exception&) {
-    throw Error(c10::str("[", origin, "] rank ", options.rank(), ": not every rank joined at ", where, " within ",
-                         options.init_timeout().count(), " ms: ", detail::current_message()));
+    if (bounded.fired()) throw late("while the ranks joined");
+    throw Error(c10::str("[", origin, "] rank ", options.rank(), ": the store at ", where,
+                         " failed while the ranks joined: ", detail::current_message()));
   }
-  std::set<std::string> unique(s.names.begin(), s.names.end());
-  PUSH_CHECK(unique.size() == s.names.size(), origin, "two ranks have the same name: ", c10::Join(", ", s.names));
   try {
     if (!options.interface().empty()) {
       s.device = c10d::ProcessGroupGloo::createDeviceForInterface(options.interface());
@@ -219,6 +290,8 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
   s.barrier = std::make_unique<detail::StoreBarrier>(s.new_client(), "push/world/barrier/", options.world_size());
   s.joined = true;
 }
+
+std::string new_job_secret() { return detail::handshake::to_hex(detail::handshake::random_bytes()); }
 
 World World::from_env() { return World(WorldOptions::from_env()); }
 

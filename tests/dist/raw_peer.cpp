@@ -16,15 +16,31 @@ namespace push::testing {
 
 namespace wire = dist::detail::wire;
 
-RawPeer::RawPeer(int port, const std::optional<std::string>& token, int rank) {
+RawPeer::RawPeer(int port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  PUSH_CHECK(::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0, "RawPeer", "cannot connect to port ",
-             port, ": ", std::strerror(errno));
-  if (token) write(frame(wire::kHello, static_cast<uint64_t>(rank), std::vector<char>(token->begin(), token->end())));
+  const int error = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 ? 0 : errno;
+  if (error != 0) ::close(fd_);
+  PUSH_CHECK(error == 0, "RawPeer", "cannot connect to port ", port, ": ", std::strerror(error));
+}
+
+RawPeer::RawPeer(int port, const dist::detail::handshake::Bytes& key, int rank, int listener) : RawPeer(port) {
+  try {
+    dist::detail::handshake::dial(fd_, key, rank, listener, std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                                  "the member at port " + std::to_string(port));
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+std::optional<std::vector<char>> RawPeer::read_bytes(std::size_t n, std::chrono::milliseconds timeout) {
+  std::vector<char> out(n);
+  if (!read_exact(out.data(), n, std::chrono::steady_clock::now() + timeout)) return std::nullopt;
+  return out;
 }
 
 RawPeer::~RawPeer() {

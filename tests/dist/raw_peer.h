@@ -8,14 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "dist/handshake.h"
 #include "dist/wire.h"
 
 namespace push::testing {
 
 class RawPeer {
  public:
-  /// Connects to 127.0.0.1:port; with a token, introduces itself as group rank `rank`.
-  RawPeer(int port, const std::optional<std::string>& token, int rank = 0);
+  /// Connects to 127.0.0.1:port and says nothing.
+  explicit RawPeer(int port);
+  /// Connects and proves it holds `key` (handshake.h) as group rank `rank` to the member of
+  /// group rank `listener`. Throws push::Error when the handshake fails.
+  RawPeer(int port, const dist::detail::handshake::Bytes& key, int rank = 0, int listener = 0);
   ~RawPeer();
   RawPeer(const RawPeer&) = delete;
   RawPeer& operator=(const RawPeer&) = delete;
@@ -38,6 +42,8 @@ class RawPeer {
   /// True when the member closed the connection within `timeout` (reading and dropping
   /// whatever arrives first).
   bool closed_within(std::chrono::milliseconds timeout);
+  /// Exactly `n` bytes, or nullopt when the connection closed or `timeout` passed.
+  std::optional<std::vector<char>> read_bytes(std::size_t n, std::chrono::milliseconds timeout);
 
  private:
   bool read_exact(char* out, std::size_t n, std::chrono::steady_clock::time_point deadline);

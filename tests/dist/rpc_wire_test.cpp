@@ -40,10 +40,10 @@ struct Solo {
   push::dist::World world;
   push::dist::RpcGroup rpc;
   int port() const { return RpcTestAccess::port(rpc); }
-  std::string token() const { return RpcTestAccess::token(rpc); }
+  push::dist::detail::handshake::Bytes key() const { return RpcTestAccess::key(rpc); }
   /// A fresh connection gets an answer to a well-formed call.
   bool answers() const {
-    RawPeer peer(port(), token());
+    RawPeer peer(port(), key());
     if (!peer.write(RawPeer::call_frame(7, "wire_rank", {}))) return false;
     auto reply = peer.read_reply(10s);
     return reply && reply->header.type == wire::kReplyOk && reply->header.id == 7 && reply->value.isInt() &&
@@ -102,7 +102,7 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
   Solo solo;
   // A frame that is well formed but whose value is not a call fails that call only.
   {
-    RawPeer peer(solo.port(), solo.token());
+    RawPeer peer(solo.port(), solo.key());
     auto seven = wire::encode(c10::IValue(int64_t{7}));
     ASSERT_TRUE(peer.write(RawPeer::frame(wire::kCall, 1, seven.meta)));
     auto reply = peer.read_reply(10s);
@@ -134,21 +134,22 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
     EXPECT_TRUE(torch::equal(reply->value.toTensor(), torch::full({3}, 2.0)));
   }
   // Frames the stream cannot recover from close that connection, and only it.
-  auto closes = [&](const std::optional<std::string>& token, std::vector<char> bytes) {
-    RawPeer peer(solo.port(), token);
-    peer.write(bytes);
-    return peer.closed_within(10s);
+  auto closes = [&](bool introduced, std::vector<char> bytes) {
+    auto peer =
+        introduced ? std::make_unique<RawPeer>(solo.port(), solo.key()) : std::make_unique<RawPeer>(solo.port());
+    peer->write(bytes);
+    return peer->closed_within(10s);
   };
   auto bad_magic = RawPeer::call_frame(1, "wire_rank", {});
   bad_magic[0] ^= 0x5a;
-  EXPECT_TRUE(closes(solo.token(), bad_magic));
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(99, 1, {'x'})));              // unknown type
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kReplyOk, 1, {'x'})));  // a reply as a request
-  EXPECT_TRUE(closes(solo.token(),
-                     RawPeer::frame(wire::kCall, 1, {}, 0, std::vector<char>(uint64_t{2} << 20))));  // over the limit
-  EXPECT_TRUE(closes(std::nullopt, RawPeer::call_frame(1, "wire_rank", {})));                        // no hello first
-  EXPECT_TRUE(closes(std::string("another group"), RawPeer::call_frame(1, "wire_rank", {})));
-  EXPECT_TRUE(closes(solo.token(), RawPeer::frame(wire::kHello, 0, {'x'})));  // a second hello
+  EXPECT_TRUE(closes(true, bad_magic));
+  EXPECT_TRUE(closes(true, RawPeer::frame(99, 1, {'x'})));              // unknown type
+  EXPECT_TRUE(closes(true, RawPeer::frame(wire::kReplyOk, 1, {'x'})));  // a reply as a request
+  EXPECT_TRUE(
+      closes(true, RawPeer::frame(wire::kCall, 1, {}, 0, std::vector<char>(uint64_t{2} << 20))));  // over the limit
+  EXPECT_TRUE(closes(false, RawPeer::call_frame(1, "wire_rank", {})));                             // no handshake first
+  const push::dist::detail::handshake::Bytes nonce{};
+  EXPECT_TRUE(closes(true, push::dist::detail::handshake::hello_frame(0, nonce)));  // a second hello
   EXPECT_TRUE(solo.answers());
   EXPECT_EQ(solo.rpc.rpc_sync(solo.world.name(), "wire_rank").toInt(), 42);
 }
@@ -190,7 +191,7 @@ TEST(RpcWire, RingsAreCheckedBeforeTheyAreMappedAndTheirDataArrives) {
   // A call whose 300 KiB of data go through a 2-slot ring: the member empties each slot
   // for the next one.
   {
-    RawPeer peer(solo.port(), solo.token());
+    RawPeer peer(solo.port(), solo.key());
     const auto x = torch::arange(75 * 1024, torch::kFloat);
     auto [head, data] = ring_call(RawPeer::call_frame(9, "wire_echo", {x}));
     ASSERT_TRUE(peer.write(ring_frame(ring->fd(), kSlot, 2)));
@@ -210,7 +211,7 @@ TEST(RpcWire, RingsAreCheckedBeforeTheyAreMappedAndTheirDataArrives) {
     EXPECT_TRUE(torch::equal(reply->value.toTensor(), x));
   }
   auto closes = [&](std::vector<std::vector<char>> frames) {
-    RawPeer peer(solo.port(), solo.token());
+    RawPeer peer(solo.port(), solo.key());
     for (const auto& f : frames) peer.write(f);
     return peer.closed_within(10s);
   };
@@ -257,7 +258,10 @@ TEST(RpcWire, TenThousandRandomAndMutatedFramesNeitherCrashNorHangAMember) {
   };
   int sent = 0;
   while (sent < 10000) {
-    RawPeer peer(solo.port(), rng() % 8 == 0 ? std::nullopt : std::optional<std::string>(solo.token()));
+    auto introduced = rng() % 8 != 0;
+    auto owned =
+        introduced ? std::make_unique<RawPeer>(solo.port(), solo.key()) : std::make_unique<RawPeer>(solo.port());
+    RawPeer& peer = *owned;
     for (int i = 0; i < 20 && sent < 10000; ++i, ++sent) {
       std::vector<char> f;
       if (rng() % 5 == 0) {

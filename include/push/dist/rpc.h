@@ -102,6 +102,15 @@ struct RpcGroupOptions {
   /// on. false: everything goes through the sockets.
   TORCH_ARG(bool, shared_memory) = true;
   TORCH_ARG(std::size_t, shared_memory_bytes) = std::size_t{16} << 20;
+  /// How long a new connection may take to prove it belongs to the job (the handshake,
+  /// docs/distributed.md); at most 64 connections wait at once, a 65th closes the oldest.
+  /// Unset: init_timeout, at most 10 s.
+  TORCH_ARG(std::optional<Milliseconds>, handshake_timeout) = std::nullopt;
+  /// A member that sends nothing for this long, not even the heartbeat each member sends
+  /// its peers every quarter of it, is lost: stopped (SIGSTOP), hung or cut off. Calls
+  /// pending on it fail and on_member_lost's callbacks run, as for a member that died.
+  /// 0: never (only a closed connection or a call's timeout tell).
+  TORCH_ARG(Milliseconds, heartbeat_timeout) = std::chrono::seconds(30);
 };
 
 namespace detail {

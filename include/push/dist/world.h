@@ -37,6 +37,15 @@ struct WorldOptions {
   /// and says so with TORCHELASTIC_USE_AGENT_STORE=True): rank 0 connects to it like every
   /// other rank instead of hosting its own.
   TORCH_ARG(bool, launcher_hosts_store) = false;
+  /// The job this rank belongs to: ranks of another job that meet at the same store (two
+  /// jobs on one MASTER_PORT) are refused, never mixed. from_env takes PUSH_JOB_ID, else the
+  /// launcher's (torchrun's run id and restart count, Slurm's job and step, Open MPI's
+  /// namespace); `push launch` draws one. Empty: ranks without a job id form one job.
+  TORCH_ARG(std::string, job_id) = "";
+  /// The job's secret, 64 hexadecimal digits (PUSH_JOB_SECRET; `push launch` draws one):
+  /// every RPC connection proves it knows it. Empty: rank 0 draws one and shares it
+  /// through the store, which then must be reachable by the job only (docs/distributed.md).
+  TORCH_ARG(std::string, job_secret) = "";
   /// This rank's name; empty means "worker<rank>".
   TORCH_ARG(std::string, name) = "";
   /// Rendezvous: connecting to the store, every rank joining, connecting the groups.
@@ -58,9 +67,13 @@ struct WorldOptions {
   using Lookup = std::function<std::optional<std::string>(const std::string&)>;
   /// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; falling back to
   /// OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK} and Slurm's SLURM_{PROCID,NTASKS,
-  /// LOCALID}. Also GLOO_SOCKET_IFNAME and TORCHELASTIC_USE_AGENT_STORE. Throws
+  /// LOCALID}. Also GLOO_SOCKET_IFNAME, TORCHELASTIC_USE_AGENT_STORE, PUSH_JOB_SECRET and the
+  /// job id (job_id). Throws
   /// push::Error naming what is missing/wrong.
   static WorldOptions from_env(const Lookup& lookup = {});
+  /// The rank a launcher gave this process (RANK, else OMPI_COMM_WORLD_RANK, else
+  /// SLURM_PROCID); nullopt when none is set.
+  static std::optional<int> launched_rank(const Lookup& lookup = {});
   /// The number of ranks a launcher started, from the same variables as from_env
   /// (WORLD_SIZE, else OMPI_COMM_WORLD_SIZE, else SLURM_NTASKS); nullopt when none is set.
   static std::optional<int> launched_world_size(const Lookup& lookup = {});
@@ -79,6 +92,10 @@ class CollectiveGroup;
 struct CollectiveGroupOptions;
 class RpcGroup;
 struct RpcGroupOptions;
+
+/// A fresh job secret for WorldOptions::job_secret (PUSH_JOB_SECRET): 32 bytes from the
+/// kernel's random source as 64 hexadecimal digits. `push launch` gives its ranks one.
+std::string new_job_secret();
 
 class World {
  public:

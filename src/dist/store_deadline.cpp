@@ -1,0 +1,109 @@
+#include "store_deadline.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace push::dist::detail {
+namespace {
+
+using push::detail::Clock;
+
+/// The IPv4 and IPv6 addresses `host` resolves to, as 16-byte IPv6 (IPv4 mapped).
+std::vector<in6_addr> addresses_of(const std::string& host) {
+  std::vector<in6_addr> out;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return out;
+  for (auto* a = list; a != nullptr; a = a->ai_next) {
+    in6_addr v6{};
+    if (a->ai_family == AF_INET) {
+      v6.s6_addr[10] = v6.s6_addr[11] = 0xff;
+      std::memcpy(&v6.s6_addr[12], &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, 4);
+    } else if (a->ai_family == AF_INET6) {
+      v6 = reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr;
+    } else {
+      continue;
+    }
+    out.push_back(v6);
+  }
+  ::freeaddrinfo(list);
+  return out;
+}
+
+}  // namespace
+
+int shutdown_sockets_to(const std::string& host, int port) {
+  const auto wanted = addresses_of(host);
+  int count = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  while (dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
+    in6_addr v6{};
+    int peer_port = -1;
+    if (peer.ss_family == AF_INET) {
+      auto* p = reinterpret_cast<sockaddr_in*>(&peer);
+      v6.s6_addr[10] = v6.s6_addr[11] = 0xff;
+      std::memcpy(&v6.s6_addr[12], &p->sin_addr, 4);
+      peer_port = ntohs(p->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      auto* p = reinterpret_cast<sockaddr_in6*>(&peer);
+      v6 = p->sin6_addr;
+      peer_port = ntohs(p->sin6_port);
+    }
+    if (peer_port != port) continue;
+    for (const auto& w : wanted) {
+      if (std::memcmp(&w, &v6, sizeof(v6)) == 0) {
+        ::shutdown(static_cast<int>(fd), SHUT_RDWR);
+        ++count;
+        break;
+      }
+    }
+  }
+  ::closedir(dir);
+  return count;
+}
+
+StoreDeadline::StoreDeadline(std::string host, int port, Clock::time_point deadline)
+    : host_(std::move(host)), port_(port) {
+  thread_ = std::thread([this, deadline] { run(deadline); });
+}
+
+StoreDeadline::~StoreDeadline() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool StoreDeadline::fired() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fired_;
+}
+
+void StoreDeadline::run(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (Clock::wait_until(cv_, lock, deadline, [this] { return done_; })) return;
+  fired_ = true;
+  shutdown_sockets_to(host_, port_);
+}
+
+}  // namespace push::dist::detail

@@ -1,0 +1,161 @@
+#include "world_join.h"
+
+#include <unistd.h>
+
+#include <set>
+#include <sstream>
+
+#include "handshake.h"
+
+namespace push::dist::detail {
+namespace {
+
+using push::detail::Clock;
+constexpr const char* kOrigin = "push::dist::World";
+
+struct Record {
+  std::string job_id;
+  int world_size = 0;
+  std::string process;      // host:pid
+  std::string fingerprint;  // of the job secret given to this rank; "-" when it has none
+  std::string name;
+};
+
+std::string encode(const Record& r) {
+  return c10::str("push-rank-v1\n", r.job_id, "\n", r.world_size, "\n", r.process, "\n", r.fingerprint, "\n", r.name);
+}
+
+/// The record rank `rank` published; throws when it is not push's (another program's keys).
+Record decode(const std::string& text, int rank) {
+  std::istringstream in(text);
+  std::string magic, size;
+  Record r;
+  const bool ok = std::getline(in, magic) && magic == "push-rank-v1" && std::getline(in, r.job_id) &&
+                  std::getline(in, size) && std::getline(in, r.process) && std::getline(in, r.fingerprint);
+  PUSH_CHECK(ok, kOrigin, "the store holds a record for rank ", rank,
+             " that push did not write: another program uses this MASTER_PORT");
+  r.world_size = std::atoi(size.c_str());
+  std::getline(in, r.name, '\0');
+  return r;
+}
+
+std::string job_text(const std::string& id) { return id.empty() ? std::string("no job id") : "job '" + id + "'"; }
+
+std::string key(const WorldOptions& o, const std::string& what) {
+  return c10::str("push/world/", o.job_id(), "/", what);
+}
+
+/// Waits until `k` is in the store or `deadline`; false at the deadline.
+bool arrives(c10d::Store& store, const std::string& k, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return store.check({k});
+  try {
+    store.wait({k}, std::max(left, std::chrono::milliseconds(1)));
+    return true;
+  } catch (const std::exception&) {
+    if (store.check({k})) return true;
+    if (Clock::now() < deadline) throw;  // not a timeout: the store failed
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string this_process() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return c10::str(host, ":", ::getpid());
+}
+
+void join_job(WorldState& s, Clock::time_point deadline) {
+  const WorldOptions& o = s.options;
+  c10d::Store& store = *s.store;
+  const int me = o.rank(), n = o.world_size();
+  const std::string where = c10::str(o.master_addr(), ":", o.master_port());
+  Record mine{o.job_id(), n, this_process(), "-", o.name()};
+  if (!o.job_secret().empty()) {
+    s.secret = handshake::from_hex(o.job_secret(), "PUSH_JOB_SECRET");
+    mine.fingerprint = handshake::to_hex(handshake::hmac(s.secret, "push job secret fingerprint"));
+  } else if (me == 0) {
+    // Drawn here, shared through the store (before rank 0's record, which the others wait for).
+    s.secret = handshake::random_bytes();
+    store.set(key(o, "secret"), std::vector<uint8_t>(s.secret.begin(), s.secret.end()));
+  }
+  // Every other rank's record must agree with this one's.
+  auto check = [&](const Record& theirs, int r) {
+    const std::string them = c10::str("rank ", r, " (", theirs.process, ")");
+    PUSH_CHECK(theirs.job_id == o.job_id(), kOrigin, them, " belongs to ", job_text(theirs.job_id), ", this rank (",
+               mine.process, ") to ", job_text(o.job_id()));
+    PUSH_CHECK(theirs.world_size == n, kOrigin, them, " was started with WORLD_SIZE=", theirs.world_size,
+               ", this rank (", mine.process, ") with WORLD_SIZE=", n);
+    PUSH_CHECK(theirs.fingerprint == mine.fingerprint, kOrigin, them, " and this rank (", mine.process, ") were given ",
+               theirs.fingerprint == "-" || mine.fingerprint == "-" ? "PUSH_JOB_SECRET on one side only"
+                                                                    : "different PUSH_JOB_SECRETs");
+  };
+  // The store's host says which job it serves: a rank of another job (two jobs on one
+  // MASTER_PORT, its own rank 0 could not bind it) is refused at once and leaves the job
+  // alone. Not under a launcher that hosts the store: that store outlives restarts (the job
+  // id counts them).
+  const bool own_store = !o.launcher_hosts_store();
+  if (me == 0 && own_store) store.set("push/world/host", string_to_bytes(encode(mine)));
+  if (me != 0 && own_store && arrives(store, "push/world/host", deadline)) {
+    const Record host = decode(bytes_to_string(store.get("push/world/host")), 0);
+    PUSH_CHECK(host.job_id == o.job_id(), kOrigin, "the store at ", where, " is hosted by ", host.process, " of ",
+               job_text(host.job_id), "; this rank (", me, ", ", mine.process, ") belongs to ", job_text(o.job_id()),
+               ": two jobs share MASTER_ADDR:MASTER_PORT. Give each job its own MASTER_PORT");
+    try {
+      check(host, 0);
+    } catch (const Error&) {
+      // Same job, started inconsistently: rank 0 names it too once it sees this record
+      // (best effort: rank 0 may have gone already).
+      try {
+        store.set(key(o, c10::str("rank/", me)), string_to_bytes(encode(mine)));
+      } catch (const std::exception&) {
+      }
+      throw;
+    }
+  }
+
+  // Claim the rank number: the first process to add wins it.
+  const std::string claim = key(o, c10::str("claim/", me));
+  if (store.add(claim, 1) != 1) {
+    std::string holder = "another process";
+    const std::string other = key(o, c10::str("rank/", me));
+    if (arrives(store, other, Clock::deadline_after(std::chrono::seconds(1)))) {
+      const Record r = decode(bytes_to_string(store.get(other)), me);
+      holder = c10::str(r.process, " (", job_text(r.job_id), ")");
+    }
+    throw Error(c10::str("[", kOrigin, "] rank ", me, " at ", where, " is taken by ", holder, "; this process is ",
+                         mine.process, " (", job_text(o.job_id()),
+                         "): two jobs share MASTER_ADDR:MASTER_PORT, or a rank was started twice. Give each job its "
+                         "own MASTER_PORT (or its own PUSH_JOB_ID, so that it is refused at once)"));
+  }
+  store.set(key(o, c10::str("rank/", me)), string_to_bytes(encode(mine)));
+
+  s.names.assign(n, "");
+  for (int r = 0; r < n; ++r) {
+    const std::string k = key(o, c10::str("rank/", r));
+    if (!arrives(store, k, deadline)) {
+      std::vector<std::string> missing;
+      for (int m = r; m < n; ++m) {
+        if (!store.check({key(o, c10::str("rank/", m))})) missing.push_back(std::to_string(m));
+      }
+      throw Error(c10::str("[", kOrigin, "] rank ", me, ": rank", missing.size() > 1 ? "s " : " ",
+                           c10::Join(", ", missing), " did not join at ", where, " within ", o.init_timeout().count(),
+                           " ms (init_timeout)", o.job_id().empty() ? "" : " in " + job_text(o.job_id())));
+    }
+    const Record theirs = decode(bytes_to_string(store.get(k)), r);
+    check(theirs, r);
+    s.names[r] = theirs.name;
+  }
+  if (o.job_secret().empty() && me != 0) {
+    const auto bytes = store.get(key(o, "secret"));
+    PUSH_CHECK(bytes.size() == s.secret.size(), kOrigin, "the job secret in the store has ", bytes.size(),
+               " bytes, not ", s.secret.size());
+    std::copy(bytes.begin(), bytes.end(), s.secret.begin());
+  }
+  std::set<std::string> unique(s.names.begin(), s.names.end());
+  PUSH_CHECK(unique.size() == s.names.size(), kOrigin, "two ranks have the same name: ", c10::Join(", ", s.names));
+}
+
+}  // namespace push::dist::detail

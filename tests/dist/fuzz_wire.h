@@ -1,0 +1,20 @@
+#pragma once
+// One input of the wire fuzzer (tests/dist/fuzz/): what a member does with bytes from a
+// peer, without the sockets. The first byte picks the decoder:
+//   0: a frame: header, then the tensor table and the value over tensors filled from the
+//      bytes that follow (as transport_read.cpp does);
+//   1: the listener's side of a handshake: the hello's and the proof's headers, and the
+//      proof checked against a fixed key (handshake.h);
+//   2: the dialer's side: a challenge frame checked as handshake::dial checks it.
+// Every input must end in a value or a push::Error (or c10::Error), never a crash, a hang or
+// a read out of bounds. The regression corpus (tests/dist/fuzz_corpus/) runs in the default
+// suite through the same function.
+#include <cstddef>
+#include <cstdint>
+
+namespace push::testing {
+
+/// Runs one input; returns 0 (libFuzzer's convention).
+int fuzz_wire(const uint8_t* data, std::size_t size);
+
+}  // namespace push::testing
