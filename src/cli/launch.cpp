@@ -6,6 +6,7 @@
 // with the first failure's code (128 + signal for a rank killed by a signal). No process
 // outlives the job (launch_ranks.h).
 #include <push/dist/free_port.h>
+#include <push/dist/world.h>
 
 #include <poll.h>
 #include <signal.h>
@@ -14,9 +15,11 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,14 +40,15 @@ void on_signal(int sig) { g_signal = sig; }
 struct LaunchArgs {
   int nproc = -1, port = 0;
   std::string addr = "127.0.0.1";
-  std::vector<char*> program;  // argv of the program, null-terminated
+  std::vector<char*> program;                            // argv of the program, null-terminated
+  std::vector<std::pair<std::string, std::string>> job;  // PUSH_JOB_ID, PUSH_JOB_SECRET
 };
 
 int usage() {
   std::cerr << "usage: push launch --nproc N [--master-addr A] [--master-port P] -- PROGRAM [ARGS...]\n"
                "  Starts N ranks of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
-               "  MASTER_ADDR, MASTER_PORT set (as torchrun --no-python). --master-port 0 (the\n"
-               "  default) picks a free port.\n";
+               "  MASTER_ADDR, MASTER_PORT set (as torchrun --no-python), and a fresh PUSH_JOB_ID and\n"
+               "  PUSH_JOB_SECRET unless set already. --master-port 0 (the default) picks a free port.\n";
   return 2;
 }
 
@@ -91,6 +95,11 @@ std::vector<std::string> rank_environment(int r, const LaunchArgs& a) {
     }
     env.push_back(entry);
   }
+  // One job id and one secret for all the ranks (docs/distributed.md, "Who gets in"),
+  // unless the user gave them.
+  for (const auto& [k, v] : a.job) {
+    if (std::getenv(k.c_str()) == nullptr) env.push_back(k + "=" + v);
+  }
   for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"RANK", std::to_string(r)},
                                                                       {"LOCAL_RANK", std::to_string(r)},
                                                                       {"WORLD_SIZE", std::to_string(a.nproc)},
@@ -105,13 +114,23 @@ std::vector<std::string> rank_environment(int r, const LaunchArgs& a) {
 
 /// Writes the complete lines of a rank's stream (all of it with `all`) to `to`, each
 /// prefixed with the rank.
+/// A line that never ends (or a very long one) is forwarded in pieces of this size.
+constexpr size_t kLongestLine = 64 << 10;
+
+/// Writes the complete lines of a rank's stream (all of it with `all`) to `to`, each
+/// prefixed with the rank. A carriage return ends a line too (a progress bar redraws its
+/// line with one): it is forwarded as it comes, so the bar moves in the launcher's terminal.
 void flush_lines(int rank, Stream& s, bool all, std::ostream& to) {
   size_t start = 0;
-  for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    to << "[rank " << rank << "] " << s.partial.substr(start, nl - start + 1);
+  for (size_t end; (end = s.partial.find_first_of("\n\r", start)) != std::string::npos; start = end + 1) {
+    if (s.partial[end] == '\r' && end == start) {
+      to << '\r';  // an empty redraw: nothing to label
+      continue;
+    }
+    to << "[rank " << rank << "] " << std::string_view(s.partial).substr(start, end - start + 1);
   }
   s.partial.erase(0, start);
-  if (all && !s.partial.empty()) {
+  if (!s.partial.empty() && (all || s.partial.size() >= kLongestLine)) {
     to << "[rank " << rank << "] " << s.partial << "\n";
     s.partial.clear();
   }
@@ -223,6 +242,10 @@ int launch_main(int argc, char** argv) {
   // Rank 0's store (c10d::TCPStore) listens on MASTER_PORT of every address, not only
   // on MASTER_ADDR: the port must be free on all of them.
   if (a.port == 0) a.port = push::dist::free_port("0.0.0.0");
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  a.job = {{"PUSH_JOB_ID", std::string("push-launch:") + host + ":" + std::to_string(getpid())},
+           {"PUSH_JOB_SECRET", push::dist::new_job_secret()}};
 
   struct sigaction action {};
   action.sa_handler = on_signal;

@@ -44,6 +44,9 @@ int run_train(int argc, char** argv) {
   if (const auto exit_status = parse_train_command_line(argc, argv, c)) return *exit_status;
   // Several ranks: started here (--nproc), or by a launcher (its WORLD_SIZE).
   if (starts_its_ranks(c)) return relaunch(argc, argv, c.nproc);
+  // Where the results go: checked (on the rank that writes them) before the ranks meet, so
+  // that a refused --out or --save ends the run at once with one line, on every rank.
+  TrainFolders folders(c, dist::WorldOptions::launched_rank().value_or(0) == 0);
   const TrainRanks ranks = join_ranks(c);
   if (!ranks.lead()) c.quiet = true;
   settle_devices(c);
@@ -55,8 +58,6 @@ int run_train(int argc, char** argv) {
   const auto likelihood = likelihood_of(c, data.classify());
   auto model = make_train_model(c, spec, data, likelihood);
   match_checkpoint(c);
-  // Where the results go: checked now, not after training.
-  TrainFolders folders(c, ranks.lead());
 
   ProgressBar bar(c.particles, c.quiet);
   auto options = infer_options(c, spec, likelihood, ranks.world);

@@ -158,3 +158,18 @@ TEST_F(Cli, ARankKilledMidTrainingStopsTheJobAndKeepsTheCheckpoint) {
 }
 
 }  // namespace
+
+TEST_F(Cli, ARefusedOutEndsEveryRankAtOnceWithOneLine) {
+  // A folder of the user's own: push train may not replace it. Checked before the ranks meet.
+  fs::create_directories(dir_ / "mine");
+  std::ofstream(dir_ / "mine" / "notes.txt") << "my notes\n";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run("--nproc 2 --epochs 1 --quiet --out mine");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(took, 20.0);  // not rank 0's 30 s wait for the others to leave
+  EXPECT_NE(r.err.find("[push train] --out 'mine' holds"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("did not"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("shutdown"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "mine" / "notes.txt"));
+}
