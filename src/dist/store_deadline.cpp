@@ -102,8 +102,9 @@ bool StoreDeadline::fired() {
 void StoreDeadline::run(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (Clock::wait_until(cv_, lock, deadline, [this] { return done_; })) return;
-  fired_ = true;
-  shutdown_sockets_to(host_, port_);
+  // Only a connection that was open counts: without one, the store's own error (nobody
+  // listening) is the one to report.
+  fired_ = shutdown_sockets_to(host_, port_) > 0;
 }
 
 }  // namespace push::dist::detail

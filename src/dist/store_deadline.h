@@ -25,7 +25,7 @@ class StoreDeadline {
   StoreDeadline(const StoreDeadline&) = delete;
   StoreDeadline& operator=(const StoreDeadline&) = delete;
 
-  /// Whether the deadline passed and the store's sockets were shut down.
+  /// Whether the deadline passed and at least one open connection to the store was shut down.
   bool fired();
 
  private:

@@ -383,10 +383,20 @@ std::optional<Clock::time_point> Transport::keep_alive() {
     if (!c) continue;
     const Clock::time_point heard(
         Clock::duration(last_heard_[static_cast<std::size_t>(c->peer)].load(std::memory_order_relaxed)));
-    if (now - heard > silence) {
-      close(c.get(), c10::str("nothing heard from it for ", options_.heartbeat_timeout.count(),
-                              " ms (heartbeat_timeout): it is stopped, hung or cut off"));
+    if (now - heard <= silence) continue;
+    const std::string why = c10::str("nothing heard from it for ", options_.heartbeat_timeout.count(),
+                                     " ms (heartbeat_timeout): it is stopped, hung or cut off");
+    // Its own connections too: a reply blocked on one (the peer stopped reading) fails now,
+    // and frees the handler loop it holds.
+    std::vector<ConnectionPtr> incoming;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& in : all_) {
+        if (!in->outgoing && in->introduced && in->peer == c->peer) incoming.push_back(in);
+      }
     }
+    for (auto& in : incoming) close(in.get(), why);
+    close(c.get(), why);
   }
   return next_beat_;
 }

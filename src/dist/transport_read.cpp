@@ -16,7 +16,28 @@
 // The transport's I/O thread: waits on every connection with epoll, assembles frames,
 // maps announced rings and empties their slots, and hands complete messages on.
 namespace push::dist::detail {
-namespace {}  // namespace
+namespace {
+
+enum class Received { kBytes, kNothingYet, kEnd };
+
+/// One non-blocking read of at most `max` bytes into `into`: kBytes (`n` > 0), kNothingYet,
+/// or kEnd when the connection ended or failed (`why` says how).
+Received receive(int fd, char* into, std::size_t max, ssize_t& n, std::string& why) {
+  for (;;) {
+    n = ::recv(fd, into, max, MSG_DONTWAIT);
+    if (n > 0) return Received::kBytes;
+    if (n == 0) {
+      why = "the peer closed the connection";
+      return Received::kEnd;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Received::kNothingYet;
+    why = std::strerror(errno);
+    return Received::kEnd;
+  }
+}
+
+}  // namespace
 
 void Transport::loop() {
   epoll_event events[64];
@@ -51,17 +72,9 @@ bool Transport::read_handshake(Connection& c, std::string& why) {
   // 32 bytes. Nothing past them is read here.
   for (;;) {
     const std::size_t want = c.handshake_got < wire::kHeaderBytes ? wire::kHeaderBytes : hs::kHelloBytes;
-    const ssize_t n = ::recv(c.fd, c.handshake_in + c.handshake_got, want - c.handshake_got, MSG_DONTWAIT);
-    if (n == 0) {
-      why = "the peer closed the connection";
-      return false;
-    }
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      if (errno == EINTR) continue;
-      why = std::strerror(errno);
-      return false;
-    }
+    ssize_t n = 0;
+    const auto got = receive(c.fd, c.handshake_in + c.handshake_got, want - c.handshake_got, n, why);
+    if (got != Received::kBytes) return got == Received::kNothingYet;
     c.handshake_got += static_cast<std::size_t>(n);
     const bool hello = c.handshake == Connection::Handshake::kHello;
     if (c.handshake_got == wire::kHeaderBytes) {
@@ -108,33 +121,17 @@ bool Transport::read_some(Connection& c, std::string& why) {
         if (c.stage == Stage::kData && c.skip == 0 && !c.ring_data()) {
           auto [dst, need] = c.tensor_window();
           if (dst != nullptr && need >= kStagingBytes) {
-            const ssize_t n = ::recv(c.fd, dst, need, MSG_DONTWAIT);
-            if (n > 0) {
-              c.tensor_got += static_cast<uint64_t>(n);
-              if (c.data_complete()) deliver(c);
-              continue;
-            }
-            if (n == 0) {
-              why = "the peer closed the connection";
-              return false;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-            if (errno == EINTR) continue;
-            why = std::strerror(errno);
-            return false;
+            ssize_t n = 0;
+            const auto got = receive(c.fd, dst, need, n, why);
+            if (got != Received::kBytes) return got == Received::kNothingYet;
+            c.tensor_got += static_cast<uint64_t>(n);
+            if (c.data_complete()) deliver(c);
+            continue;
           }
         }
-        const ssize_t n = ::recv(c.fd, c.staging.data(), c.staging.size(), MSG_DONTWAIT);
-        if (n == 0) {
-          why = "the peer closed the connection";
-          return false;
-        }
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-          if (errno == EINTR) continue;
-          why = std::strerror(errno);
-          return false;
-        }
+        ssize_t n = 0;
+        const auto got = receive(c.fd, c.staging.data(), c.staging.size(), n, why);
+        if (got != Received::kBytes) return got == Received::kNothingYet;
         c.begin = 0;
         c.end = static_cast<std::size_t>(n);
       }

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <thread>
+#include <vector>
 
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
@@ -25,6 +27,14 @@ bool stopped(pid_t pid) {
   std::getline(stat, line);
   const auto close = line.rfind(')');
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+}
+
+/// Shuts the group down; its barrier fails, waiting for the member that was killed.
+void leave(push::dist::RpcGroup& rpc) {
+  try {
+    rpc.shutdown();
+  } catch (const push::Error&) {
+  }
 }
 
 }  // namespace
@@ -56,10 +66,7 @@ PUSH_DIST_WORKER(rpc_stopped_member) {
   world.store().add("test/done", 1);
   ASSERT_TRUE(push::testing::eventually([&] { return world.store().add("test/done", 0) == 2; }, 30s));
   if (rank == 0) ::kill(pid, SIGKILL);
-  try {
-    rpc.shutdown();
-  } catch (const push::Error&) {
-  }
+  leave(rpc);
 }
 
 TEST(DistFailure, AStoppedMemberIsLostWithinTheHeartbeatTimeout) {
@@ -67,4 +74,54 @@ TEST(DistFailure, AStoppedMemberIsLostWithinTheHeartbeatTimeout) {
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
   EXPECT_EQ(codes[2], 128 + SIGKILL);
+}
+
+namespace {
+
+c10::IValue beat_big(const RpcArgs&) { return torch::ones({8 << 20}); }  // 32 MiB
+PUSH_RPC_FUNCTION(beat_big);
+
+}  // namespace
+
+// Rank 1 asks rank 0 for 8 × 32 MiB and stops reading (SIGSTOP): rank 0's one handler loop
+// is stuck writing the first reply. Rank 2's small call to rank 0 still gets its answer once
+// rank 1's silence passes heartbeat_timeout (its connections close, the blocked write fails),
+// not after the 60 s send timeout.
+PUSH_DIST_WORKER(rpc_stopped_reader) {
+  auto world = push::dist::World(push::dist::WorldOptions::from_env().timeout(5s).shutdown_timeout(3s));
+  auto rpc = world.rpc_group(
+      "reader", world.names(),
+      push::dist::RpcGroupOptions().heartbeat_timeout(1s).timeout(60s).handler_threads(1).shared_memory(false));
+  const int rank = world.rank();
+  rpc.barrier(30s);
+  auto store = world.store();
+  if (rank == 1) {
+    const std::string me = std::to_string(::getpid());
+    store.set("test/pid", std::vector<uint8_t>(me.begin(), me.end()));
+    std::vector<push::Future<c10::IValue>> big;
+    for (int i = 0; i < 8; ++i) big.push_back(rpc.rpc_async(0, "beat_big", {}));
+    ::raise(SIGSTOP);  // rank 0 kills it
+    return;
+  }
+  const auto bytes = store.get("test/pid");
+  const pid_t pid = std::stoi(std::string(bytes.begin(), bytes.end()));
+  if (rank == 2) {
+    ASSERT_TRUE(push::testing::eventually([&] { return stopped(pid); }, 10s));
+    std::this_thread::sleep_for(300ms);  // rank 0's loop is stuck in the first reply by now
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_NE(rpc.rpc_sync(0, "beat_whoami", {}).toInt(), 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    store.set("test/echoed", {1});
+  } else {
+    store.wait({"test/echoed"}, 90s);
+    ::kill(pid, SIGKILL);
+  }
+  leave(rpc);
+}
+
+TEST(DistFailure, AStoppedReaderHoldsUpOtherMembersCallsOnlyUntilItsHeartbeatTimeout) {
+  auto codes = push::testing::run_workers(3, "rpc_stopped_reader", 120s);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+  EXPECT_EQ(codes[2], 0);
 }
