@@ -45,7 +45,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> broken{false};  // close() began: a sender waiting on the ring gives up
 
   // The reader's state (I/O thread only).
-  bool gone = false;  // close() ran
   // Incoming, before it is introduced: the handshake's fixed-size frames, nothing else.
   enum class Handshake { kHello, kProof };
   Handshake handshake = Handshake::kHello;

@@ -428,7 +428,7 @@ void Transport::accept_all() {
     set_send_timeout(fd, options_.send_timeout);
     auto c = std::make_shared<Connection>(fd, /*outgoing=*/false, -1);
     c->handshake_deadline = Clock::deadline_after(options_.handshake_timeout);
-    while (live_pending() >= options_.max_pending &&
+    while (pending_.size() >= options_.max_pending &&
            evict_oldest_handshake("too many connections in their handshake")) {
     }
     pending_.push_back(c);
@@ -436,21 +436,16 @@ void Transport::accept_all() {
   }
 }
 
-std::size_t Transport::live_pending() {
-  while (!pending_.empty() && (pending_.front()->gone || pending_.front()->introduced)) pending_.pop_front();
-  return static_cast<std::size_t>(std::count_if(pending_.begin(), pending_.end(),
-                                                [](const ConnectionPtr& c) { return !c->gone && !c->introduced; }));
+void Transport::forget_pending(Connection* c) {
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const ConnectionPtr& p) { return p.get() == c; });
+  if (it != pending_.end()) pending_.erase(it);
 }
 
 bool Transport::evict_oldest_handshake(const char* why) {
-  while (!pending_.empty()) {
-    ConnectionPtr c = std::move(pending_.front());
-    pending_.pop_front();
-    if (c->gone || c->introduced) continue;
-    close(c.get(), why);
-    return true;
-  }
-  return false;
+  if (pending_.empty()) return false;
+  ConnectionPtr c = pending_.front();  // close() takes it out of pending_
+  close(c.get(), why);
+  return true;
 }
 
 std::optional<Clock::time_point> Transport::expire_handshakes() {
@@ -469,18 +464,12 @@ std::optional<Clock::time_point> Transport::expire_handshakes() {
   }
   // Deadlines grow with accept order: the expired ones are at the front.
   while (!pending_.empty()) {
-    Connection& c = *pending_.front();
-    if (c.gone || c.introduced) {
-      pending_.pop_front();
-      continue;
-    }
-    if (c.handshake_deadline > now) {
-      if (!next || c.handshake_deadline < *next) next = c.handshake_deadline;
+    ConnectionPtr c = pending_.front();
+    if (c->handshake_deadline > now) {
+      if (!next || c->handshake_deadline < *next) next = c->handshake_deadline;
       break;
     }
-    ConnectionPtr keep = std::move(pending_.front());
-    pending_.pop_front();
-    close(keep.get(), "no handshake within the handshake timeout");
+    close(c.get(), "no handshake within the handshake timeout");  // takes it out of pending_
   }
   return next;
 }
@@ -515,7 +504,7 @@ void Transport::close(Connection* c, const std::string& why) {
     // Already closed (stop() after the loop ended); keep the object alive until done.
     keep = c->shared_from_this();
   }
-  c->gone = true;
+  if (!c->outgoing && !c->introduced) forget_pending(c);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
   c->broken = true;              // and one waiting for its ring

@@ -125,8 +125,8 @@ class Transport {
   /// Makes room for one more pending handshake (closing the oldest); false when none could
   /// be closed.
   bool evict_oldest_handshake(const char* why);
-  /// Pending handshakes still open.
-  std::size_t live_pending();
+  /// Takes `c` out of pending_ (it closed, or finished its handshake).
+  void forget_pending(Connection* c);
   /// Sends the heartbeats that are due and closes the connections of peers silent past
   /// heartbeat_timeout; returns when it needs the I/O thread next.
   std::optional<Clock::time_point> keep_alive();
@@ -159,8 +159,8 @@ class Transport {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
-  // The I/O thread's own: incoming connections still in their handshake, oldest first (some
-  // may have finished or closed since: skipped), and whether accepting pauses (out of fds).
+  // The I/O thread's own: incoming connections still in their handshake, oldest first (one
+  // leaves when it closes or is introduced), and whether accepting pauses (out of fds).
   std::deque<ConnectionPtr> pending_;
   std::optional<Clock::time_point> accept_paused_until_;
   bool accept_pause_reported_ = false;

@@ -102,6 +102,7 @@ bool Transport::read_handshake(Connection& c, std::string& why) {
         hs::same(theirs, hs::proof(options_.key, "dialer", c.dialer_nonce, c.listener_nonce, c.peer, options_.rank)),
         kRpcOrigin, "a wrong proof for group rank ", c.peer, " (not this job's key)");
     c.introduced = true;
+    forget_pending(&c);
     c.staging.resize(kStagingBytes);
     return true;
   }
