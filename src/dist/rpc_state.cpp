@@ -120,6 +120,7 @@ void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeou
   }
   const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
   barrier_->arrive_and_wait(std::max(left, Milliseconds(1)), "push::dist::World::rpc_group");
+  transport_->watch_heartbeats();  // every member has dialed every other
 }
 
 void RpcState::barrier(Milliseconds timeout) { barrier_->arrive_and_wait(timeout, "push::dist::RpcGroup::barrier"); }

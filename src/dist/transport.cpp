@@ -353,8 +353,14 @@ void Transport::heard_from(int peer) {
   last_heard_[static_cast<std::size_t>(peer)].store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
+void Transport::watch_heartbeats() {
+  for (int i = 0; i < options_.size; ++i) heard_from(i);
+  heartbeats_ = true;
+  wake();
+}
+
 std::optional<Clock::time_point> Transport::keep_alive() {
-  if (options_.heartbeat_timeout.count() <= 0) return std::nullopt;
+  if (options_.heartbeat_timeout.count() <= 0 || !heartbeats_) return std::nullopt;
   const auto now = Clock::now();
   if (now < next_beat_) return next_beat_;
   next_beat_ = now + options_.heartbeat_timeout / 4;

@@ -99,6 +99,10 @@ class Transport {
   void send(int peer, const wire::Header& header, const wire::Encoded& body);
   /// Answers on the connection a request came in on. Throws push::Error.
   void reply(const ConnectionPtr& to, const wire::Header& header, const wire::Encoded& body);
+  /// Starts sending heartbeats and watching for silent peers (heartbeat_timeout): once every
+  /// member has dialed every other, so that a member still waiting for a late one to join
+  /// is not taken for silent.
+  void watch_heartbeats();
   /// Makes the I/O thread call tick() again (a nearer deadline was added).
   void wake();
   /// Stops the I/O thread and closes every connection. Idempotent.
@@ -167,6 +171,7 @@ class Transport {
   // Heartbeats: when each peer was last heard from (ns on push's Clock; set by dials too),
   // and when this member's next heartbeats are due (I/O thread).
   std::unique_ptr<std::atomic<int64_t>[]> last_heard_;
+  std::atomic<bool> heartbeats_{false};  // watch_heartbeats() ran
   Clock::time_point next_beat_{};
   uint64_t strangers_dropped_ = 0;
 

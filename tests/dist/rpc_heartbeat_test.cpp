@@ -125,3 +125,18 @@ TEST(DistFailure, AStoppedReaderHoldsUpOtherMembersCallsOnlyUntilItsHeartbeatTim
   EXPECT_EQ(codes[1], 128 + SIGKILL);
   EXPECT_EQ(codes[2], 0);
 }
+
+// A member that joins the group late (longer than heartbeat_timeout) is not taken for
+// silent by those that dialed it early, nor does it take them for silent.
+PUSH_DIST_WORKER(rpc_late_member) {
+  auto world = push::testing::test_world();
+  if (world.rank() == 1) std::this_thread::sleep_for(2s);
+  auto rpc = world.rpc_group("late", world.names(), push::dist::RpcGroupOptions().heartbeat_timeout(500ms));
+  for (int peer = 0; peer < world.size(); ++peer) EXPECT_NE(rpc.rpc_sync(peer, "beat_whoami", {}).toInt(), 0);
+  EXPECT_TRUE(rpc.lost_members().empty());
+  rpc.barrier(30s);
+}
+
+TEST(DistFailure, AMemberThatJoinsLateIsNotTakenForSilent) {
+  push::testing::expect_all_ok(push::testing::run_workers(3, "rpc_late_member", 60s));
+}
