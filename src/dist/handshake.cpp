@@ -17,6 +17,7 @@
 
 #include "core/clock.h"
 #include "dist/rpc_origin.h"
+#include "transport.h"
 
 namespace push::dist::detail::handshake {
 namespace {
@@ -41,17 +42,11 @@ std::vector<char> frame(uint16_t type, uint64_t id, std::initializer_list<const 
   return out;
 }
 
-/// The milliseconds left until `deadline` for one poll(), at least 0.
-int left_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, Clock::manual() ? Clock::kManualTick.count() : 1000));
-}
-
 /// Waits for `events` on `fd` until `deadline`; false when it passed first.
 bool ready(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, left_ms(deadline));
+    const int n = ::poll(&p, 1, poll_timeout_ms(deadline, 1000));
     if (n > 0) return true;
     if (n < 0 && errno != EINTR) return true;  // the read or write reports the error
     if (Clock::now() >= deadline) return false;

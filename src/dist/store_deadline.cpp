@@ -16,7 +16,26 @@ namespace {
 
 using push::detail::Clock;
 
-/// The IPv4 and IPv6 addresses `host` resolves to, as 16-byte IPv6 (IPv4 mapped).
+/// The address and port of `a` as IPv6 (an IPv4 address mapped); false for other families.
+bool as_v6(const sockaddr* a, in6_addr& v6, int& port) {
+  v6 = in6_addr{};
+  if (a->sa_family == AF_INET) {
+    const auto* p = reinterpret_cast<const sockaddr_in*>(a);
+    v6.s6_addr[10] = v6.s6_addr[11] = 0xff;
+    std::memcpy(&v6.s6_addr[12], &p->sin_addr, 4);
+    port = ntohs(p->sin_port);
+    return true;
+  }
+  if (a->sa_family == AF_INET6) {
+    const auto* p = reinterpret_cast<const sockaddr_in6*>(a);
+    v6 = p->sin6_addr;
+    port = ntohs(p->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+/// The IPv4 and IPv6 addresses `host` resolves to, as IPv6 (IPv4 mapped).
 std::vector<in6_addr> addresses_of(const std::string& host) {
   std::vector<in6_addr> out;
   addrinfo hints{};
@@ -24,16 +43,9 @@ std::vector<in6_addr> addresses_of(const std::string& host) {
   addrinfo* list = nullptr;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return out;
   for (auto* a = list; a != nullptr; a = a->ai_next) {
-    in6_addr v6{};
-    if (a->ai_family == AF_INET) {
-      v6.s6_addr[10] = v6.s6_addr[11] = 0xff;
-      std::memcpy(&v6.s6_addr[12], &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, 4);
-    } else if (a->ai_family == AF_INET6) {
-      v6 = reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr;
-    } else {
-      continue;
-    }
-    out.push_back(v6);
+    in6_addr v6;
+    int port = 0;
+    if (as_v6(a->ai_addr, v6, port)) out.push_back(v6);
   }
   ::freeaddrinfo(list);
   return out;
@@ -55,19 +67,9 @@ int shutdown_sockets_to(const std::string& host, int port) {
     sockaddr_storage peer{};
     socklen_t len = sizeof(peer);
     if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
-    in6_addr v6{};
+    in6_addr v6;
     int peer_port = -1;
-    if (peer.ss_family == AF_INET) {
-      auto* p = reinterpret_cast<sockaddr_in*>(&peer);
-      v6.s6_addr[10] = v6.s6_addr[11] = 0xff;
-      std::memcpy(&v6.s6_addr[12], &p->sin_addr, 4);
-      peer_port = ntohs(p->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      auto* p = reinterpret_cast<sockaddr_in6*>(&peer);
-      v6 = p->sin6_addr;
-      peer_port = ntohs(p->sin6_port);
-    }
-    if (peer_port != port) continue;
+    if (!as_v6(reinterpret_cast<const sockaddr*>(&peer), v6, peer_port) || peer_port != port) continue;
     for (const auto& w : wanted) {
       if (std::memcmp(&w, &v6, sizeof(v6)) == 0) {
         ::shutdown(static_cast<int>(fd), SHUT_RDWR);

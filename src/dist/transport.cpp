@@ -539,16 +539,7 @@ void Transport::close(Connection* c, const std::string& why) {
   if (lost) callbacks_.peer_lost(c->peer, why);
 }
 
-// -- waiting and addresses ----------------------------------------------------------------
-
-int poll_timeout_ms(Clock::time_point deadline, int longest_ms) {
-  const auto now = Clock::now();
-  if (deadline <= now) return 0;
-  int64_t longest = longest_ms;
-  if (Clock::manual()) longest = std::min<int64_t>(longest, Clock::kManualTick.count());
-  const int64_t left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-  return static_cast<int>(std::min(left, longest));
-}
+// -- addresses ----------------------------------------------------------------------------
 
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface) {
   auto loopback = [](const std::string& h) { return h == "localhost" || h.rfind("127.", 0) == 0; };
