@@ -158,4 +158,10 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   bool stopping_ = false;
 };
 
+/// Whether a push::Future wait on this thread suspends a fiber rather than blocks the
+/// thread: inside a fiber job of an event loop, outside a backward pass (future.h). Code
+/// that must not hold a loop's thread for long waits through a future where this is true,
+/// and blocks only where it is not.
+bool waits_suspend_here();
+
 }  // namespace push::detail

@@ -52,6 +52,10 @@ EventLoop* suspendable_loop(const char* origin) {
 }
 }  // namespace
 
+bool waits_suspend_here() {
+  return EventLoop::current() != nullptr && Fiber::current() != nullptr && !compat::in_backward_pass();
+}
+
 void FutureCore::wait_ready() {
   if (ready()) return;
   if (EventLoop* loop = suspendable_loop("push::Future::wait")) {

@@ -1,14 +1,24 @@
 #pragma once
 // One connection of the RPC transport: what its senders share (under send_mutex) and
 // the reader's state, which only the I/O thread touches (transport.cpp, transport_read.cpp).
+//
+// Senders take turns (transport_write.cpp): one writes a whole frame while the others wait
+// for the turn, and a writer whose peer does not take its bytes (a full socket or ring)
+// waits without holding send_mutex, suspending its fiber where it runs in one, so that a
+// loop serving other peers goes on.
+#include <push/core/future.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -36,10 +46,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int peer;         // group rank; -1 until an incoming connection has proved which
   bool introduced;  // outgoing, or incoming and the handshake (handshake.h) passed
   std::mutex send_mutex;
-  bool closed = false;  // guarded by send_mutex
+  bool closed = false;     // guarded by send_mutex: close() began, nothing more is sent
+  bool fd_closed = false;  // guarded by send_mutex: by close(), or by the writer it found writing
+  // Guarded by send_mutex: whether a sender has the turn, and who waits for it (fibers on a
+  // promise, threads that cannot suspend on the condition variable).
+  bool writing = false;
+  std::deque<Promise<bool>> turn_waiters;
+  std::condition_variable turn_free;
+  // Guarded by send_mutex: the writer's wait for a full socket to take bytes again; the I/O
+  // thread keeps the fd's EPOLLOUT on while it is set and completes it.
+  std::optional<Promise<bool>> writable;
   // Shared memory (shm_ring.h): this side's ring for what it sends on this connection.
-  std::unique_ptr<SendRing> send_ring;  // guarded by send_mutex
-  bool ring_refused = false;            // guarded by send_mutex: none could be made
+  std::unique_ptr<SendRing> send_ring;  // the write turn's
+  bool ring_refused = false;            // the write turn's: none could be made
   std::vector<char> owed;               // guarded by send_mutex: a heartbeat's bytes a full socket did not take
   std::atomic<SendRing*> ring_to_wake{nullptr};
   std::atomic<bool> broken{false};  // close() began: a sender waiting on the ring gives up

@@ -8,6 +8,11 @@ std::vector<LostMembers::Listener> LostMembers::lose(int peer, const std::string
   return listeners_;
 }
 
+void LostMembers::found(int peer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lost_.erase(peer);
+}
+
 std::map<int, std::string> LostMembers::listen(Listener listener) {
   std::lock_guard<std::mutex> lock(mutex_);
   listeners_.push_back(std::move(listener));

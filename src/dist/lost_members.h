@@ -20,6 +20,8 @@ class LostMembers {
   std::vector<Listener> lose(int peer, const std::string& why);
   /// Adds a listener; returns the members lost before it (peer -> why), to tell it of now.
   std::map<int, std::string> listen(Listener listener);
+  /// `peer` answered again (a later call dialed it): it is no longer listed as lost.
+  void found(int peer);
   /// The members lost so far.
   std::set<int> members() const;
 

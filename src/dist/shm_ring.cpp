@@ -86,6 +86,15 @@ SendRing::~SendRing() {
 }
 
 char* SendRing::acquire(Clock::time_point deadline, const std::atomic<bool>& broken, const std::string& peer) {
+  char* slot = try_acquire(deadline, broken, peer);
+  if (slot == nullptr) {
+    throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", peer,
+                         ": no progress within the send timeout (its shared-memory ring stayed full)"));
+  }
+  return slot;
+}
+
+char* SendRing::try_acquire(Clock::time_point until, const std::atomic<bool>& broken, const std::string& peer) {
   Shared* s = shared(base_);
   for (;;) {
     uint32_t emptied = s->emptied.load(std::memory_order_acquire);
@@ -94,10 +103,7 @@ char* SendRing::acquire(Clock::time_point deadline, const std::atomic<bool>& bro
       throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", peer, ": the connection closed"));
     }
     const auto now = Clock::now();
-    if (now >= deadline) {
-      throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", peer,
-                           ": no progress within the send timeout (its shared-memory ring stayed full)"));
-    }
+    if (now >= until) return nullptr;
     // Announce the wait, look once more, then sleep until the receiver moves `emptied`
     // (a wake between the look and the sleep makes the sleep return at once). At most
     // 100 ms at a time, so that a lost peer is noticed; with a ManualClock, at most its
@@ -106,7 +112,7 @@ char* SendRing::acquire(Clock::time_point deadline, const std::atomic<bool>& bro
     if (head_ - s->emptied.load(std::memory_order_seq_cst) < slots_) break;
     const std::chrono::nanoseconds longest =
         Clock::manual() ? std::chrono::nanoseconds(Clock::kManualTick) : std::chrono::milliseconds(100);
-    const auto left = std::min<std::chrono::nanoseconds>(deadline - now, longest);
+    const auto left = std::min<std::chrono::nanoseconds>(until - now, longest);
     timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
     futex(&s->emptied, FUTEX_WAIT, emptied, &ts);
   }

@@ -44,6 +44,9 @@ class SendRing {
   /// The next slot to fill, once the receiver has emptied it. Throws push::Error when
   /// `deadline` passes first or `broken` becomes true (see interrupt()).
   char* acquire(push::detail::Clock::time_point deadline, const std::atomic<bool>& broken, const std::string& peer);
+  /// Like acquire(), but null when `until` passes first (a sender that must not block its
+  /// thread for long waits elsewhere and tries again). Throws when `broken` becomes true.
+  char* try_acquire(push::detail::Clock::time_point until, const std::atomic<bool>& broken, const std::string& peer);
   /// The slot acquire() returned is full: the receiver may read it.
   void publish() { ++head_; }
   /// Wakes a sender waiting in acquire(), so that it sees `broken`.

@@ -214,8 +214,11 @@ void Transport::send(int peer, const wire::Header& header, const wire::Encoded& 
     if (!c) {
       PUSH_CHECK(!stopping_, kRpcOrigin, "the group is shut down");
       c = dial(peer, address, Clock::deadline_after(options_.send_timeout), /*retry=*/false);
-      std::lock_guard<std::mutex> lock(mutex_);
-      outgoing_[peer] = c;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        outgoing_[peer] = c;
+      }
+      if (callbacks_.peer_found) callbacks_.peer_found(peer);
     }
   }
   write_frame(*c, header, body);
@@ -223,128 +226,6 @@ void Transport::send(int peer, const wire::Header& header, const wire::Encoded& 
 
 void Transport::reply(const ConnectionPtr& to, const wire::Header& header, const wire::Encoded& body) {
   write_frame(*to, header, body);
-}
-
-void Transport::write_frame(Connection& c, const wire::Header& header_in, const wire::Encoded& body) {
-  wire::Header header = header_in;
-  header.meta_bytes = static_cast<uint32_t>(body.meta.size());
-  header.tensor_count = static_cast<uint32_t>(body.tensors.size());
-  header.data_bytes = body.data_bytes;
-  PUSH_CHECK(body.meta.size() <= options_.max_message_bytes &&
-                 body.data_bytes <= options_.max_message_bytes - body.meta.size(),
-             kRpcOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
-             options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
-  std::lock_guard<std::mutex> lock(c.send_mutex);
-  PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", describe(c.peer), " is closed");
-  pay_owed(c);
-  SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
-  if (ring != nullptr) header.flags |= wire::kRingData;
-  char head[wire::kHeaderBytes];
-  wire::write_header(header, head);
-  std::vector<iovec> iov;
-  iov.reserve(2 + body.tensors.size());
-  iov.push_back({head, sizeof(head)});
-  if (!body.meta.empty()) iov.push_back({const_cast<char*>(body.meta.data()), body.meta.size()});
-  for (const auto& t : body.tensors) {
-    if (ring == nullptr && t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
-  }
-  send_all(c, iov.data(), iov.size());
-  if (ring != nullptr) stream_through(c, *ring, body);
-}
-
-void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
-  std::size_t first = 0;
-  while (first < count) {
-    msghdr msg{};
-    msg.msg_iov = iov + first;
-    msg.msg_iovlen = std::min<std::size_t>(count - first, IOV_MAX);
-    const ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;
-      // The stream may hold half a frame now: end it, so the reader side closes it too.
-      ::shutdown(c.fd, SHUT_RDWR);
-      throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", describe(c.peer), ": ",
-                           error == EAGAIN || error == EWOULDBLOCK ? std::string("no progress within the send timeout")
-                                                                   : std::strerror(error)));
-    }
-    auto left = static_cast<std::size_t>(n);
-    while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-  }
-}
-
-SendRing* Transport::ring_for(Connection& c) {
-  if (c.send_ring) return c.send_ring.get();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (c.ring_refused || c.peer < 0 || same_host_[c.peer] == 0) return nullptr;
-  }
-  std::string why;
-  auto ring = SendRing::create(options_.ring_slot_bytes, options_.ring_slots, why);
-  if (!ring) {
-    c.ring_refused = true;
-    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank) << ": no shared memory for "
-              << describe(c.peer) << " (" << why << "): large messages go through the socket\n";
-    return nullptr;
-  }
-  wire::Header h;
-  h.type = wire::kRing;
-  wire::Encoded announce;
-  for (uint64_t v : {static_cast<uint64_t>(::getpid()), static_cast<uint64_t>(ring->fd()), ring->slot_bytes(),
-                     static_cast<uint64_t>(ring->slots())}) {
-    const auto* p = reinterpret_cast<const char*>(&v);
-    announce.meta.insert(announce.meta.end(), p, p + sizeof(v));
-  }
-  h.meta_bytes = static_cast<uint32_t>(announce.meta.size());
-  char head[wire::kHeaderBytes];
-  wire::write_header(h, head);
-  iovec iov[] = {{head, sizeof(head)}, {announce.meta.data(), announce.meta.size()}};
-  send_all(c, iov, 2);
-  c.send_ring = std::move(ring);
-  c.ring_to_wake = c.send_ring.get();
-  return c.send_ring.get();
-}
-
-void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encoded& body) {
-  try {
-    std::size_t index = 0;
-    uint64_t offset = 0;  // into body.tensors[index]
-    uint64_t left = body.data_bytes;
-    while (left > 0) {
-      char* slot = ring.acquire(Clock::deadline_after(options_.send_timeout), c.broken, describe(c.peer));
-      uint64_t note = std::min(left, ring.slot_bytes());
-      for (uint64_t filled = 0; filled < note;) {
-        const auto& t = body.tensors[index];
-        const uint64_t take = std::min<uint64_t>(note - filled, t.nbytes() - offset);
-        // An empty tensor has no storage to copy from (memcpy from null is undefined).
-        if (take > 0) std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
-        filled += take;
-        offset += take;
-        if (offset == t.nbytes()) {
-          ++index;
-          offset = 0;
-        }
-      }
-      ring.publish();
-      iovec iov{&note, sizeof(note)};
-      send_all(c, &iov, 1);
-      left -= note;
-    }
-  } catch (...) {
-    ::shutdown(c.fd, SHUT_RDWR);  // half a frame: the reader side must close too
-    throw;
-  }
-}
-
-void Transport::pay_owed(Connection& c) {
-  if (c.owed.empty()) return;
-  iovec iov{c.owed.data(), c.owed.size()};
-  send_all(c, &iov, 1);
-  c.owed.clear();
 }
 
 // -- the I/O thread: heartbeats -------------------------------------------------------------
@@ -378,7 +259,7 @@ std::optional<Clock::time_point> Transport::keep_alive() {
       if (!c) continue;
       // A sender holding the connection is writing to the peer already; never wait for it.
       std::unique_lock<std::mutex> lock(c->send_mutex, std::try_to_lock);
-      if (!lock.owns_lock() || c->closed || !c->owed.empty()) continue;
+      if (!lock.owns_lock() || c->closed || c->writing || !c->owed.empty()) continue;
       const ssize_t n = ::send(c->fd, head, sizeof(head), MSG_DONTWAIT | MSG_NOSIGNAL);
       // Part of it went: the next sender writes the rest first, so the stream stays whole.
       if (n > 0 && static_cast<std::size_t>(n) < sizeof(head)) c->owed.assign(head + n, head + sizeof(head));
@@ -515,13 +396,23 @@ void Transport::close(Connection* c, const std::string& why) {
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
   c->broken = true;              // and one waiting for its ring
   if (SendRing* ring = c->ring_to_wake.load()) ring->interrupt();
+  std::deque<Promise<bool>> wake;  // senders waiting for the turn or for the socket
   {
     std::lock_guard<std::mutex> lock(c->send_mutex);
     if (!c->closed) {
       c->closed = true;
-      ::close(c->fd);
+      // A sender writing now still uses the descriptor: it closes it when it is done.
+      if (!c->writing) {
+        ::close(c->fd);
+        c->fd_closed = true;
+      }
     }
+    wake.swap(c->turn_waiters);
+    if (c->writable) wake.push_back(*c->writable);
+    c->writable.reset();
   }
+  c->turn_free.notify_all();
+  for (auto& w : wake) w.set_value(true);
   if (stopping_) return;
   if (!c->outgoing && c->introduced == false) {
     // Said for the first few and then every 1000th: a flood of strangers must not become a

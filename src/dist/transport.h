@@ -9,11 +9,14 @@
 // end of an outgoing connection means exactly: the calls pending on that peer will not
 // be answered (peer_lost fails them at once; the next call dials again).
 //
-// Senders write from their own thread with one sendmsg of gathered buffers (header, meta,
-// each tensor's storage): no copy of the meta or tensor bytes and no thread hop. The I/O thread only
-// reads: it assembles frames in a staging buffer, reads large tensor bytes straight into
-// their tensors, and hands complete messages to the group's callbacks. It never sends, so
-// two members sending to each other at once cannot deadlock.
+// Senders write from their own thread with sendmsg of gathered buffers (header, meta,
+// each tensor's storage): no copy of the meta or tensor bytes and no thread hop. They take
+// turns per connection, and one whose peer does not take the bytes waits without holding
+// its loop's thread when it runs in a fiber (transport_write.cpp). The I/O thread reads:
+// it assembles frames in a staging buffer, reads large tensor bytes straight into their
+// tensors, and hands complete messages to the group's callbacks; it only tells waiting
+// senders that a socket is writable again. It never waits on a send, so two members
+// sending to each other at once cannot deadlock.
 #include <ATen/core/ivalue.h>
 
 #include <sys/uio.h>
@@ -74,6 +77,8 @@ struct TransportCallbacks {
   /// The connection this member dialed to `peer` ended (the peer died, left, or sent bytes
   /// that are not frames): nothing pending there will be answered.
   std::function<void(int peer, const std::string& why)> peer_lost;
+  /// A call dialed `peer` again after its connection was lost, and it answered.
+  std::function<void(int peer)> peer_found;
   /// Called by the I/O thread on every turn: the next deadline it should wake up for.
   std::function<std::optional<Clock::time_point>()> tick;
 };
@@ -135,13 +140,20 @@ class Transport {
   /// heartbeat_timeout; returns when it needs the I/O thread next.
   std::optional<Clock::time_point> keep_alive();
   void heard_from(int peer);
-  /// Writes what a heartbeat left unsent on `c` (under its send mutex).
-  void pay_owed(Connection& c);
   void deliver(Connection& c);
   void close(Connection* c, const std::string& why);
+  /// Writes one whole frame, in c's write turn.
   void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
-  /// Writes all of `iov` (under c's send mutex); on failure ends the stream and throws.
+  /// Writes all of `iov` (in c's write turn); on failure ends the stream and throws.
   void send_all(Connection& c, iovec* iov, std::size_t count);
+  /// Waits until `c`'s socket may take more bytes, or `deadline` (then gives up).
+  void wait_writable(Connection& c, Clock::time_point deadline);
+  /// The I/O thread: `c`'s socket is writable again; wakes the sender waiting for it.
+  void on_writable(Connection& c);
+  /// Ends `c`'s stream (half a frame may be in it) and throws push::Error naming why.
+  [[noreturn]] void give_up(Connection& c, const std::string& why);
+  /// The next free slot of `ring`, waiting at most the send timeout for the receiver.
+  char* next_slot(Connection& c, SendRing& ring);
   /// The connection's ring, made and announced on first use; null when rings do not
   /// apply to its peer or cannot be made here (then the socket carries everything).
   SendRing* ring_for(Connection& c);

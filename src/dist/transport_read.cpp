@@ -59,6 +59,8 @@ void Transport::loop() {
         accept_all();
       } else {
         auto* c = static_cast<Connection*>(events[i].data.ptr);
+        if ((events[i].events & EPOLLOUT) != 0) on_writable(*c);
+        if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) == 0) continue;
         std::string why;
         if (!read_some(*c, why)) close(c, why);
       }

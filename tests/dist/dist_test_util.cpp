@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 extern char** environ;
@@ -151,6 +152,21 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv, co
 
 void expect_all_ok(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+bool is_stopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+}
+
+void shutdown_quietly(push::dist::RpcGroup& rpc) {
+  try {
+    rpc.shutdown();
+  } catch (const push::Error&) {
+  }
 }
 
 push::dist::World test_world(std::chrono::milliseconds timeout) {

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -39,6 +41,12 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv, co
 
 /// The World of a worker, with test-sized timeouts.
 push::dist::World test_world(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+/// Whether process `pid` is stopped (SIGSTOP: state T in /proc/PID/stat).
+bool is_stopped(pid_t pid);
+
+/// Shuts `rpc` down, ignoring the failure of its barrier (it waits for a member a test killed).
+void shutdown_quietly(push::dist::RpcGroup& rpc);
 
 /// The path of this test binary.
 std::string self_path();

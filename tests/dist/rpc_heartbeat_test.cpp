@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -19,23 +18,6 @@ namespace {
 
 c10::IValue beat_whoami(const RpcArgs&) { return c10::IValue(int64_t{::getpid()}); }
 PUSH_RPC_FUNCTION(beat_whoami);
-
-/// Whether process `pid` is stopped (state T in /proc/PID/stat).
-bool stopped(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
-}
-
-/// Shuts the group down; its barrier fails, waiting for the member that was killed.
-void leave(push::dist::RpcGroup& rpc) {
-  try {
-    rpc.shutdown();
-  } catch (const push::Error&) {
-  }
-}
 
 }  // namespace
 
@@ -52,7 +34,7 @@ PUSH_DIST_WORKER(rpc_stopped_member) {
   }
   const auto bytes = world.store().get("test/pid");
   const pid_t pid = std::stoi(std::string(bytes.begin(), bytes.end()));
-  ASSERT_TRUE(push::testing::eventually([&] { return stopped(pid); }, 10s));
+  ASSERT_TRUE(push::testing::eventually([&] { return push::testing::is_stopped(pid); }, 10s));
   if (rank == 0) {
     // A call to the stopped member with a 60 s timeout fails when its silence passes 1 s.
     const auto start = std::chrono::steady_clock::now();
@@ -66,7 +48,7 @@ PUSH_DIST_WORKER(rpc_stopped_member) {
   world.store().add("test/done", 1);
   ASSERT_TRUE(push::testing::eventually([&] { return world.store().add("test/done", 0) == 2; }, 30s));
   if (rank == 0) ::kill(pid, SIGKILL);
-  leave(rpc);
+  push::testing::shutdown_quietly(rpc);
 }
 
 TEST(DistFailure, AStoppedMemberIsLostWithinTheHeartbeatTimeout) {
@@ -74,56 +56,6 @@ TEST(DistFailure, AStoppedMemberIsLostWithinTheHeartbeatTimeout) {
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
   EXPECT_EQ(codes[2], 128 + SIGKILL);
-}
-
-namespace {
-
-c10::IValue beat_big(const RpcArgs&) { return torch::ones({8 << 20}); }  // 32 MiB
-PUSH_RPC_FUNCTION(beat_big);
-
-}  // namespace
-
-// Rank 1 asks rank 0 for 8 × 32 MiB and stops reading (SIGSTOP): rank 0's one handler loop
-// is stuck writing the first reply. Rank 2's small call to rank 0 still gets its answer once
-// rank 1's silence passes heartbeat_timeout (its connections close, the blocked write fails),
-// not after the 60 s send timeout.
-PUSH_DIST_WORKER(rpc_stopped_reader) {
-  auto world = push::dist::World(push::dist::WorldOptions::from_env().timeout(5s).shutdown_timeout(3s));
-  auto rpc = world.rpc_group(
-      "reader", world.names(),
-      push::dist::RpcGroupOptions().heartbeat_timeout(1s).timeout(60s).handler_threads(1).shared_memory(false));
-  const int rank = world.rank();
-  rpc.barrier(30s);
-  auto store = world.store();
-  if (rank == 1) {
-    const std::string me = std::to_string(::getpid());
-    store.set("test/pid", std::vector<uint8_t>(me.begin(), me.end()));
-    std::vector<push::Future<c10::IValue>> big;
-    for (int i = 0; i < 8; ++i) big.push_back(rpc.rpc_async(0, "beat_big", {}));
-    ::raise(SIGSTOP);  // rank 0 kills it
-    return;
-  }
-  const auto bytes = store.get("test/pid");
-  const pid_t pid = std::stoi(std::string(bytes.begin(), bytes.end()));
-  if (rank == 2) {
-    ASSERT_TRUE(push::testing::eventually([&] { return stopped(pid); }, 10s));
-    std::this_thread::sleep_for(300ms);  // rank 0's loop is stuck in the first reply by now
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_NE(rpc.rpc_sync(0, "beat_whoami", {}).toInt(), 0);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-    store.set("test/echoed", {1});
-  } else {
-    store.wait({"test/echoed"}, 90s);
-    ::kill(pid, SIGKILL);
-  }
-  leave(rpc);
-}
-
-TEST(DistFailure, AStoppedReaderHoldsUpOtherMembersCallsOnlyUntilItsHeartbeatTimeout) {
-  auto codes = push::testing::run_workers(3, "rpc_stopped_reader", 120s);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 128 + SIGKILL);
-  EXPECT_EQ(codes[2], 0);
 }
 
 // A member that joins the group late (longer than heartbeat_timeout) is not taken for

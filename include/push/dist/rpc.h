@@ -189,7 +189,9 @@ class RpcGroup {
   /// it short, never wait in it. Shutdown's barrier does not wait for members lost by
   /// then (they could never reach it).
   void on_member_lost(std::function<void(int, const std::string&)> fn) const;
-  /// Global ranks of the members lost so far, ascending.
+  /// Global ranks of the members lost so far, ascending. A lost member that a later call
+  /// dials again and that answers (it was alive: a partition healed, or it dropped a
+  /// connection it could not write to) leaves the list; callbacks that ran are not undone.
   std::vector<int> lost_members() const;
 
   /// Global rank of a member; push::Error for a non-member.

@@ -1,0 +1,271 @@
+// The transport's sending side: whole frames, one sender at a time per connection, and no
+// thread held while a peer does not take the bytes.
+//
+// A sender writes with non-blocking sendmsg calls straight from its own thread (no copy,
+// no thread hop). When the socket is full it waits for the I/O thread to see the socket
+// writable again (EPOLLOUT); when a shared-memory ring is full it waits for the receiver a
+// millisecond at a time. Inside a fiber (an RPC handler answering, a particle's handler
+// sending) both waits suspend the fiber, so the loop goes on serving other peers while one
+// peer reads slowly or not at all; a plain thread blocks as before. A wait that sees no
+// progress for the send timeout ends the connection.
+#include "transport.h"
+
+#include "connection.h"
+
+#include <push/core/errors.h>
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <iostream>
+#include "core/event_loop.h"
+#include "dist/rpc_origin.h"
+
+namespace push::dist::detail {
+namespace {
+
+using push::detail::waits_suspend_here;
+
+/// The turn to write one whole frame on a connection. Waiting for it suspends a fiber;
+/// a thread that cannot suspend waits on the connection's condition variable.
+class WriteTurn {
+ public:
+  WriteTurn(Connection& c, const std::string& peer) : c_(c) {
+    std::unique_lock<std::mutex> lock(c.send_mutex);
+    for (;;) {
+      PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", peer, " is closed");
+      if (!c.writing) {
+        c.writing = true;
+        return;
+      }
+      if (waits_suspend_here()) {
+        Promise<bool> freed;
+        c.turn_waiters.push_back(freed);
+        lock.unlock();
+        freed.future().wait_ready();
+        lock.lock();
+      } else {
+        c.turn_free.wait(lock);
+      }
+    }
+  }
+  ~WriteTurn() {
+    std::deque<Promise<bool>> waiters;
+    {
+      std::lock_guard<std::mutex> lock(c_.send_mutex);
+      c_.writing = false;
+      // close() left the descriptor to the writer it found writing.
+      if (c_.closed && !c_.fd_closed) {
+        ::close(c_.fd);
+        c_.fd_closed = true;
+      }
+      // Every waiter looks again (one that gave up waiting must not swallow the wake).
+      waiters.swap(c_.turn_waiters);
+    }
+    c_.turn_free.notify_all();
+    for (auto& w : waiters) w.set_value(true);
+  }
+  WriteTurn(const WriteTurn&) = delete;
+  WriteTurn& operator=(const WriteTurn&) = delete;
+
+ private:
+  Connection& c_;
+};
+
+Clock::time_point send_deadline(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 ? Clock::deadline_after(timeout) : Clock::time_point::max();
+}
+
+}  // namespace
+
+void Transport::write_frame(Connection& c, const wire::Header& header_in, const wire::Encoded& body) {
+  wire::Header header = header_in;
+  header.meta_bytes = static_cast<uint32_t>(body.meta.size());
+  header.tensor_count = static_cast<uint32_t>(body.tensors.size());
+  header.data_bytes = body.data_bytes;
+  PUSH_CHECK(body.meta.size() <= options_.max_message_bytes &&
+                 body.data_bytes <= options_.max_message_bytes - body.meta.size(),
+             kRpcOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
+             options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
+  WriteTurn turn(c, describe(c.peer));
+  std::vector<char> owed;  // what a heartbeat left unsent: it goes first, so the stream stays whole
+  {
+    std::lock_guard<std::mutex> lock(c.send_mutex);
+    owed.swap(c.owed);
+  }
+  if (!owed.empty()) {
+    iovec iov{owed.data(), owed.size()};
+    send_all(c, &iov, 1);
+  }
+  SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
+  if (ring != nullptr) header.flags |= wire::kRingData;
+  char head[wire::kHeaderBytes];
+  wire::write_header(header, head);
+  std::vector<iovec> iov;
+  iov.reserve(2 + body.tensors.size());
+  iov.push_back({head, sizeof(head)});
+  if (!body.meta.empty()) iov.push_back({const_cast<char*>(body.meta.data()), body.meta.size()});
+  for (const auto& t : body.tensors) {
+    if (ring == nullptr && t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
+  }
+  send_all(c, iov.data(), iov.size());
+  if (ring != nullptr) stream_through(c, *ring, body);
+}
+
+void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
+  auto deadline = send_deadline(options_.send_timeout);
+  std::size_t first = 0;
+  while (first < count) {
+    msghdr msg{};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = std::min<std::size_t>(count - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wait_writable(c, deadline);
+        continue;
+      }
+      give_up(c, std::strerror(errno));
+    }
+    deadline = send_deadline(options_.send_timeout);  // progress
+    auto left = static_cast<std::size_t>(n);
+    while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+}
+
+void Transport::give_up(Connection& c, const std::string& why) {
+  // The stream may hold half a frame now: end it, so the reader side closes it too.
+  ::shutdown(c.fd, SHUT_RDWR);
+  throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", describe(c.peer), ": ", why));
+}
+
+void Transport::wait_writable(Connection& c, Clock::time_point deadline) {
+  if (Clock::now() >= deadline) give_up(c, "no progress within the send timeout");
+  if (!waits_suspend_here()) {
+    pollfd p{c.fd, POLLOUT, 0};
+    ::poll(&p, 1, poll_timeout_ms(deadline, 100));
+    return;  // the caller sends again: a closed connection fails it
+  }
+  Promise<bool> ready;
+  {
+    std::lock_guard<std::mutex> lock(c.send_mutex);
+    if (c.closed) return;
+    c.writable = ready;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
+    ev.data.ptr = &c;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+  ready.future().wait_for(std::max(deadline - Clock::now(), Clock::duration::zero()));
+}
+
+void Transport::on_writable(Connection& c) {
+  std::optional<Promise<bool>> ready;
+  {
+    std::lock_guard<std::mutex> lock(c.send_mutex);
+    ready.swap(c.writable);
+    if (!c.closed) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.ptr = &c;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+    }
+  }
+  if (ready) ready->set_value(true);
+}
+
+SendRing* Transport::ring_for(Connection& c) {
+  if (c.send_ring) return c.send_ring.get();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c.ring_refused || c.peer < 0 || same_host_[c.peer] == 0) return nullptr;
+  }
+  std::string why;
+  auto ring = SendRing::create(options_.ring_slot_bytes, options_.ring_slots, why);
+  if (!ring) {
+    c.ring_refused = true;
+    std::cerr << "[push::dist::RpcGroup] " << options_.names.at(options_.rank) << ": no shared memory for "
+              << describe(c.peer) << " (" << why << "): large messages go through the socket\n";
+    return nullptr;
+  }
+  wire::Header h;
+  h.type = wire::kRing;
+  wire::Encoded announce;
+  for (uint64_t v : {static_cast<uint64_t>(::getpid()), static_cast<uint64_t>(ring->fd()), ring->slot_bytes(),
+                     static_cast<uint64_t>(ring->slots())}) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    announce.meta.insert(announce.meta.end(), p, p + sizeof(v));
+  }
+  h.meta_bytes = static_cast<uint32_t>(announce.meta.size());
+  char head[wire::kHeaderBytes];
+  wire::write_header(h, head);
+  iovec iov[] = {{head, sizeof(head)}, {announce.meta.data(), announce.meta.size()}};
+  send_all(c, iov, 2);
+  c.send_ring = std::move(ring);
+  c.ring_to_wake = c.send_ring.get();
+  return c.send_ring.get();
+}
+
+char* Transport::next_slot(Connection& c, SendRing& ring) {
+  const auto deadline = send_deadline(options_.send_timeout);
+  const std::string peer = describe(c.peer);
+  if (!waits_suspend_here()) return ring.acquire(deadline, c.broken, peer);
+  // A fiber waits for the receiver at most a millisecond at a time on its thread, and
+  // sleeps (suspended) in between, longer each time up to 16 ms.
+  auto nap = std::chrono::milliseconds(1);
+  for (;;) {
+    if (char* slot =
+            ring.try_acquire(std::min(deadline, Clock::deadline_after(std::chrono::milliseconds(1))), c.broken, peer)) {
+      return slot;
+    }
+    if (Clock::now() >= deadline) return ring.acquire(deadline, c.broken, peer);  // throws, naming why
+    Promise<bool> never;
+    never.future().wait_for(nap);
+    nap = std::min(nap * 2, std::chrono::milliseconds(16));
+  }
+}
+
+void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encoded& body) {
+  try {
+    std::size_t index = 0;
+    uint64_t offset = 0;  // into body.tensors[index]
+    uint64_t left = body.data_bytes;
+    while (left > 0) {
+      char* slot = next_slot(c, ring);
+      uint64_t note = std::min(left, ring.slot_bytes());
+      for (uint64_t filled = 0; filled < note;) {
+        const auto& t = body.tensors[index];
+        const uint64_t take = std::min<uint64_t>(note - filled, t.nbytes() - offset);
+        // An empty tensor has no storage to copy from (memcpy from null is undefined).
+        if (take > 0) std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
+        filled += take;
+        offset += take;
+        if (offset == t.nbytes()) {
+          ++index;
+          offset = 0;
+        }
+      }
+      ring.publish();
+      iovec iov{&note, sizeof(note)};
+      send_all(c, &iov, 1);
+      left -= note;
+    }
+  } catch (...) {
+    ::shutdown(c.fd, SHUT_RDWR);  // half a frame: the reader side must close too
+    throw;
+  }
+}
+
+}  // namespace push::dist::detail
