@@ -14,7 +14,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -51,8 +50,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Guarded by send_mutex: whether a sender has the turn, and who waits for it (fibers on a
   // promise, threads that cannot suspend on the condition variable).
   bool writing = false;
-  std::deque<Promise<bool>> turn_waiters;
+  std::vector<Promise<bool>> turn_waiters;
   std::condition_variable turn_free;
+  int threads_waiting = 0;  // on turn_free
   // Guarded by send_mutex: the writer's wait for a full socket to take bytes again; the I/O
   // thread keeps the fd's EPOLLOUT on while it is set and completes it.
   std::optional<Promise<bool>> writable;

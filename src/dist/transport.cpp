@@ -396,7 +396,7 @@ void Transport::close(Connection* c, const std::string& why) {
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
   c->broken = true;              // and one waiting for its ring
   if (SendRing* ring = c->ring_to_wake.load()) ring->interrupt();
-  std::deque<Promise<bool>> wake;  // senders waiting for the turn or for the socket
+  std::vector<Promise<bool>> wake;  // senders waiting for the turn or for the socket
   {
     std::lock_guard<std::mutex> lock(c->send_mutex);
     if (!c->closed) {

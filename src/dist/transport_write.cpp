@@ -37,12 +37,14 @@ using push::detail::waits_suspend_here;
 /// a thread that cannot suspend waits on the connection's condition variable.
 class WriteTurn {
  public:
-  WriteTurn(Connection& c, const std::string& peer) : c_(c) {
+  /// Takes the turn; `owed` receives what a heartbeat left unsent (it goes first).
+  WriteTurn(const Transport& t, Connection& c, std::vector<char>& owed) : c_(c) {
     std::unique_lock<std::mutex> lock(c.send_mutex);
     for (;;) {
-      PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", peer, " is closed");
+      PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", t.describe(c.peer), " is closed");
       if (!c.writing) {
         c.writing = true;
+        owed.swap(c.owed);
         return;
       }
       if (waits_suspend_here()) {
@@ -52,12 +54,15 @@ class WriteTurn {
         freed.future().wait_ready();
         lock.lock();
       } else {
+        ++c.threads_waiting;
         c.turn_free.wait(lock);
+        --c.threads_waiting;
       }
     }
   }
   ~WriteTurn() {
-    std::deque<Promise<bool>> waiters;
+    std::vector<Promise<bool>> waiters;
+    bool threads = false;
     {
       std::lock_guard<std::mutex> lock(c_.send_mutex);
       c_.writing = false;
@@ -68,8 +73,9 @@ class WriteTurn {
       }
       // Every waiter looks again (one that gave up waiting must not swallow the wake).
       waiters.swap(c_.turn_waiters);
+      threads = c_.threads_waiting > 0;
     }
-    c_.turn_free.notify_all();
+    if (threads) c_.turn_free.notify_all();
     for (auto& w : waiters) w.set_value(true);
   }
   WriteTurn(const WriteTurn&) = delete;
@@ -94,12 +100,8 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
                  body.data_bytes <= options_.max_message_bytes - body.meta.size(),
              kRpcOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
              options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
-  WriteTurn turn(c, describe(c.peer));
   std::vector<char> owed;  // what a heartbeat left unsent: it goes first, so the stream stays whole
-  {
-    std::lock_guard<std::mutex> lock(c.send_mutex);
-    owed.swap(c.owed);
-  }
+  WriteTurn turn(*this, c, owed);
   if (!owed.empty()) {
     iovec iov{owed.data(), owed.size()};
     send_all(c, &iov, 1);
