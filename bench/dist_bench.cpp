@@ -4,13 +4,15 @@
 // AllReduce/<bytes>: bus bandwidth (2(n-1)/n * bytes / time) through CollectiveGroup and
 // through the same c10d ProcessGroupGloo called directly, both on ranks 0 and 1, in the
 // same run; `ratio` is push / raw (target >= 0.95).
-// Rpc/<bytes>: round-trip latency and calls/s of rpc_sync from rank 0 to rank 1 with a
-// float tensor argument echoed back (the _sockets rows through a group with shared memory
-// off); tcp_us is the round trip of the same bytes echoed over one plain TCP connection
-// (TCP_NODELAY) between the same two processes, in the same run, and ratio = rpc / tcp
-// (for the large rows, 1/ratio is the throughput ratio); vs_memcpy is the time of two
-// memcpy of the same bytes (there and back: the floor through shared memory) over the
+// Rpc/<bytes>: round-trip latency and calls/s of rpc_sync from rank 0's main thread (a
+// plain user thread) to rank 1 with a float tensor argument echoed back (the _sockets rows through a group with shared
+// memory off); tcp_us is the round trip of the same bytes echoed over one plain TCP connection (TCP_NODELAY) between
+// the same two processes, in the same run, and ratio = rpc / tcp (for the large rows, 1/ratio is the throughput ratio);
+// vs_memcpy is the time of two memcpy of the same bytes (there and back: the floor through shared memory) over the
 // round trip's.
+// Rpc/small_fiber: the same 16-byte calls made from a fiber of an event loop (where
+// particle handlers and RPC handlers run), 2000 of them per repetition; tcp_us is the raw
+// echo from the main thread, as above.
 // Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and 2)
 // that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of the
 // raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
@@ -27,6 +29,7 @@
 #include <push/dist.h>
 
 #include "bench_ranks.h"
+#include "core/event_loop.h"
 #include "tcp_echo.h"
 
 #include <arpa/inet.h>
@@ -196,6 +199,43 @@ void BM_Rpc(benchmark::State& state, bool sockets) {
   same_counters(state);
 }
 
+void BM_RpcFromFiber(benchmark::State& state) {
+  constexpr int64_t kCalls = 2000;
+  const int64_t bytes = state.range(0);
+  command(kRpc, bytes, 0);
+  auto arg = torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat);
+  auto loop = std::make_shared<push::detail::EventLoop>(push::detail::EventLoop::Options{.name = "bench-fiber"});
+  loop->start();
+  auto in_fiber = [&](int64_t calls) {
+    push::Promise<double> seconds;
+    loop->post_fiber(
+        [&, calls] {
+          const auto start = std::chrono::steady_clock::now();
+          for (int64_t i = 0; i < calls; ++i) benchmark::DoNotOptimize(g_job->rpc.rpc_sync(1, "bench_echo", {arg}));
+          seconds.set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        },
+        [&](std::exception_ptr e) { seconds.set_error(e); });
+    return seconds.future().wait();
+  };
+  in_fiber(100);  // warm-up
+  double rpc_s = 0;
+  int64_t calls = 0;
+  for (auto _ : state) {
+    rpc_s += in_fiber(kCalls);
+    calls += kCalls;
+  }
+  loop->stop();
+  const double rpc_per_call = rpc_s / static_cast<double>(calls);
+  tcp_round_trip(static_cast<int64_t>(arg.nbytes()), 1);  // warm-up
+  const double tcp_per_call = tcp_round_trip(static_cast<int64_t>(arg.nbytes()), calls);
+  state.counters["calls_per_s"] = 1.0 / rpc_per_call;
+  state.counters["rpc_us"] = rpc_per_call * 1e6;
+  state.counters["tcp_us"] = tcp_per_call * 1e6;
+  state.counters["ratio"] = rpc_per_call / tcp_per_call;
+  state.counters["vs_memcpy"] = memcpy_round_trip(static_cast<int64_t>(arg.nbytes()), calls) / rpc_per_call;
+  same_counters(state);
+}
+
 /// One caller's share of Rpc/inflight64 (ranks 0 and 2): kPerCaller echo calls into rank 1,
 /// kDepth in flight.
 void rpc_caller() {
@@ -316,6 +356,11 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("Rpc/small", BM_Rpc, false)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Rpc/small_fiber", BM_RpcFromFiber)
+      ->Arg(16)
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Rpc/1MiB", BM_Rpc, false)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Rpc/64MiB", BM_Rpc, false)
       ->Arg(64 << 20)

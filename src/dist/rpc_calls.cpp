@@ -31,8 +31,9 @@ Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& bod
 
 void RpcState::send_pending(Pending p, uint16_t type, std::shared_ptr<const wire::Encoded> encoded) {
   const int to = p.to;
+  const auto deadline = p.deadline;
   const auto [id, earliest] = calls_.add(std::move(p));
-  if (earliest) transport_->wake();
+  if (earliest) transport_->wake_by(deadline);
   if (to == group_rank_) {
     // A call to oneself takes the same path minus the wire: a handler fiber runs it on a
     // copy of the arguments and the caller gets a copy of the result, as from any member.

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -110,6 +111,11 @@ class Transport {
   void watch_heartbeats();
   /// Makes the I/O thread call tick() again (a nearer deadline was added).
   void wake();
+  /// Makes the I/O thread call tick() again by `deadline` (one was added): wakes it only
+  /// when it is about to sleep past it, so that a call with a long timeout costs no wake-up.
+  void wake_by(Clock::time_point deadline) {
+    if (deadline.time_since_epoch().count() < sleeps_until_.load()) wake();
+  }
   /// Stops the I/O thread and closes every connection. Idempotent.
   void stop();
 
@@ -174,6 +180,9 @@ class Transport {
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  // When the I/O thread calls tick() next at the latest (ns on push's Clock); the largest
+  // value while it is awake.
+  std::atomic<int64_t> sleeps_until_{std::numeric_limits<int64_t>::max()};
   bool stopped_ = false;
   // The I/O thread's own: incoming connections still in their handshake, oldest first (one
   // leaves when it closes or is introduced), and whether accepting pauses (out of fds).

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <limits>
 #include "dist/rpc_origin.h"
 
 // The transport's I/O thread: waits on every connection with epoll, assembles frames,
@@ -44,11 +45,15 @@ void Transport::loop() {
   while (!stopping_) {
     // Asleep at most until the nearest call deadline (and 1 s at most, so that stopping_ is
     // seen; 1 ms with a ManualClock, so that a deadline the test moves past is seen).
+    // Awake, any new deadline wakes it (it may have read the deadlines before it came);
+    // asleep, only one before it plans to look again (wake_by).
+    sleeps_until_.store(std::numeric_limits<int64_t>::max());
     auto next = callbacks_.tick();
     for (const auto& wake : {expire_handshakes(), keep_alive()}) {
       if (wake && (!next || *wake < *next)) next = wake;
     }
     const int timeout_ms = next ? poll_timeout_ms(*next, 1000) : 1000;
+    sleeps_until_.store((Clock::now() + std::chrono::milliseconds(timeout_ms)).time_since_epoch().count());
     const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
     for (int i = 0; i < n && !stopping_; ++i) {
       const uint64_t tag = events[i].data.u64;
