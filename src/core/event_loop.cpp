@@ -278,6 +278,17 @@ void EventLoop::remove_suspended(Task* task) {
   suspended_.pop_back();
 }
 
+bool EventLoop::fiber_may_wait() {
+  Task* task = current_;
+  if (task == nullptr || Fiber::current() != &task->fiber || stopping_ || task->cancelled) return false;
+  try {
+    check_may_wait(task->owner);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_point> deadline) {
   Task* task = current_;
   TORCH_INTERNAL_ASSERT(task && Fiber::current() == &task->fiber, "suspend_until outside a fiber job");

@@ -97,6 +97,10 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   /// true when ready. A completion after the deadline does not resume it again. Throws
   /// CancelledError when the loop is stopping.
   bool suspend_until(FutureCore& future, std::optional<Clock::time_point> deadline);
+  /// Fiber side: whether suspend_until() may suspend the running fiber job now (the loop
+  /// is not stopping, and the job is not somewhere it must not wait, as in
+  /// Particle::borrow). Loop thread only.
+  bool fiber_may_wait();
 
  protected:
   /// The loop thread's body. A subclass may set up per-thread state around run().
@@ -158,10 +162,10 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   bool stopping_ = false;
 };
 
-/// Whether a push::Future wait on this thread suspends a fiber rather than blocks the
-/// thread: inside a fiber job of an event loop, outside a backward pass (future.h). Code
-/// that must not hold a loop's thread for long waits through a future where this is true,
-/// and blocks only where it is not.
+/// Whether a push::Future wait on this thread may suspend a fiber rather than block the
+/// thread: inside a fiber job of an event loop that may wait now, outside a backward pass
+/// (future.h). Code that must not hold a loop's thread for long waits through a future
+/// where this is true, and blocks only where it is not.
 bool waits_suspend_here();
 
 }  // namespace push::detail

@@ -53,7 +53,8 @@ EventLoop* suspendable_loop(const char* origin) {
 }  // namespace
 
 bool waits_suspend_here() {
-  return EventLoop::current() != nullptr && Fiber::current() != nullptr && !compat::in_backward_pass();
+  EventLoop* loop = EventLoop::current();
+  return loop != nullptr && Fiber::current() != nullptr && !compat::in_backward_pass() && loop->fiber_may_wait();
 }
 
 void FutureCore::wait_ready() {

@@ -50,6 +50,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Guarded by send_mutex: whether a sender has the turn, and who waits for it (fibers on a
   // promise, threads that cannot suspend on the condition variable).
   bool writing = false;
+  const void* turn_loop = nullptr;  // the event loop whose thread holds the turn, if any
   std::vector<Promise<bool>> turn_waiters;
   std::condition_variable turn_free;
   int threads_waiting = 0;  // on turn_free
@@ -62,6 +63,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<char> owed;               // guarded by send_mutex: a heartbeat's bytes a full socket did not take
   std::atomic<SendRing*> ring_to_wake{nullptr};
   std::atomic<bool> broken{false};  // close() began: a sender waiting on the ring gives up
+  bool gone = false;                // I/O thread: closed; events still in its batch are ignored
 
   // The reader's state (I/O thread only).
   // Incoming, before it is introduced: the handshake's fixed-size frames, nothing else.

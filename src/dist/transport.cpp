@@ -141,6 +141,7 @@ void Transport::stop() {
     for (auto& c : outgoing_) c.reset();
   }
   for (auto& c : left) close(c.get(), "the group shut down");
+  closed_in_batch_.clear();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
 }
@@ -373,25 +374,20 @@ void Transport::watch(const ConnectionPtr& c) {
 }
 
 void Transport::close(Connection* c, const std::string& why) {
-  ConnectionPtr keep;
+  // Alive until the I/O thread's current batch of events ends (closed_in_batch_).
+  closed_in_batch_.push_back(c->shared_from_this());
   bool lost = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = std::find_if(all_.begin(), all_.end(), [&](const ConnectionPtr& p) { return p.get() == c; });
-    if (it != all_.end()) {
-      keep = *it;
-      all_.erase(it);
-    }
+    if (it != all_.end()) all_.erase(it);
     if (c->outgoing && c->peer >= 0 && outgoing_[c->peer].get() == c) {
       outgoing_[c->peer].reset();
       lost = true;
     }
   }
-  if (!keep && !lost) {
-    // Already closed (stop() after the loop ended); keep the object alive until done.
-    keep = c->shared_from_this();
-  }
   if (!c->outgoing && !c->introduced) forget_pending(c);
+  c->gone = true;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::shutdown(c->fd, SHUT_RDWR);  // unblocks a sender
   c->broken = true;              // and one waiting for its ring

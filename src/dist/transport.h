@@ -148,8 +148,10 @@ class Transport {
   void heard_from(int peer);
   void deliver(Connection& c);
   void close(Connection* c, const std::string& why);
-  /// Writes one whole frame, in c's write turn.
+  /// Writes one whole frame, in c's write turn; ends the stream when it fails midway.
   void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
+  /// write_frame's body: `owed` first (a heartbeat's tail), then the frame.
+  void write_in_turn(Connection& c, wire::Header header, const wire::Encoded& body, std::vector<char>& owed);
   /// Writes all of `iov` (in c's write turn); on failure ends the stream and throws.
   void send_all(Connection& c, iovec* iov, std::size_t count);
   /// Waits until `c`'s socket may take more bytes, or `deadline` (then gives up).
@@ -187,6 +189,9 @@ class Transport {
   // The I/O thread's own: incoming connections still in their handshake, oldest first (one
   // leaves when it closes or is introduced), and whether accepting pauses (out of fds).
   std::deque<ConnectionPtr> pending_;
+  // Connections closed during the current batch of events: kept alive until it ends, so a
+  // later event of the batch for one finds it (marked gone) rather than freed memory.
+  std::vector<ConnectionPtr> closed_in_batch_;
   std::optional<Clock::time_point> accept_paused_until_;
   bool accept_pause_reported_ = false;
   // Heartbeats: when each peer was last heard from (ns on push's Clock; set by dials too),

@@ -48,6 +48,7 @@ void Transport::loop() {
     // Awake, any new deadline wakes it (it may have read the deadlines before it came);
     // asleep, only one before it plans to look again (wake_by).
     sleeps_until_.store(std::numeric_limits<int64_t>::max());
+    closed_in_batch_.clear();
     auto next = callbacks_.tick();
     for (const auto& wake : {expire_handshakes(), keep_alive()}) {
       if (wake && (!next || *wake < *next)) next = wake;
@@ -64,6 +65,7 @@ void Transport::loop() {
         accept_all();
       } else {
         auto* c = static_cast<Connection*>(events[i].data.ptr);
+        if (c->gone) continue;  // closed earlier in this batch (kept alive until it ends)
         if ((events[i].events & EPOLLOUT) != 0) on_writable(*c);
         if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) == 0) continue;
         std::string why;

@@ -44,6 +44,7 @@ class WriteTurn {
       PUSH_CHECK(!c.closed, kRpcOrigin, "the connection to ", t.describe(c.peer), " is closed");
       if (!c.writing) {
         c.writing = true;
+        c.turn_loop = push::detail::EventLoop::current();
         owed.swap(c.owed);
         return;
       }
@@ -54,6 +55,13 @@ class WriteTurn {
         freed.future().wait_ready();
         lock.lock();
       } else {
+        // The holder is a fiber of this very thread's loop, suspended: blocking here would
+        // keep it from ever finishing.
+        const void* here = push::detail::EventLoop::current();
+        PUSH_CHECK(here == nullptr || here != c.turn_loop, kRpcOrigin, "cannot send to ", t.describe(c.peer),
+                   " from here: a handler of this same loop is writing to it and waits for it to read, and "
+                   "this code cannot wait (an inline continuation, a backward pass, Particle::borrow); send "
+                   "from a handler or from another thread");
         ++c.threads_waiting;
         c.turn_free.wait(lock);
         --c.threads_waiting;
@@ -66,6 +74,7 @@ class WriteTurn {
     {
       std::lock_guard<std::mutex> lock(c_.send_mutex);
       c_.writing = false;
+      c_.turn_loop = nullptr;
       // close() left the descriptor to the writer it found writing.
       if (c_.closed && !c_.fd_closed) {
         ::close(c_.fd);
@@ -102,6 +111,17 @@ void Transport::write_frame(Connection& c, const wire::Header& header_in, const 
              options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
   std::vector<char> owed;  // what a heartbeat left unsent: it goes first, so the stream stays whole
   WriteTurn turn(*this, c, owed);
+  try {
+    write_in_turn(c, header, body, owed);
+  } catch (...) {
+    // Part of the frame may be on the stream: end it, so the reader side closes it too
+    // rather than read the next frame as this one's bytes.
+    ::shutdown(c.fd, SHUT_RDWR);
+    throw;
+  }
+}
+
+void Transport::write_in_turn(Connection& c, wire::Header header, const wire::Encoded& body, std::vector<char>& owed) {
   if (!owed.empty()) {
     iovec iov{owed.data(), owed.size()};
     send_all(c, &iov, 1);
@@ -170,7 +190,11 @@ void Transport::wait_writable(Connection& c, Clock::time_point deadline) {
     ev.data.ptr = &c;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
   }
-  ready.future().wait_for(std::max(deadline - Clock::now(), Clock::duration::zero()));
+  // At most 100 ms, then the caller tries again whether or not the I/O thread said so:
+  // the I/O thread may itself be waiting for this connection's turn (a continuation that
+  // sends), and then cannot deliver EPOLLOUT.
+  const auto slice = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(100));
+  ready.future().wait_for(std::max(slice, Clock::duration::zero()));
 }
 
 void Transport::on_writable(Connection& c) {
@@ -240,33 +264,28 @@ char* Transport::next_slot(Connection& c, SendRing& ring) {
 }
 
 void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encoded& body) {
-  try {
-    std::size_t index = 0;
-    uint64_t offset = 0;  // into body.tensors[index]
-    uint64_t left = body.data_bytes;
-    while (left > 0) {
-      char* slot = next_slot(c, ring);
-      uint64_t note = std::min(left, ring.slot_bytes());
-      for (uint64_t filled = 0; filled < note;) {
-        const auto& t = body.tensors[index];
-        const uint64_t take = std::min<uint64_t>(note - filled, t.nbytes() - offset);
-        // An empty tensor has no storage to copy from (memcpy from null is undefined).
-        if (take > 0) std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
-        filled += take;
-        offset += take;
-        if (offset == t.nbytes()) {
-          ++index;
-          offset = 0;
-        }
+  std::size_t index = 0;
+  uint64_t offset = 0;  // into body.tensors[index]
+  uint64_t left = body.data_bytes;
+  while (left > 0) {
+    char* slot = next_slot(c, ring);
+    uint64_t note = std::min(left, ring.slot_bytes());
+    for (uint64_t filled = 0; filled < note;) {
+      const auto& t = body.tensors[index];
+      const uint64_t take = std::min<uint64_t>(note - filled, t.nbytes() - offset);
+      // An empty tensor has no storage to copy from (memcpy from null is undefined).
+      if (take > 0) std::memcpy(slot + filled, static_cast<const char*>(t.data_ptr()) + offset, take);
+      filled += take;
+      offset += take;
+      if (offset == t.nbytes()) {
+        ++index;
+        offset = 0;
       }
-      ring.publish();
-      iovec iov{&note, sizeof(note)};
-      send_all(c, &iov, 1);
-      left -= note;
     }
-  } catch (...) {
-    ::shutdown(c.fd, SHUT_RDWR);  // half a frame: the reader side must close too
-    throw;
+    ring.publish();
+    iovec iov{&note, sizeof(note)};
+    send_all(c, &iov, 1);
+    left -= note;
   }
 }
 
