@@ -173,6 +173,21 @@ void BM_AllReduce(benchmark::State& state, bool raw) {
   same_counters(state);
 }
 
+/// The counters of an Rpc row: `calls` calls took `rpc_s` seconds; the raw TCP echo of the
+/// same `bytes` runs as many round trips now, and two memcpy of them as the floor.
+void report_calls(benchmark::State& state, double rpc_s, int64_t calls, std::size_t bytes) {
+  const double rpc_per_call = rpc_s / static_cast<double>(calls);
+  tcp_round_trip(static_cast<int64_t>(bytes), 1);  // warm-up
+  const double tcp_per_call = tcp_round_trip(static_cast<int64_t>(bytes), calls);
+  state.counters["calls_per_s"] = 1.0 / rpc_per_call;
+  state.counters["rpc_us"] = rpc_per_call * 1e6;
+  state.counters["tcp_us"] = tcp_per_call * 1e6;
+  state.counters["ratio"] = rpc_per_call / tcp_per_call;
+  // Throughput as a fraction of memcpy's (1 = as fast as copying the bytes there and back).
+  state.counters["vs_memcpy"] = memcpy_round_trip(static_cast<int64_t>(bytes), calls) / rpc_per_call;
+  same_counters(state);
+}
+
 void BM_Rpc(benchmark::State& state, bool sockets) {
   auto& rpc = sockets ? g_job->sockets : g_job->rpc;
   const int64_t bytes = state.range(0);
@@ -186,17 +201,7 @@ void BM_Rpc(benchmark::State& state, bool sockets) {
     benchmark::DoNotOptimize(back);
     rpc_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  const int64_t calls = static_cast<int64_t>(state.iterations());
-  const double rpc_per_call = rpc_s / static_cast<double>(calls);
-  tcp_round_trip(static_cast<int64_t>(arg.nbytes()), 1);  // warm-up
-  const double tcp_per_call = tcp_round_trip(static_cast<int64_t>(arg.nbytes()), calls);
-  state.counters["calls_per_s"] = 1.0 / rpc_per_call;
-  state.counters["rpc_us"] = rpc_per_call * 1e6;
-  state.counters["tcp_us"] = tcp_per_call * 1e6;
-  state.counters["ratio"] = rpc_per_call / tcp_per_call;
-  // Throughput as a fraction of memcpy's (1 = as fast as copying the bytes there and back).
-  state.counters["vs_memcpy"] = memcpy_round_trip(static_cast<int64_t>(arg.nbytes()), calls) / rpc_per_call;
-  same_counters(state);
+  report_calls(state, rpc_s, static_cast<int64_t>(state.iterations()), arg.nbytes());
 }
 
 void BM_RpcFromFiber(benchmark::State& state) {
@@ -225,15 +230,7 @@ void BM_RpcFromFiber(benchmark::State& state) {
     calls += kCalls;
   }
   loop->stop();
-  const double rpc_per_call = rpc_s / static_cast<double>(calls);
-  tcp_round_trip(static_cast<int64_t>(arg.nbytes()), 1);  // warm-up
-  const double tcp_per_call = tcp_round_trip(static_cast<int64_t>(arg.nbytes()), calls);
-  state.counters["calls_per_s"] = 1.0 / rpc_per_call;
-  state.counters["rpc_us"] = rpc_per_call * 1e6;
-  state.counters["tcp_us"] = tcp_per_call * 1e6;
-  state.counters["ratio"] = rpc_per_call / tcp_per_call;
-  state.counters["vs_memcpy"] = memcpy_round_trip(static_cast<int64_t>(arg.nbytes()), calls) / rpc_per_call;
-  same_counters(state);
+  report_calls(state, rpc_s, calls, arg.nbytes());
 }
 
 /// One caller's share of Rpc/inflight64 (ranks 0 and 2): kPerCaller echo calls into rank 1,
