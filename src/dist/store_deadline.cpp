@@ -62,8 +62,8 @@ int shutdown_sockets_to(const std::string& host, int port) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
-    struct stat st {};
-    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    // getpeername fails on anything that is not a connected socket (no fstat: another
+    // thread may be opening this very descriptor, and it need not be a socket).
     sockaddr_storage peer{};
     socklen_t len = sizeof(peer);
     if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;

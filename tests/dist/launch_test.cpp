@@ -187,8 +187,10 @@ TEST(DistLaunch, CarriageReturnUpdatesAreForwardedAsTheyComeAndLongLinesInPieces
   // the rank still runs (it sleeps before its last line).
   auto l =
       start_launcher({"--nproc", "1", "--", "/bin/sh", "-c", "printf 'bar 1\\rbar 2\\r'; sleep 3; printf 'done\\n'"});
+  // Read until the second redraw (at most 10 s: a sanitizer build starts slowly); it must
+  // come before the rank's last line, 3 s later.
   std::string early;
-  const auto until = std::chrono::steady_clock::now() + 2s;
+  const auto until = std::chrono::steady_clock::now() + 10s;
   while (early.find("bar 2\r") == std::string::npos && std::chrono::steady_clock::now() < until) {
     pollfd p{l.out, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0) continue;
@@ -198,14 +200,17 @@ TEST(DistLaunch, CarriageReturnUpdatesAreForwardedAsTheyComeAndLongLinesInPieces
     early.append(buffer, static_cast<size_t>(got));
   }
   EXPECT_NE(early.find("[rank 0] bar 1\r[rank 0] bar 2\r"), std::string::npos) << early;
+  EXPECT_EQ(early.find("done"), std::string::npos) << early;
   const std::string rest = read_output(l.out, 1, 10s);
   EXPECT_NE(rest.find("[rank 0] done\n"), std::string::npos) << rest;
   EXPECT_EQ(wait_launcher(l.pid, 10s), 0);
   close(l.out);
   // 200 KiB without a newline: forwarded in pieces before the rank ends, not held whole.
   auto big = start_launcher({"--nproc", "1", "--", "/bin/sh", "-c", "head -c 204800 /dev/zero | tr '\\0' x; sleep 3"});
-  const std::string pieces = read_output(big.out, 3, 2s);
+  const std::string pieces = read_output(big.out, 3, 10s);
   EXPECT_EQ(std::count(pieces.begin(), pieces.end(), '\n'), 3) << pieces.size() << " bytes";
+  int status = 0;
+  EXPECT_EQ(::waitpid(big.pid, &status, WNOHANG), 0) << "the pieces came only once the rank ended";
   EXPECT_EQ(wait_launcher(big.pid, 10s), 0);
   close(big.out);
 }
