@@ -158,7 +158,7 @@ class Transport {
   void wait_writable(Connection& c, Clock::time_point deadline);
   /// The I/O thread: `c`'s socket is writable again; wakes the sender waiting for it.
   void on_writable(Connection& c);
-  /// Ends `c`'s stream (half a frame may be in it) and throws push::Error naming why.
+  /// Throws push::Error naming `c`'s peer and why (write_frame then ends the stream).
   [[noreturn]] void give_up(Connection& c, const std::string& why);
   /// The next free slot of `ring`, waiting at most the send timeout for the receiver.
   char* next_slot(Connection& c, SendRing& ring);

@@ -168,8 +168,7 @@ void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
 }
 
 void Transport::give_up(Connection& c, const std::string& why) {
-  // The stream may hold half a frame now: end it, so the reader side closes it too.
-  ::shutdown(c.fd, SHUT_RDWR);
+  // write_frame ends the stream (half a frame may be in it) as for any failure midway.
   throw Error(c10::str("[", kRpcOrigin, "] cannot send to ", describe(c.peer), ": ", why));
 }
 
