@@ -64,7 +64,8 @@ std::vector<double> FusedEpochs::train_group(FusedStack& stack, const std::vecto
     auto order = a.epoch_order(members[i]->pid(), epoch, n);
     orders.push_back(rows[i].defined() ? rows[i].index_select(0, order) : order);
   }
-  const auto order = torch::stack(orders);  // [N, n]
+  // Drawn on the host; the rows are picked where the data is (a message brings it to the lane's device).
+  const auto order = torch::stack(orders).to(x.device());  // [N, n]
   auto shape_of = [&](const torch::Tensor& t, int64_t len) {
     std::vector<int64_t> s{count, len};
     for (int64_t d = 1; d < t.dim(); ++d) s.push_back(t.size(d));

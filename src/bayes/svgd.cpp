@@ -175,7 +175,7 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
                               const std::vector<std::vector<Pid>>& groups) {
   const int64_t n = x.size(0), bs = options().batch_size();
   // Every particle sees the same minibatches: the leader's order, as unfused.
-  auto order = epoch_order(static_cast<Pid>(seed_purpose::kLeader), epoch, n);
+  auto order = epoch_order(static_cast<Pid>(seed_purpose::kLeader), epoch, n).to(x.device());
   std::vector<torch::Tensor> phi(groups.size(), torch::zeros({0}));
   std::map<Pid, double> loss;
   // Rows come in group order; to_id_order[r] is the row of the r-th smallest id.

@@ -71,6 +71,7 @@ double UnfusedEpochs::prepared_epoch(Particle& p, const torch::Tensor& x, const 
     r->begin_epoch(p, a.fit_last_epoch_ - epoch, batches, a.fit_calls_);
   }
   const StepHooks hooks = a.epoch_hooks(p, epoch);
+  if (rows.defined()) rows = rows.to(x.device());  // drawn on the host, the data is on the lane's device
   const double loss = rows.defined() ? train(p, x.index_select(0, rows), y.index_select(0, rows), epoch, hooks)
                                      : train(p, x, y, epoch, hooks);
   if (r) {
@@ -89,7 +90,7 @@ double UnfusedEpochs::train(Particle& p, const torch::Tensor& x, const torch::Te
   Infer& a = algorithm_;
   Replica* r = a.data_parallel_ ? a.data_parallel_->replica(p.pid()) : nullptr;
   const int64_t n = x.size(0), bs = a.options().batch_size();
-  auto order = a.epoch_order(p.pid(), epoch, n);
+  auto order = a.epoch_order(p.pid(), epoch, n).to(x.device());
   double total = 0;
   int64_t batches = 0;
   for (int64_t b = 0; b < n; b += bs, ++batches) {

@@ -38,6 +38,11 @@ State& Particle::state() {
   return record_->state;
 }
 
+torch::Tensor Particle::here(const torch::Tensor& t) const {
+  const torch::Device d = device();
+  return t.defined() && t.device() != d ? t.to(d) : t;
+}
+
 PFuture Particle::run_now(const char* what, const std::function<c10::IValue()>& fn) {
   check_thread("push::Particle");
   try {

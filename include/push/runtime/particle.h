@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace push {
@@ -45,21 +46,24 @@ class Particle {
   torch::optim::Optimizer& optimizer();
   State& state();
 
-  /// module.forward(x, args...), run now.
+  /// module.forward(x, args...), run now. Tensors among x and args that live on another
+  /// device are copied to this particle's first, as a message's tensors are.
   template <class... A>
   PFuture forward(const torch::Tensor& x, A&&... args) {
-    return run_now("forward", [&]() -> c10::IValue { return any_module().forward(x, std::forward<A>(args)...); });
+    return run_now("forward",
+                   [&]() -> c10::IValue { return any_module().forward(here(x), here(std::forward<A>(args))...); });
   }
 
   /// zero grad, forward, loss_fn(output, label), backward, optimizer step, run now;
-  /// the future holds the (detached) loss.
+  /// the future holds the (detached) loss. Tensors on another device are copied to this
+  /// particle's first, as in forward.
   template <class... A>
   PFuture step(const LossFn& loss_fn, const torch::Tensor& data, const torch::Tensor& label, A&&... args) {
     return run_now("step", [&]() -> c10::IValue {
       auto& opt = optimizer();
       opt.zero_grad();
-      torch::Tensor out = any_module().forward(data, std::forward<A>(args)...);
-      torch::Tensor loss = loss_fn(out, label);
+      torch::Tensor out = any_module().forward(here(data), here(std::forward<A>(args))...);
+      torch::Tensor loss = loss_fn(out, here(label));
       loss.backward();
       opt.step();
       return loss.detach();
@@ -99,6 +103,11 @@ class Particle {
   std::vector<Pid> other_particles() const;
 
  private:
+  /// `t` on this particle's device (itself when it is there already or undefined).
+  torch::Tensor here(const torch::Tensor& t) const;
+  template <class T>
+  requires(!std::is_same_v<std::remove_cvref_t<T>, torch::Tensor>) T && here(T&& value)
+  const { return std::forward<T>(value); }
   PFuture run_now(const char* what, const std::function<c10::IValue()>& fn);
   void check_thread(const char* origin) const;
   void check_may_wait() const;
