@@ -33,7 +33,8 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
     std::vector<torch::Tensor> rows;
     try {
       for (Particle* m : ps) {
-        rows.push_back(a.epoch_rows(*m, x.size(0)));
+        rows.push_back(a.epoch_rows(*m, x.size(0)));  // host indices, whatever device the hook used
+        if (rows.back().defined()) rows.back() = rows.back().to(torch::kCPU);
         PUSH_CHECK(!rows.back().defined() || rows.back().size(0) == x.size(0), "push::bayes::Infer",
                    "epoch_rows of particle ", m->pid(), " gives ", rows.back().size(0), " rows of ", x.size(0));
       }

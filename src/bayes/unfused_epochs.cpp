@@ -58,7 +58,8 @@ double UnfusedEpochs::particle_epoch(Particle& p, const torch::Tensor& x, const 
 
 double UnfusedEpochs::prepared_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   Infer& a = algorithm_;
-  auto rows = a.epoch_rows(p, x.size(0));
+  auto rows = a.epoch_rows(p, x.size(0));  // a subclass's hook: its rows are combined on the host
+  if (rows.defined()) rows = rows.to(torch::kCPU);
   Replica* r = a.data_parallel_ ? a.data_parallel_->replica(p.pid()) : nullptr;
   if (r) {  // this rank's share of the rows, drawn anew each epoch (the same draw on every rank)
     auto all = rows.defined() ? rows : torch::arange(x.size(0), torch::kLong);
@@ -95,7 +96,7 @@ double UnfusedEpochs::train(Particle& p, const torch::Tensor& x, const torch::Te
   int64_t batches = 0;
   for (int64_t b = 0; b < n; b += bs, ++batches) {
     auto idx = order.narrow(0, b, std::min(bs, n - b));
-    // Data stays on the host; each batch goes to the particle's device (a no-op on CPU lanes).
+    // The epoch message brought the data to the lane's device; the .to() is for a caller that did not.
     const double loss = step(p, x.index_select(0, idx).to(p.device()), y.index_select(0, idx).to(p.device()), hooks);
     if (r) {
       r->note_loss(loss);  // every rank learns of it at the epoch's end (a rank alone would leave the others waiting)
