@@ -63,10 +63,13 @@ bool any_tensor(const c10::IValue& value, const std::function<bool(const torch::
   return false;
 }
 
+torch::Tensor to_device(const torch::Tensor& t, const torch::Device& device) {
+  return t.defined() && t.device() != device ? t.to(device) : t;
+}
+
 // Tensors in a message are moved to the receiver's device (a no-op when already there).
 c10::IValue to_device(const c10::IValue& value, const torch::Device& device) {
-  return map_tensors(value,
-                     [&](const torch::Tensor& t) { return t.defined() && t.device() != device ? t.to(device) : t; });
+  return map_tensors(value, [&](const torch::Tensor& t) { return to_device(t, device); });
 }
 
 bool has_tensor_off(const Args& args, const torch::Device& device) {

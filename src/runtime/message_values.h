@@ -17,6 +17,8 @@ namespace push::detail {
 c10::IValue map_tensors(const c10::IValue& value, const std::function<torch::Tensor(const torch::Tensor&)>& fn);
 /// Whether `pred` holds for some defined tensor in `value`.
 bool any_tensor(const c10::IValue& value, const std::function<bool(const torch::Tensor&)>& pred);
+/// `t` moved to `device` (itself when it is there already, or undefined).
+torch::Tensor to_device(const torch::Tensor& t, const torch::Device& device);
 /// Tensors in `value` moved to `device` (a no-op for those already there).
 c10::IValue to_device(const c10::IValue& value, const torch::Device& device);
 /// Whether some tensor in `args` is not on `device`.

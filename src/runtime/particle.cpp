@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "runtime/message_values.h"
 #include "runtime/runtime.h"
 
 namespace push {
@@ -38,10 +39,7 @@ State& Particle::state() {
   return record_->state;
 }
 
-torch::Tensor Particle::here(const torch::Tensor& t) const {
-  const torch::Device d = device();
-  return t.defined() && t.device() != d ? t.to(d) : t;
-}
+torch::Tensor Particle::here(const torch::Tensor& t) const { return detail::to_device(t, device()); }
 
 PFuture Particle::run_now(const char* what, const std::function<c10::IValue()>& fn) {
   check_thread("push::Particle");
