@@ -14,7 +14,8 @@ if(NOT version MATCHES "version 14\\.")
 endif()
 file(GLOB_RECURSE files
   ${ROOT}/src/*.cpp ${ROOT}/src/*.h ${ROOT}/include/*.h
-  ${ROOT}/tests/*.cpp ${ROOT}/tests/*.h ${ROOT}/bench/*.cpp ${ROOT}/bench/*.h ${ROOT}/examples/*.cpp)
+  ${ROOT}/tests/*.cpp ${ROOT}/tests/*.h ${ROOT}/bench/*.cpp ${ROOT}/bench/*.h ${ROOT}/examples/*.cpp
+  ${ROOT}/python/src/*.cpp ${ROOT}/python/src/*.h)
 execute_process(COMMAND ${CLANG_FORMAT} --dry-run --Werror ${files}
                 RESULT_VARIABLE rc ERROR_VARIABLE errors OUTPUT_QUIET)
 if(NOT rc EQUAL 0)

@@ -1,0 +1,14 @@
+"""push's Bayesian deep learning from Python.
+
+The classes here (Ensemble, MultiSWAG, SVGD, MCDropout) are push's C++ algorithms: the
+model, a factory of a torch.nn.Sequential of standard layers, is rebuilt as the C++ module
+with the same weights and trains fused where it can, without the GIL.
+
+PusH's own entry points (push.bayes.ensemble.train_deep_ensemble, push.bayes.swag.train_mswag,
+push.bayes.stein_vgd.train_svgd) take any torch.nn.Module and train it as Python code on
+push's particles, as PusH does.
+"""
+
+from push.bayes.infer import Ensemble, Infer, MCDropout, MultiSWAG, Predictive, SVGD, rebuild_blocker
+
+__all__ = ["Ensemble", "Infer", "MCDropout", "MultiSWAG", "Predictive", "SVGD", "rebuild_blocker"]

@@ -1,0 +1,219 @@
+"""PusH: a distribution of particles, PusH's API on push's runtime."""
+
+import atexit
+import functools
+import os
+import threading
+import weakref
+from typing import Callable, Dict, Iterable, List, Optional
+
+import torch
+
+from push import _push
+from push.particle import Particle
+from push.pfuture import PFuture
+
+_open = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Before the interpreter goes: handler threads need it to finish, and so do the threads
+    # that close distributions for handlers and for the garbage collector.
+    for dist in list(_open):
+        dist.close()
+    _push.Distribution.join_closers()
+
+
+class _Slot:
+    __slots__ = ("module", "optimizer", "scheduler", "state", "device", "view")
+
+    def __init__(self, module, optimizer, scheduler, state, device, view):
+        self.module = module
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.state = state
+        self.device = device
+        self.view = view  # the module views of this particle show
+
+
+class UnknownParticleError(KeyError, ValueError):
+    """A particle id that does not exist: a KeyError, and the ValueError PusH raised."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
+def _dispatch(ref, call, fn, args):
+    dist = ref()
+    if dist is None:
+        raise _push.CancelledError("push: the distribution is gone")
+    return fn(Particle(dist, call), *args)
+
+
+class PusH:
+    """A distribution of particles (neural networks) trained together.
+
+    ``PusH(mk_module, *args)`` makes each particle's module with ``mk_module(*args)``, under
+    the particle's own seed (``seed`` and its id), so a run is repeatable. Particles run on
+    device lanes: one per GPU, or one CPU lane (``devices``, ``device_type`` choose).
+
+    ``cache_size`` particles per device are resident at a time, the others swapped out to
+    host memory (their Python optimizers' state stays where it is). PusH's ``multi`` is
+    accepted and has no effect: push's lanes already run concurrently in this process.
+    """
+
+    def __init__(self, mk_module: Callable, *args, cache_size: int = 4, view_size: int = 4, multi: bool = False,
+                 devices: Optional[int] = None, device_type: Optional[str] = None, seed: int = 0, **kwargs):
+        if not callable(mk_module):
+            raise TypeError(f"push: mk_module must be callable, got {type(mk_module).__name__}")
+        for name, value in (("cache_size", cache_size), ("view_size", view_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"push: {name} must be an int >= 1, got {value!r}")
+        self._mk_module = functools.partial(mk_module, *args, **kwargs)
+        self._slots: Dict[int, _Slot] = {}
+        self._lock = threading.Condition()
+        self._create_lock = threading.Lock()
+        self._making = None  # (mk_optim, mk_scheduler) of the p_create in progress
+        self._made = None  # (module, optimizer, scheduler) its factory call made
+        self._core = _push.Distribution(self._make_particle, functools.partial(_dispatch, weakref.ref(self)),
+                                        devices=devices, device_type=device_type, cache_size=cache_size,
+                                        view_size=view_size, seed=seed)
+        _open.add(self)
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        self.close()
+
+    def close(self) -> None:
+        """Lets running handlers finish, then stops every lane and handler thread."""
+        self._core.close()
+        _open.discard(self)
+
+    def __del__(self):
+        # Garbage may be collected on any thread, a lane's or a handler's too, where waiting
+        # for the runtime to stop could wait for this very thread: a closer thread stops it.
+        core = getattr(self, "_core", None)
+        if core is not None:
+            core.close_later()
+
+    # -- particles -------------------------------------------------------------------
+
+    def particle_ids(self) -> List[int]:
+        return list(self._core.particle_ids())
+
+    def num_particles(self) -> int:
+        return len(self._core.particle_ids())
+
+    def num_devices(self) -> int:
+        return self._core.num_devices()
+
+    def p_create(self, mk_optim: Optional[Callable], device: Optional[int] = 0, receive: Dict[str, Callable] = None,
+                 state: Dict[str, object] = None, mk_scheduler: Optional[Callable] = None) -> int:
+        """A new particle on device lane ``device`` (None: push places it) that answers
+        ``receive`` ({message: fn(particle, *args)}); returns its id.
+
+        ``mk_optim(parameters)`` makes its optimizer (None: no optimizer);
+        ``mk_scheduler(optimizer)`` its learning-rate scheduler.
+        """
+        if mk_optim is not None and not callable(mk_optim):
+            raise TypeError(f"push: mk_optim must be callable or None, got {type(mk_optim).__name__}")
+        if mk_scheduler is not None and (mk_optim is None or not callable(mk_scheduler)):
+            raise TypeError("push: mk_scheduler must be callable, and needs mk_optim")
+        if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+            raise TypeError(f"push: device is a lane index (int), got {type(device).__name__}")
+        receive = {} if receive is None else receive
+        if not isinstance(receive, dict):
+            raise TypeError(f"push: receive must be a dict of message -> handler, got {type(receive).__name__}")
+        state = {} if state is None else state
+        if not isinstance(state, dict):
+            raise TypeError(f"push: state must be a dict, got {type(state).__name__}")
+        with self._create_lock:
+            # The runtime calls _make_particle under the particle's seed: a module, optimizer
+            # or scheduler that fails leaves no particle behind.
+            self._making = (mk_optim, mk_scheduler)
+            try:
+                pid, _ = self._core.create(receive, device)
+                module, optimizer, scheduler, view = self._made
+            finally:
+                self._making = self._made = None
+        lane_device = torch.device(self._core.device(self._core.lane_of(pid)))
+        with self._lock:
+            self._slots[pid] = _Slot(module, optimizer, scheduler, dict(state), lane_device, view)
+            self._lock.notify_all()
+        return pid
+
+    def _make_particle(self):
+        mk_optim, mk_scheduler = self._making
+        module = self._mk_module()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"push: the module factory must return a torch.nn.Module, got {type(module).__name__}")
+        optimizer = mk_optim(module.parameters()) if mk_optim is not None else None
+        scheduler = mk_scheduler(optimizer) if mk_scheduler is not None else None
+        # The module a view of this particle shows (PusH's ParticleView.view()), made here
+        # while the particle's seed is set and restored after, so that no random stream is
+        # touched later; its parameters are dropped, a view puts its own in (buffers are
+        # not in views, as in PusH: they keep their initial values).
+        view = self._mk_module()
+        with torch.no_grad():
+            for t in view.parameters():
+                t.data = torch.empty(0, dtype=t.dtype)
+        self._made = (module, optimizer, scheduler, view)
+        return module
+
+    def p_launch(self, pid_to: int, msg: str, *args, sync: bool = False) -> Optional[PFuture]:
+        """Sends ``msg`` with ``args`` to particle ``pid_to`` from outside; its result later
+        (``sync=True`` waits and returns None, as PusH does)."""
+        self._check_pid(pid_to)
+        if not isinstance(msg, str):
+            raise TypeError(f"push: a message name is a str, got {type(msg).__name__}")
+        future = PFuture(self._core.launch(pid_to, msg, *args))
+        if sync:
+            future.wait()
+            return None
+        return future
+
+    def p_wait(self, futures: Iterable[PFuture]) -> Dict[int, object]:
+        """Waits for every future; returns {future id: result} as PusH does. The first
+        failure raises (a Python handler's own exception, noted with the particle)."""
+        futures = list(futures)
+        for f in futures:
+            if not isinstance(f, PFuture):
+                raise TypeError(f"push: p_wait takes PFutures, got {type(f).__name__}")
+        return {f._fid: f.wait() for f in futures}
+
+    def p_parameters(self, pid: int, sync: bool = True) -> List[torch.Tensor]:
+        """Copies of particle ``pid``'s parameters, on the CPU."""
+        self._check_pid(pid)
+        return list(self._core.parameters(pid))
+
+    def p_named_parameters(self, pid: int):
+        self._check_pid(pid)
+        return list(self._core.named_parameters(pid))
+
+    def save(self, path: str = None, sync: bool = True) -> None:
+        """Saves every particle's parameters and buffers to the folder ``path``
+        (written whole or not at all). Python optimizers' state is not saved."""
+        if path is None:
+            raise ValueError("push: save needs a folder (PusH's fixed file names have no meaning here)")
+        self._core.save(os.fspath(path))
+
+    # -- internals the particle uses -------------------------------------------------
+
+    def _slot(self, pid: int) -> _Slot:
+        # A message may reach a new particle between the runtime listing it and p_create
+        # recording its module here: that is a moment.
+        with self._lock:
+            if not self._lock.wait_for(lambda: pid in self._slots, timeout=60):
+                raise UnknownParticleError(f"push: particle {pid} has no module here")
+            return self._slots[pid]
+
+    def _check_pid(self, pid) -> None:
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise TypeError(f"push: a particle id is an int, got {type(pid).__name__}")
+        if pid not in self._slots and pid not in self._core.particle_ids():
+            raise UnknownParticleError(f"push: particle {pid} does not exist (particles: {sorted(self._slots)})")

@@ -1,0 +1,228 @@
+#include "bayes_bindings.h"
+
+#include "handler_bridge.h"
+#include "sequential.h"
+
+#include <push/bayes/ensemble.h>
+#include <push/bayes/mc_dropout.h>
+#include <push/bayes/models.h>
+#include <push/bayes/svgd.h>
+#include <push/bayes/swag.h>
+
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace py = pybind11;
+
+namespace push::python {
+namespace {
+
+// Deletes an Infer with the GIL released: its lanes are joined, and a lane may need the GIL
+// to free a tensor that came from Python.
+struct DeleteWithoutGil {
+  void operator()(bayes::Infer* infer) const {
+    py::gil_scoped_release unlocked;
+    delete infer;
+  }
+};
+using InferHolder = std::unique_ptr<bayes::Infer, DeleteWithoutGil>;
+
+// Options arrive as a dict of keyword arguments; each is taken once, and any left over is
+// a TypeError naming it (a misspelt option never passes silently).
+class Options {
+ public:
+  Options(std::string owner, py::dict d) : owner_(std::move(owner)), d_(std::move(d)) {}
+  template <class T>
+  std::optional<T> take(const char* key) {
+    if (!d_.contains(key)) return std::nullopt;
+    py::object v = d_[key];
+    PyDict_DelItemString(d_.ptr(), key);
+    if (v.is_none()) return std::nullopt;
+    try {
+      return v.cast<T>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(owner_ + ": option " + key + " has the wrong type (" +
+                           py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>() + ")");
+    }
+  }
+  void finish() const {
+    for (auto item : d_) {
+      throw py::type_error(owner_ + ": unknown option '" + py::str(item.first).cast<std::string>() + "'");
+    }
+  }
+  const std::string& owner() const { return owner_; }
+
+ private:
+  std::string owner_;
+  py::dict d_;
+};
+
+bayes::Likelihood likelihood_of(const std::string& owner, const std::string& s) {
+  if (s == "gaussian") return bayes::Likelihood::gaussian;
+  if (s == "heteroscedastic") return bayes::Likelihood::heteroscedastic;
+  if (s == "categorical") return bayes::Likelihood::categorical;
+  if (s == "learned_noise") return bayes::Likelihood::learned_noise;
+  throw py::value_error(owner + ": likelihood must be gaussian, heteroscedastic, categorical or learned_noise, got '" +
+                        s + "'");
+}
+
+bayes::InferOptions infer_options(Options& o) {
+  bayes::InferOptions io;
+  PushOptions po;
+  if (auto v = o.take<int>("particles")) io.particles(*v);
+  if (auto v = o.take<std::string>("likelihood")) io.likelihood(likelihood_of(o.owner(), *v));
+  if (auto v = o.take<double>("noise_std")) io.noise_std(*v);
+  if (auto v = o.take<double>("prior_std")) io.prior_std(*v);
+  if (auto v = o.take<int64_t>("batch_size")) io.batch_size(*v);
+  if (auto v = o.take<double>("lr")) io.lr(*v);
+  if (auto v = o.take<bool>("fuse")) io.fuse(*v);
+  if (auto v = o.take<uint64_t>("seed")) po.seed(*v);
+  if (auto v = o.take<int>("devices")) po.devices(*v);
+  if (auto v = o.take<std::string>("device_type")) {
+    if (*v != "cpu" && *v != "cuda") throw py::value_error(o.owner() + ": device_type must be 'cpu' or 'cuda'");
+    po.device_type(*v == "cpu" ? torch::kCPU : torch::kCUDA);
+  }
+  if (auto v = o.take<int>("cache_size")) po.cache_size(*v);
+  if (auto v = o.take<int>("intra_op_threads")) po.intra_op_threads(*v);
+  io.distribution(po);
+  return io;
+}
+
+// The model: a Python factory of an nn.Sequential, called (under each particle's seed, on
+// the thread that runs fit) and rebuilt in C++ for every particle.
+ModuleFactory rebuilt_factory(py::object model) {
+  auto ref = std::make_shared<PyRef>(std::move(model));
+  return [ref]() -> torch::nn::AnyModule {
+    py::gil_scoped_acquire gil;
+    return to_any_module(rebuild_sequential(ref->object()));
+  };
+}
+
+InferHolder make_infer(const std::string& kind, py::object model, py::dict kwargs) {
+  Options o("push.bayes." + kind, std::move(kwargs));
+  bayes::InferOptions io = infer_options(o);
+  ModuleFactory factory;
+  if (py::isinstance<py::str>(model)) {
+    // push's own model specs ("mlp:64,64", "cnn:16,32"), as push train takes them.
+    auto shape = o.take<std::vector<int64_t>>("input_shape");
+    auto outputs = o.take<int64_t>("outputs");
+    if (!shape || !outputs) throw py::type_error(o.owner() + ": a model spec needs input_shape and outputs");
+    factory = bayes::make_model(model.cast<std::string>(), *shape, *outputs, o.take<double>("dropout").value_or(0.0));
+  } else {
+    factory = rebuilt_factory(std::move(model));
+  }
+  InferHolder infer;
+  if (kind == "Ensemble") {
+    bayes::EnsembleOptions eo;
+    if (auto v = o.take<bool>("bootstrap")) eo.bootstrap(*v);
+    o.finish();
+    infer.reset(new bayes::Ensemble(factory, io, eo));
+  } else if (kind == "SVGD") {
+    bayes::SVGDOptions so;
+    if (auto v = o.take<double>("bandwidth")) so.bandwidth(*v);
+    if (auto v = o.take<std::string>("bandwidth_rule")) {
+      if (*v != "median" && *v != "median_log_n") {
+        throw py::value_error(o.owner() + ": bandwidth_rule must be median or median_log_n, got '" + *v + "'");
+      }
+      so.bandwidth_rule(*v == "median" ? bayes::BandwidthRule::median : bayes::BandwidthRule::median_log_n);
+    }
+    if (auto v = o.take<bool>("repulsive")) so.repulsive(*v);
+    o.finish();
+    infer.reset(new bayes::SVGD(factory, io, so));
+  } else if (kind == "MultiSWAG") {
+    bayes::SWAGOptions wo;
+    if (auto v = o.take<int64_t>("pretrain_epochs")) wo.pretrain_epochs(*v);
+    if (auto v = o.take<int64_t>("rank")) wo.rank(*v);
+    if (auto v = o.take<int64_t>("collect_every_steps")) wo.collect_every_steps(*v);
+    if (auto v = o.take<double>("swag_lr")) wo.swag_lr(*v);
+    if (auto v = o.take<double>("collect_momentum")) wo.collect_momentum(*v);
+    if (auto v = o.take<int64_t>("samples")) wo.samples(*v);
+    if (auto v = o.take<double>("min_variance")) wo.min_variance(*v);
+    o.finish();
+    infer.reset(new bayes::MultiSWAG(factory, io, wo));
+  } else if (kind == "MCDropout") {
+    bayes::McDropoutOptions mo;
+    if (auto v = o.take<int64_t>("samples")) mo.samples(*v);
+    o.finish();
+    infer.reset(new bayes::MCDropout(factory, io, mo));
+  } else {
+    throw py::value_error("push.bayes: no algorithm named '" + kind + "'");
+  }
+  return infer;
+}
+
+py::object maybe(const torch::Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
+
+}  // namespace
+
+void bind_bayes(py::module_& parent) {
+  py::module_ m = parent.def_submodule("bayes", "push's Bayesian algorithms in C++");
+  m.def("rebuild_blocker", [](py::handle module) { return rebuild_blocker(module); });
+  m.def("rebuild", [](py::handle module) {
+    // The rebuilt C++ module's parameters, named as in C++: for tests and for users who
+    // want to see what trains.
+    auto seq = rebuild_sequential(module);
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : seq->named_parameters()) out.emplace_back(item.key(), item.value());
+    return out;
+  });
+  py::class_<bayes::Infer, InferHolder>(m, "Infer")
+      .def(py::init(&make_infer), py::arg("kind"), py::arg("model"), py::arg("options"))
+      .def(
+          "fit",
+          [](bayes::Infer& infer, const torch::Tensor& x, const torch::Tensor& y, int64_t epochs, bool classify,
+             int64_t num_classes) {
+            data::Dataset d;
+            d.name = "python";
+            d.x = x;
+            d.y = y;
+            d.task = classify ? data::Task::classification : data::Task::regression;
+            d.num_classes = num_classes;
+            py::gil_scoped_release unlocked;
+            infer.fit(d, epochs);
+          },
+          py::arg("x"), py::arg("y"), py::arg("epochs"), py::arg("classify"), py::arg("num_classes"))
+      .def("predict",
+           [](bayes::Infer& infer, const torch::Tensor& x) {
+             bayes::Predictive p;
+             {
+               py::gil_scoped_release unlocked;
+               p = infer.predict(x);
+             }
+             py::dict out;
+             out["classify"] = p.task == data::Task::classification;
+             out["mean"] = maybe(p.mean);
+             out["variance"] = maybe(p.variance);
+             out["aleatoric"] = maybe(p.aleatoric);
+             out["probs"] = maybe(p.probs);
+             out["members"] = maybe(p.members);
+             return out;
+           })
+      .def("save",
+           [](bayes::Infer& infer, const std::string& dir) {
+             py::gil_scoped_release unlocked;
+             infer.save(dir);
+           })
+      .def("load",
+           [](bayes::Infer& infer, const std::string& dir) {
+             py::gil_scoped_release unlocked;
+             infer.load(dir);
+           })
+      .def("fused", &bayes::Infer::fused, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("name", &bayes::Infer::name)
+      .def_property_readonly("epochs_done", &bayes::Infer::epochs_done)
+      .def_property_readonly("losses", &bayes::Infer::losses)
+      // distribution() may make the particles (the factory then takes the GIL): without it.
+      .def(
+          "particle_ids", [](bayes::Infer& infer) { return infer.distribution().particle_ids(); },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "particle_parameters",
+          [](bayes::Infer& infer, Pid pid) { return infer.distribution().p_named_parameters(pid); },
+          py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace push::python

@@ -1,0 +1,185 @@
+#include "distribution.h"
+
+#include "module_mirror.h"
+
+#include <thread>
+#include "values.h"
+
+namespace py = pybind11;
+
+namespace push::python {
+
+Distribution::Distribution(py::object mk_module, py::object dispatch, PushOptions options)
+    : mk_module_(std::make_shared<PyRef>(std::move(mk_module))),
+      dispatch_(std::make_shared<PyRef>(std::move(dispatch))),
+      threads_(std::make_shared<HandlerThreads>()) {
+  // The factory runs on the thread that calls p_create (create() below, GIL released).
+  ModuleFactory factory = [this]() -> torch::nn::AnyModule {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object module = mk_module_->object();
+      auto mirror = ModuleMirror(module);
+      made_ = std::make_shared<PyRef>(std::move(module));
+      return torch::nn::AnyModule(mirror);
+    } catch (py::error_already_set& e) {
+      // The runtime reports a failed factory as its own error; create() raises this one.
+      factory_error_ = std::make_exception_ptr(PythonError(e));
+      throw;
+    } catch (py::builtin_exception&) {
+      factory_error_ = std::current_exception();
+      throw;
+    }
+  };
+  py::gil_scoped_release unlocked;
+  push_ = std::make_unique<Push>(std::move(factory), std::move(options));
+}
+
+Distribution::~Distribution() {
+  py::gil_scoped_release unlocked;
+  close_later();
+}
+
+bool Distribution::closed() const {
+  std::shared_lock<std::shared_mutex> lock(push_mutex_);
+  return push_ == nullptr;
+}
+
+Handler Distribution::handler(const std::string& message, py::object fn) const {
+  if (!PyCallable_Check(fn.ptr())) {
+    throw py::type_error(c10::str("push: the handler for message '", message, "' is not callable (a ",
+                                  py::str(py::type::handle_of(fn).attr("__name__")).cast<std::string>(), ")"));
+  }
+  return make_handler(message, std::make_shared<PyRef>(std::move(fn)), dispatch_, threads_);
+}
+
+std::pair<Pid, py::object> Distribution::create(const py::dict& receive, std::optional<int> device) {
+  if (HandlerCall::current() != nullptr) {
+    // Its module factory is Python, and the lane this handler holds may be the one the
+    // particle goes to: create particles from outside handlers.
+    throw py::value_error("push: p_create cannot be called from inside a handler");
+  }
+  ParticleOptions options;
+  for (auto item : receive) {
+    if (!py::isinstance<py::str>(item.first)) {
+      throw py::type_error("push: the messages in receive must be str, got a " +
+                           py::str(py::type::handle_of(item.first).attr("__name__")).cast<std::string>());
+    }
+    const auto message = item.first.cast<std::string>();
+    options.on(message, handler(message, py::reinterpret_borrow<py::object>(item.second)));
+  }
+  if (device) options.device(*device);
+  Pid pid = -1;
+  std::shared_ptr<PyRef> made;
+  std::exception_ptr factory_error;
+  {
+    // The lock without the GIL: the factory takes the GIL while this thread holds it.
+    py::gil_scoped_release unlocked;
+    std::lock_guard<std::mutex> lock(create_mutex_);
+    try {
+      pid = held<Pid>([&](Push& p) {
+        if (device && (*device < 0 || *device >= p.num_devices())) {
+          throw py::value_error(c10::str("push: device ", *device, " does not exist: this distribution has ",
+                                         p.num_devices(), " device lane(s), 0 to ", p.num_devices() - 1));
+        }
+        return p.p_create(std::move(options));
+      });
+      made = std::move(made_);
+    } catch (...) {
+      factory_error = std::exchange(factory_error_, nullptr);
+      if (!factory_error) throw;
+    }
+  }
+  if (factory_error) {
+    // The factory's own Python exception (TypeError for a non-module, the user's error
+    // otherwise), with a note naming the particle it was making.
+    try {
+      std::rethrow_exception(factory_error);
+    } catch (const PythonError& e) {
+      py::object exc = e.exception();
+      if (py::hasattr(exc, "add_note")) exc.attr("add_note")("push: while making the module of a new particle");
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+      throw py::error_already_set();
+    }
+  }
+  return {pid, made->object};
+}
+
+PFuture Distribution::launch(Pid pid, const std::string& message, const py::args& args) {
+  Args values = to_ivalues(args);
+  py::gil_scoped_release unlocked;
+  return held<PFuture>([&](Push& p) { return p.p_launch(pid, message, std::move(values)); });
+}
+
+namespace {
+
+// The threads that close distributions for handlers and for the garbage collector; joined
+// at exit (the package's atexit hook), before the interpreter goes.
+std::mutex closers_mutex;
+std::vector<std::thread>& closers() {
+  static auto* threads = new std::vector<std::thread>();
+  return *threads;
+}
+
+}  // namespace
+
+Distribution::Stopping Distribution::take() {
+  std::unique_lock<std::shared_mutex> lock(push_mutex_);
+  if (!push_) return {};
+  Stopping s;
+  s.push = std::move(push_);
+  s.done = std::make_shared<std::promise<void>>();
+  stopped_ = std::make_shared<std::shared_future<void>>(s.done->get_future().share());
+  return s;
+}
+
+void Distribution::close() {
+  Stopping s = take();
+  if (!s.push) {
+    // Another thread is stopping it: wait until it has (not on a handler's thread, which
+    // that stopping may itself wait for).
+    std::shared_ptr<std::shared_future<void>> stopped;
+    {
+      std::shared_lock<std::shared_mutex> lock(push_mutex_);
+      stopped = stopped_;
+    }
+    if (stopped && HandlerCall::current() == nullptr) stopped->wait();
+    return;
+  }
+  if (HandlerCall::current() != nullptr) {
+    hand_off(std::move(s));
+  } else {
+    stop(std::move(s), threads_);
+  }
+}
+
+void Distribution::close_later() {
+  Stopping s = take();
+  if (s.push) hand_off(std::move(s));
+}
+
+void Distribution::stop(Stopping s, const std::shared_ptr<HandlerThreads>& threads) {
+  // Stops the lanes: a handler waiting on another particle is cancelled there, and one
+  // running Python code holds its lane until it returns. Then the threads are joined.
+  s.push.reset();
+  threads->close();
+  s.done->set_value();
+}
+
+void Distribution::hand_off(Stopping s) {
+  std::lock_guard<std::mutex> lock(closers_mutex);
+  closers().emplace_back([s = std::move(s), threads = threads_]() mutable { stop(std::move(s), threads); });
+}
+
+void Distribution::join_closers() {
+  for (;;) {
+    std::vector<std::thread> batch;
+    {
+      std::lock_guard<std::mutex> lock(closers_mutex);
+      batch.swap(closers());
+    }
+    if (batch.empty()) return;
+    for (std::thread& t : batch) t.join();
+  }
+}
+
+}  // namespace push::python

@@ -1,0 +1,157 @@
+"""Particles, messages and results from Python: PusH's API on push's runtime."""
+import torch
+import pytest
+
+import push
+from conftest import sgd
+
+
+def echo(particle, *args):
+    return args
+
+
+def test_launch_runs_the_handler_and_p_wait_returns_results_by_future_id(dist):
+    pid = dist.p_create(sgd, receive={"ADD": lambda p, a, b: a + b})
+    f1 = dist.p_launch(pid, "ADD", 2, 3)
+    f2 = dist.p_launch(pid, "ADD", 10, -4)
+    assert dist.p_wait([f1, f2]) == {f1._fid: 5, f2._fid: 6}
+    assert f1.wait() == 5
+
+
+def test_values_cross_as_themselves(dist):
+    pid = dist.p_create(None, receive={"ECHO": echo})
+
+    class Opaque:
+        pass
+
+    thing = Opaque()
+    args = (1, 2.5, True, None, "s", [1, "a", [2]], {"k": [3]}, (4, 5), thing, {7: "int key"})
+    out = dist.p_launch(pid, "ECHO", *args).wait()
+    assert out == args
+    assert out[8] is thing  # not a copy: the same object reaches the handler and comes back
+
+
+def test_tensors_are_not_copied(dist):
+    seen = {}
+
+    def keep(particle, t):
+        seen["ptr"] = t.data_ptr()
+        t.add_(1)
+        return t
+
+    pid = dist.p_create(None, receive={"KEEP": keep})
+    x = torch.zeros(4)
+    y = dist.p_launch(pid, "KEEP", x).wait()
+    assert seen["ptr"] == x.data_ptr() == y.data_ptr()
+    assert torch.equal(x, torch.ones(4))
+
+
+def test_a_handler_sends_gets_and_trains():
+    def main(p, x, y):
+        other = p.other_particles()[0]
+        losses = [p.step(torch.nn.functional.mse_loss, x, y).wait().item() for _ in range(20)]
+        reply = p.send(other, "ECHO", "ping").wait()
+        view = p.get(other).wait()
+        return losses[0], losses[-1], reply, view
+
+    def train(p, x, y):
+        for _ in range(5):
+            p.step(torch.nn.functional.mse_loss, x, y).wait()
+
+    torch.manual_seed(0)
+    with push.PusH(lambda: torch.nn.Linear(3, 1)) as dist:
+        a = dist.p_create(sgd, receive={"MAIN": main})
+        b = dist.p_create(sgd, receive={"ECHO": echo, "TRAIN": train})
+        x = torch.randn(32, 3)
+        y = x.sum(1, keepdim=True)
+        before = dist.p_parameters(b)
+        dist.p_launch(b, "TRAIN", x, y).wait()
+        after = dist.p_parameters(b)
+        assert not torch.equal(before[0], after[0])
+        first, last, reply, view = dist.p_launch(a, "MAIN", x, y).wait()
+        assert last < first / 10
+        assert reply == ("ping",)
+        assert view.pid == b
+        for got, want in zip(view.parameters(), after):
+            assert torch.equal(got, want)
+        module = view.view()
+        assert isinstance(module, torch.nn.Linear)
+        assert torch.equal(module.weight, after[0])
+
+
+def test_register_receive_from_a_handler(dist):
+    def setup(p):
+        p.register_receive("LATER", lambda q, v: v * 3, {"registered": True})
+        return p.state["registered"]
+
+    pid = dist.p_create(None, receive={"SETUP": setup})
+    assert dist.p_launch(pid, "SETUP").wait() is True
+    assert dist.p_launch(pid, "LATER", 7).wait() == 21
+
+
+def test_state_forward_and_ids(dist):
+    def look(p, x):
+        p.state["n"] = p.state.get("n", 0) + 1
+        return p.pid, p.particle_ids(), p.state["n"], p.forward(x).wait().shape, str(p.device)
+
+    pid = dist.p_create(sgd, receive={"LOOK": look}, state={"n": 10})
+    other = dist.p_create(sgd)
+    assert dist.p_launch(pid, "LOOK", torch.ones(5, 3)).wait() == (pid, [pid, other], 11, torch.Size([5, 1]), "cpu")
+    assert dist.particle_ids() == [pid, other]
+    assert dist.num_particles() == 2
+
+
+def test_particles_are_seeded_by_id():
+    def params(seed):
+        with push.PusH(lambda: torch.nn.Linear(3, 1), seed=seed) as d:
+            return [d.p_parameters(d.p_create(None)) for _ in range(2)]
+
+    a, b = params(1), params(1)
+    assert all(torch.equal(x, y) for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+    assert not torch.equal(a[0][0], a[1][0])
+    assert not torch.equal(params(2)[0][0], a[0][0])
+
+
+def test_handler_threads_are_reused(dist):
+    pid = dist.p_create(None, receive={"ECHO": echo})
+    for i in range(50):
+        assert dist.p_launch(pid, "ECHO", i).wait() == (i,)
+    assert dist._core.handler_threads() <= 2
+
+
+def test_a_module_with_python_only_state_trains():
+    import threading
+
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+            self.lock = threading.Lock()  # not picklable
+            self.scale = lambda t: t * 0.5  # nor this
+            self.calls = 0
+
+        def forward(self, x):
+            with self.lock:
+                self.calls += 1
+            return self.scale(self.layer(x))
+
+    def train(p, x, y):
+        for _ in range(30):
+            loss = p.step(torch.nn.functional.mse_loss, x, y).wait()
+        return loss.item(), p.module.calls
+
+    torch.manual_seed(0)
+    with push.PusH(Odd) as dist:
+        pid = dist.p_create(lambda ps: torch.optim.Adam(ps, lr=0.05), receive={"TRAIN": train})
+        x = torch.randn(64, 2)
+        loss, calls = dist.p_launch(pid, "TRAIN", x, x[:, :1] * 0.3).wait()
+        assert calls == 30 and loss < 0.05
+        names = [n for n, _ in dist.p_named_parameters(pid)]
+        assert names == ["layer.0.weight", "layer.0.bias", "layer.2.weight", "layer.2.bias"]
+
+
+def test_save_writes_every_particle(dist, tmp_path):
+    for _ in range(3):
+        dist.p_create(sgd)
+    dist.save(tmp_path / "run")
+    assert (tmp_path / "run").is_dir() and any((tmp_path / "run").iterdir())
