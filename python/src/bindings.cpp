@@ -26,6 +26,22 @@ struct WaitTimeout : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Sets the Python error for push's own exceptions; false for any other.
+bool set_push_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CancelledError& e) {
+    PyErr_SetString(cancelled_error_type.ptr(), e.what());
+  } catch (const ParticleError& e) {
+    PyErr_SetString(particle_error_type.ptr(), e.what());
+  } catch (const WaitTimeout& e) {
+    PyErr_SetString(PyExc_TimeoutError, e.what());
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
 // The Python exception for a failed future: a Python handler's own exception (the same
 // object, with a note naming each particle it passed through), else push.ParticleError
 // or push.CancelledError with the runtime's one-line message.
@@ -52,18 +68,14 @@ struct WaitTimeout : std::runtime_error {
       break;
     }
   }
-  try {
-    std::rethrow_exception(error);
-  } catch (const CancelledError& e) {
-    PyErr_SetString(cancelled_error_type.ptr(), e.what());
-  } catch (const ParticleError& e) {
-    PyErr_SetString(particle_error_type.ptr(), e.what());
-  } catch (const WaitTimeout& e) {
-    PyErr_SetString(PyExc_TimeoutError, e.what());
-  } catch (const py::error_already_set&) {
-    throw;
-  } catch (const std::exception& e) {
-    PyErr_SetString(particle_error_type.ptr(), e.what());
+  if (!set_push_error(error)) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const py::error_already_set&) {
+      throw;
+    } catch (const std::exception& e) {
+      PyErr_SetString(particle_error_type.ptr(), e.what());
+    }
   }
   throw py::error_already_set();
 }
@@ -140,16 +152,8 @@ PYBIND11_MODULE(_push, m) {
   m.attr("ParticleError") = particle_error_type;
   m.attr("CancelledError") = cancelled_error_type;
   py::register_exception_translator([](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const CancelledError& e) {
-      PyErr_SetString(cancelled_error_type.ptr(), e.what());
-    } catch (const ParticleError& e) {
-      PyErr_SetString(particle_error_type.ptr(), e.what());
-    } catch (const WaitTimeout& e) {
-      PyErr_SetString(PyExc_TimeoutError, e.what());
-    }
+    // Anything else goes on to pybind11's own translators (std::exception: RuntimeError).
+    if (p && !set_push_error(p)) std::rethrow_exception(p);
   });
 
   py::class_<Waitable<c10::IValue>>(m, "Future")
