@@ -137,7 +137,7 @@ class PusH:
             # or scheduler that fails leaves no particle behind.
             self._making = (mk_optim, mk_scheduler)
             try:
-                pid, _ = self._core.create(receive, device)
+                pid = self._core.create(receive, device)
                 module, optimizer, scheduler, view = self._made
             finally:
                 self._making = self._made = None

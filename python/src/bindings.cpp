@@ -9,6 +9,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 
 namespace py = pybind11;
@@ -243,6 +244,15 @@ PYBIND11_MODULE(_push, m) {
       .def("num_devices", [](const Distribution& d) { return d.query<int>([](Push& p) { return p.num_devices(); }); })
       .def("device", [](const Distribution& d,
                         int lane) { return d.query<std::string>([&](Push& p) { return p.device(lane).str(); }); })
+      .def("cache_stats",
+           [](const Distribution& d, int lane) {
+             const CacheStats c = d.query<CacheStats>([&](Push& p) { return p.cache_stats(lane); });
+             return std::map<std::string, int64_t>{{"resident", c.resident},
+                                                   {"evictions", c.evictions},
+                                                   {"restores", c.restores},
+                                                   {"view_hits", c.view_hits},
+                                                   {"view_misses", c.view_misses}};
+           })
       .def("lane_of",
            [](const Distribution& d, Pid pid) { return d.query<int>([&](Push& p) { return p.lane_of(pid); }); })
       .def("save",

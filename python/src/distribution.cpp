@@ -1,9 +1,9 @@
 #include "distribution.h"
 
 #include "module_mirror.h"
+#include "values.h"
 
 #include <thread>
-#include "values.h"
 
 namespace py = pybind11;
 
@@ -17,10 +17,7 @@ Distribution::Distribution(py::object mk_module, py::object dispatch, PushOption
   ModuleFactory factory = [this]() -> torch::nn::AnyModule {
     py::gil_scoped_acquire gil;
     try {
-      py::object module = mk_module_->object();
-      auto mirror = ModuleMirror(module);
-      made_ = std::make_shared<PyRef>(std::move(module));
-      return torch::nn::AnyModule(mirror);
+      return torch::nn::AnyModule(ModuleMirror(mk_module_->object()));
     } catch (py::error_already_set& e) {
       // The runtime reports a failed factory as its own error; create() raises this one.
       factory_error_ = std::make_exception_ptr(PythonError(e));
@@ -52,7 +49,7 @@ Handler Distribution::handler(const std::string& message, py::object fn) const {
   return make_handler(message, std::make_shared<PyRef>(std::move(fn)), dispatch_, threads_);
 }
 
-std::pair<Pid, py::object> Distribution::create(const py::dict& receive, std::optional<int> device) {
+Pid Distribution::create(const py::dict& receive, std::optional<int> device) {
   if (HandlerCall::current() != nullptr) {
     // Its module factory is Python, and the lane this handler holds may be the one the
     // particle goes to: create particles from outside handlers.
@@ -69,7 +66,6 @@ std::pair<Pid, py::object> Distribution::create(const py::dict& receive, std::op
   }
   if (device) options.device(*device);
   Pid pid = -1;
-  std::shared_ptr<PyRef> made;
   std::exception_ptr factory_error;
   {
     // The lock without the GIL: the factory takes the GIL while this thread holds it.
@@ -83,7 +79,6 @@ std::pair<Pid, py::object> Distribution::create(const py::dict& receive, std::op
         }
         return p.p_create(std::move(options));
       });
-      made = std::move(made_);
     } catch (...) {
       factory_error = std::exchange(factory_error_, nullptr);
       if (!factory_error) throw;
@@ -101,7 +96,7 @@ std::pair<Pid, py::object> Distribution::create(const py::dict& receive, std::op
       throw py::error_already_set();
     }
   }
-  return {pid, made->object};
+  return pid;
 }
 
 PFuture Distribution::launch(Pid pid, const std::string& message, const py::args& args) {

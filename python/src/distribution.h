@@ -31,9 +31,9 @@ class Distribution {
   /// destroyed on any thread, a lane's or a handler's among them).
   ~Distribution();
 
-  /// A particle on lane `device` answering `receive` ({message: fn}); returns its pid and
-  /// its Python module. Not from inside a handler.
-  std::pair<Pid, pybind11::object> create(const pybind11::dict& receive, std::optional<int> device);
+  /// A particle on lane `device` answering `receive` ({message: fn}); returns its pid (the
+  /// Python package keeps what its `mk_module` made). Not from inside a handler.
+  Pid create(const pybind11::dict& receive, std::optional<int> device);
   PFuture launch(Pid pid, const std::string& message, const pybind11::args& args);
   /// A handler for a Python function, to register on a particle from its handler.
   Handler handler(const std::string& message, pybind11::object fn) const;
@@ -88,8 +88,7 @@ class Distribution {
   std::shared_ptr<PyRef> mk_module_;
   std::shared_ptr<PyRef> dispatch_;
   std::shared_ptr<HandlerThreads> threads_;
-  std::mutex create_mutex_;  // one p_create at a time: made_ is its module
-  std::shared_ptr<PyRef> made_;
+  std::mutex create_mutex_;           // one p_create at a time: factory_error_ is its factory's
   std::exception_ptr factory_error_;  // what the factory raised, for create() to raise
   mutable std::shared_mutex push_mutex_;
   std::unique_ptr<Push> push_;

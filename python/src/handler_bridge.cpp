@@ -3,7 +3,6 @@
 #include "handler_threads.h"
 #include "values.h"
 
-#include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 

@@ -105,7 +105,6 @@ class HandlerCall {
   c10::IValue serve(Particle& particle, const std::function<void()>& start);
 
  private:
-  friend class CurrentCall;
   void post(std::function<void(Particle&)> op);
   HandlerEnded ended() const;
 

@@ -126,3 +126,27 @@ def test_threads_a_handler_starts_wait_through_it():
         a = dist.p_create(None, receive={"FAN": fan})
         others = [dist.p_create(None, receive={"ECHO": lambda p, v: v * 10}) for _ in range(5)]
         assert dist.p_launch(a, "FAN").wait(timeout=60) == [q * 10 for q in others]
+
+
+def _train_all(cache_size):
+    # Eight particles on one lane, each training with waits between its steps, so that the
+    # lane runs the others (and, with a small cache, swaps them out) in the middle.
+    def train(p, x, y, nop):
+        for _ in range(20):
+            p.step(torch.nn.functional.mse_loss, x, y).wait()
+            p.send(nop, "NOP").wait()
+
+    torch.manual_seed(0)
+    x = torch.randn(32, 3)
+    y = x.sum(1, keepdim=True)
+    with push.PusH(lambda: torch.nn.Linear(3, 1), devices=1, cache_size=cache_size) as dist:
+        nop = dist.p_create(None, receive={"NOP": lambda p: None})
+        pids = [dist.p_create(lambda ps: torch.optim.Adam(ps, lr=0.01), receive={"TRAIN": train}) for _ in range(8)]
+        dist.p_wait([dist.p_launch(pid, "TRAIN", x, y, nop) for pid in pids])
+        return [dist.p_parameters(pid) for pid in pids], dist._core.cache_stats(0)["evictions"]
+
+
+def test_python_particles_swapped_out_train_as_resident_ones():
+    (swapped, evictions), (resident, none) = _train_all(2), _train_all(16)
+    assert evictions > 0 and none == 0
+    assert all(torch.equal(a, b) for pa, pb in zip(swapped, resident) for a, b in zip(pa, pb))
