@@ -262,6 +262,13 @@ PYBIND11_MODULE(_push, m) {
                return 0;
              });
            })
+      .def("load",
+           [](Distribution& d, const std::string& dir) {
+             d.run<int>([&](Push& p) {
+               p.load(dir);
+               return 0;
+             });
+           })
       .def("handler_threads", &Distribution::handler_threads)
       .def_property_readonly("closed", &Distribution::closed)
       .def_static("in_handler", [] { return HandlerCall::current() != nullptr; })

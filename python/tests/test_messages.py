@@ -3,7 +3,7 @@ import torch
 import pytest
 
 import push
-from conftest import sgd
+from conftest import linear, sgd
 
 
 def echo(particle, *args):
@@ -155,3 +155,58 @@ def test_save_writes_every_particle(dist, tmp_path):
         dist.p_create(sgd)
     dist.save(tmp_path / "run")
     assert (tmp_path / "run").is_dir() and any((tmp_path / "run").iterdir())
+
+
+def test_load_restores_what_save_wrote(tmp_path):
+    def make(seed):
+        d = push.PusH(lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)), seed=seed)
+        return d, [d.p_create(sgd, receive={"TRAIN": train_once}) for _ in range(3)]
+
+    def train_once(p, x):
+        p.module.train()
+        return p.step(lambda out, y: out.pow(2).mean(), x, x).wait().item()
+
+    saved, pids = make(1)
+    with saved:
+        for pid in pids:
+            saved.p_launch(pid, "TRAIN", torch.randn(8, 3)).wait()
+        saved.save(tmp_path / "ckpt")
+        want = [saved.p_named_parameters(pid) for pid in pids]
+        stats = saved._slot(0).module[1].running_mean.clone()
+    fresh, pids = make(2)
+    with fresh:
+        module = fresh._slot(0).module
+        weight = module[0].weight
+        assert not torch.equal(fresh.p_parameters(0)[0], want[0][0][1])
+        fresh.load(tmp_path / "ckpt")
+        for pid in pids:
+            got = fresh.p_named_parameters(pid)
+            assert [n for n, _ in got] == [n for n, _ in want[pid]]
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, want[pid]))
+        # In place: the Python module's own tensors hold the loaded values (buffers too).
+        assert module[0].weight is weight and torch.equal(weight.detach(), want[0][0][1])
+        assert torch.equal(module[1].running_mean, stats)
+        # It trains on from there.
+        assert fresh.p_launch(0, "TRAIN", torch.randn(8, 3)).wait() >= 0
+
+
+def test_load_refuses_what_does_not_fit(tmp_path):
+    with push.PusH(linear) as d:
+        for _ in range(2):
+            d.p_create(sgd)
+        d.save(tmp_path / "two")
+    with push.PusH(linear) as d:
+        d.p_create(sgd)
+        before = d.p_parameters(0)
+        with pytest.raises(RuntimeError, match="particle 1"):
+            d.load(tmp_path / "two")
+        assert all(torch.equal(a, b) for a, b in zip(before, d.p_parameters(0)))
+    with push.PusH(lambda: torch.nn.Linear(5, 1)) as d:
+        d.p_create(sgd)
+        d.p_create(sgd)
+        with pytest.raises(RuntimeError, match=r"'weight' is Float\[1, 3\] in the checkpoint but Float\[1, 5\] here"):
+            d.load(tmp_path / "two")
+    with push.PusH(linear) as d:
+        d.p_create(sgd)
+        with pytest.raises(RuntimeError, match="checkpoint directory '.*nowhere' does not exist"):
+            d.load(tmp_path / "nowhere")
