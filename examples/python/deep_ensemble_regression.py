@@ -28,18 +28,11 @@ def gap_data(n=256):
 if __name__ == "__main__":
     x, y = gap_data()
     loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=False)
-    params = push.bayes.ensemble.train_deep_ensemble(
-        loader, torch.nn.MSELoss(), 60, RegNet, 32, num_ensembles=4,
-        mk_optim=lambda ps: torch.optim.Adam(ps, lr=1e-2))
-    nets = []
-    for p in params:
-        net = RegNet(32)
-        torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(p), net.parameters())
-        nets.append(net)
-    with torch.no_grad():
-        on = torch.stack([n(x) for n in nets])
-        gap = torch.stack([n(torch.linspace(-0.4, 0.4, 16).unsqueeze(1)) for n in nets])
-    rmse = ((on.mean(0) - y) ** 2).mean().sqrt().item()
-    print(f"members {len(nets)}  train RMSE {rmse:.3f}  spread on the data {on.std(0).mean():.3f}  "
-          f"in the gap {gap.std(0).mean():.3f}")
+    ensemble = push.bayes.ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 60, RegNet, 32, num_ensembles=4,
+                                                       lr=1e-2)
+    on = ensemble.posterior_pred(x, mode=["mean", "std"])
+    gap = ensemble.posterior_pred(torch.linspace(-0.4, 0.4, 16).unsqueeze(1), mode=["std"])
+    rmse = ((on["mean"] - y) ** 2).mean().sqrt().item()
+    print(f"members {len(ensemble.p_parameters())}  train RMSE {rmse:.3f}  spread on the data "
+          f"{on['std'].mean():.3f}  in the gap {gap['std'].mean():.3f}")
     assert rmse < 0.2

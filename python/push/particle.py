@@ -34,6 +34,10 @@ class Particle:
     def optimizer(self):
         return self._slot_.optimizer
 
+    @property
+    def scheduler(self):
+        return self._slot_.scheduler
+
     # -- other particles ------------------------------------------------------------
 
     def particle_ids(self) -> List[int]:
@@ -76,7 +80,7 @@ class Particle:
 
     def zero_grad(self) -> PFuture:
         self._check_active("zero_grad")
-        self._need_optimizer("zero_grad").zero_grad()
+        self.module.zero_grad()
         return PFuture(value=None)
 
     def forward(self, x: torch.Tensor, *args) -> PFuture:
@@ -84,14 +88,16 @@ class Particle:
         return PFuture(value=self.module(_to(self.device, x), *[_to(self.device, a) for a in args]))
 
     def step(self, loss_fn: Callable, data: torch.Tensor, label: torch.Tensor, *args) -> PFuture:
-        """One optimizer step on ``loss_fn(module(data, *args), label)``; the loss later."""
+        """One optimizer step on ``loss_fn(module(data, *args), label)``; the loss later.
+        Without an optimizer (p_create's mk_optim None) only the gradients are computed,
+        as in PusH: SVGD's particles step that way and move by their kernel's update."""
         self._check_active("step")
-        optimizer = self._need_optimizer("step")
-        optimizer.zero_grad()
+        self.module.zero_grad()
         out = self.module(_to(self.device, data), *[_to(self.device, a) for a in args])
         loss = loss_fn(out, _to(self.device, label))
         loss.backward()
-        optimizer.step()
+        if self._slot_.optimizer is not None:
+            self._slot_.optimizer.step()
         return PFuture(value=loss.detach())
 
     def scheduler_step(self, *args) -> PFuture:
@@ -101,12 +107,6 @@ class Particle:
             raise ValueError(f"push: particle {self.pid} was created without mk_scheduler")
         scheduler.step(*args)
         return PFuture(value=None)
-
-    def _need_optimizer(self, what):
-        if self._slot_.optimizer is None:
-            raise ValueError(f"push: particle {self.pid} has no optimizer (p_create's mk_optim was None): "
-                             f"{what} needs one")
-        return self._slot_.optimizer
 
 
 class ParticleView:

@@ -74,7 +74,7 @@ class PusH:
         self._slots: Dict[int, _Slot] = {}
         self._lock = threading.Condition()
         self._create_lock = threading.Lock()
-        self._making = None  # (mk_optim, mk_scheduler) of the p_create in progress
+        self._making = None  # (mk_optim, mk_scheduler, prior, train_key) of the p_create in progress
         self._made = None  # (module, optimizer, scheduler) its factory call made
         self._core = _push.Distribution(self._make_particle, functools.partial(_dispatch, weakref.ref(self)),
                                         devices=devices, device_type=device_type, cache_size=cache_size,
@@ -112,18 +112,27 @@ class PusH:
     def num_devices(self) -> int:
         return self._core.num_devices()
 
-    def p_create(self, mk_optim: Optional[Callable], device: Optional[int] = 0, receive: Dict[str, Callable] = None,
-                 state: Dict[str, object] = None, mk_scheduler: Optional[Callable] = None) -> int:
+    def p_create(self, mk_optim: Optional[Callable], mk_scheduler: Optional[Callable] = None, prior: bool = False,
+                 train_key: Optional[int] = -1, device: Optional[int] = 0, receive: Dict[str, Callable] = None,
+                 state: Dict[str, object] = None) -> int:
         """A new particle on device lane ``device`` (None: push places it) that answers
-        ``receive`` ({message: fn(particle, *args)}); returns its id.
+        ``receive`` ({message: fn(particle, *args)}); returns its id. PusH's signature.
 
-        ``mk_optim(parameters)`` makes its optimizer (None: no optimizer);
-        ``mk_scheduler(optimizer)`` its learning-rate scheduler.
+        ``mk_optim(parameters)`` makes its optimizer (None: no optimizer, ``step`` then only
+        computes gradients); ``mk_scheduler(optimizer)`` its learning-rate scheduler.
+        ``prior``: PusH's randomized-prior form: the module has a ``trainable`` part, whose
+        ``init_weights`` initialises every submodule and whose parameters alone the
+        optimizer trains. ``train_key``: the seed the module is made under (None or -1:
+        the particle's own, from the distribution's ``seed`` and the particle's id).
         """
         if mk_optim is not None and not callable(mk_optim):
             raise TypeError(f"push: mk_optim must be callable or None, got {type(mk_optim).__name__}")
         if mk_scheduler is not None and (mk_optim is None or not callable(mk_scheduler)):
             raise TypeError("push: mk_scheduler must be callable, and needs mk_optim")
+        if train_key is not None and (isinstance(train_key, bool) or not isinstance(train_key, int)):
+            raise TypeError(f"push: train_key is an int seed (or None), got {type(train_key).__name__}")
+        if train_key is not None and train_key != -1 and not 0 <= train_key < 2**64:
+            raise ValueError(f"push: train_key must be in [0, 2**64) (or -1 or None), got {train_key}")
         if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
             raise TypeError(f"push: device is a lane index (int), got {type(device).__name__}")
         receive = {} if receive is None else receive
@@ -135,7 +144,7 @@ class PusH:
         with self._create_lock:
             # The runtime calls _make_particle under the particle's seed: a module, optimizer
             # or scheduler that fails leaves no particle behind.
-            self._making = (mk_optim, mk_scheduler)
+            self._making = (mk_optim, mk_scheduler, bool(prior), None if train_key == -1 else train_key)
             try:
                 pid = self._core.create(receive, device)
                 module, optimizer, scheduler, view = self._made
@@ -148,11 +157,23 @@ class PusH:
         return pid
 
     def _make_particle(self):
-        mk_optim, mk_scheduler = self._making
+        if self._making is None:  # a scratch module for load
+            return self._mk_module()
+        mk_optim, mk_scheduler, prior, train_key = self._making
+        if train_key is not None:
+            # The CPU generator only: the runtime restores it after this call.
+            torch.random.default_generator.manual_seed(train_key)
         module = self._mk_module()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"push: the module factory must return a torch.nn.Module, got {type(module).__name__}")
-        optimizer = mk_optim(module.parameters()) if mk_optim is not None else None
+        trained = module
+        if prior:
+            trained = getattr(module, "trainable", None)
+            if not isinstance(trained, torch.nn.Module) or not callable(getattr(trained, "init_weights", None)):
+                raise ValueError(f"push: prior=True needs a module with a 'trainable' submodule that has "
+                                 f"init_weights (PusH's randomized-prior form); {type(module).__name__} has none")
+            module.apply(trained.init_weights)
+        optimizer = mk_optim(trained.parameters()) if mk_optim is not None else None
         scheduler = mk_scheduler(optimizer) if mk_scheduler is not None else None
         # The module a view of this particle shows (PusH's ParticleView.view()), made here
         # while the particle's seed is set and restored after, so that no random stream is
@@ -201,6 +222,23 @@ class PusH:
         if path is None:
             raise ValueError("push: save needs a folder (PusH's fixed file names have no meaning here)")
         self._core.save(os.fspath(path))
+
+    def load(self, path: str) -> None:
+        """Restores every particle saved in the folder ``path`` into the particle of the same
+        id here: parameters and buffers, in place (the modules and their optimizers keep
+        the same tensors). Create the particles first, as the saving program did; a saved
+        particle that is not here, a particle here that was not saved, another network's
+        shapes or a damaged checkpoint raise RuntimeError naming it, and change nothing."""
+        if path is None:
+            raise ValueError("push: load needs the folder a save wrote")
+        with self._create_lock:
+            # The runtime checks the checkpoint against scratch modules from the factory
+            # (no optimizer, no view) before it changes the live particles.
+            self._making = None
+            try:
+                self._core.load(os.fspath(path))
+            finally:
+                self._made = None
 
     # -- internals the particle uses -------------------------------------------------
 

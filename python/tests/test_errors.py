@@ -62,6 +62,14 @@ def test_bad_arguments_raise_the_python_exceptions_users_expect(dist):
         dist.p_create(None, device=5)
     with pytest.raises(TypeError, match="device is a lane index"):
         dist.p_create(None, device="cuda")
+    with pytest.raises(TypeError, match="mk_scheduler must be callable"):
+        dist.p_create(sgd, 0.1)
+    with pytest.raises(TypeError, match="train_key is an int seed"):
+        dist.p_create(sgd, None, False, "seven")
+    with pytest.raises(ValueError, match=r"train_key must be in \[0, 2\*\*64\)"):
+        dist.p_create(sgd, None, False, -5)
+    with pytest.raises(ValueError, match="prior=True needs a module with a 'trainable' submodule.*Linear"):
+        dist.p_create(sgd, None, True)
     with pytest.raises(KeyError, match="particle 42 does not exist"):
         dist.p_parameters(42)
     with pytest.raises(TypeError, match="p_wait takes PFutures"):
@@ -92,10 +100,17 @@ def test_a_factory_that_raises():
         assert d.particle_ids() == []
 
 
-def test_step_without_an_optimizer_names_the_particle(dist):
-    pid = dist.p_create(None, receive={"STEP": lambda p, x: p.step(torch.nn.functional.mse_loss, x, x[:, :1])})
-    with pytest.raises(ValueError, match=f"particle {pid} has no optimizer"):
-        dist.p_launch(pid, "STEP", torch.ones(2, 3)).wait()
+def test_step_without_an_optimizer_computes_gradients_only(dist):
+    # PusH's meaning: SVGD's particles have no optimizer; step gives them their gradients.
+    def step(p, x):
+        loss = p.step(torch.nn.functional.mse_loss, x, x[:, :1]).wait()
+        return loss, [t.grad.clone() for t in p.module.parameters()]
+
+    pid = dist.p_create(None, receive={"STEP": step})
+    before = dist.p_parameters(pid)
+    loss, grads = dist.p_launch(pid, "STEP", torch.ones(2, 3)).wait()
+    assert loss.item() > 0 and all(g.abs().sum() > 0 for g in grads)
+    assert all(torch.equal(a, b) for a, b in zip(before, dist.p_parameters(pid)))
 
 
 def test_a_particle_kept_after_its_handler_returned(dist):

@@ -25,22 +25,52 @@ class MLP(torch.nn.Module):
 
 def test_train_deep_ensemble_as_pusH_calls_it():
     loader, x, y = regression_loader()
-    params = ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 40, MLP, 32, num_ensembles=3,
-                                          mk_optim=lambda ps: torch.optim.Adam(ps, lr=1e-2))
-    assert len(params) == 3 and all(len(p) == 4 for p in params)
-    assert not torch.equal(params[0][0], params[1][0])  # each member its own initialisation
-    for p in params:
-        net = MLP(32)
-        torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(p), net.parameters())
-        assert torch.nn.functional.mse_loss(net(x), y).item() < 0.05
+    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 40, MLP, 32, num_ensembles=3) as ens:
+        params = ens.p_parameters()
+        assert len(params) == 3 and all(len(p) == 4 for p in params)
+        assert not torch.equal(params[0][0], params[1][0])  # each member its own initialisation
+        for p in params:
+            net = MLP(32)
+            torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(p), net.parameters())
+            assert torch.nn.functional.mse_loss(net(x), y).item() < 0.05
+        assert len(ens.losses) == 40 and ens.losses[-1] < ens.losses[0]
+        pred = ens.posterior_pred(x, mode=["mean", "std", "pred", "median"])
+        assert pred["pred"].shape == (len(x), 3, 1)
+        assert torch.allclose(pred["mean"], pred["pred"].mean(dim=1))
+        assert torch.nn.functional.mse_loss(pred["mean"], y).item() < 0.05
+        assert (pred["std"] > 0).all()
+        # A DataLoader predicts batch by batch, the same numbers.
+        assert torch.allclose(ens.posterior_pred(loader)["mean"], pred["mean"])
 
 
 def test_train_deep_ensemble_is_repeatable_and_spreads_over_lanes():
     loader, _, _ = regression_loader(n=64)
-    run = lambda: ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 3, MLP, 8, num_ensembles=4,  # noqa
-                                               num_devices=2, seed=7)
-    a, b = run(), run()
+
+    def run(**kwargs):
+        with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 3, MLP, 8, num_ensembles=4, num_devices=2,
+                                          **kwargs) as ens:
+            assert ens.num_devices == 2
+            return ens.p_parameters()
+
+    a, b = run(seed=7), run(seed=7)
     assert all(torch.equal(x, y) for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+    torch.manual_seed(3)
+    c = run(random_seed=True)  # PusH's: each particle made under a key drawn from torch's generator
+    torch.manual_seed(3)
+    assert all(torch.equal(x, y) for pa, pb in zip(c, run(random_seed=True)) for x, y in zip(pa, pb))
+    assert not torch.equal(a[0][0], c[0][0])
+
+
+def test_bootstrap_gives_each_member_its_own_resample():
+    loader, x, y = regression_loader(n=128, batch=32)
+    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1) as plain, \
+            ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
+                                         bootstrap=True) as boot, \
+            ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
+                                         bootstrap=True) as again:
+        for pid in range(3):
+            assert not torch.equal(plain.p_parameters()[pid][0], boot.p_parameters()[pid][0])
+            assert all(torch.equal(u, v) for u, v in zip(boot.p_parameters()[pid], again.p_parameters()[pid]))
 
 
 def test_the_python_examples_run():

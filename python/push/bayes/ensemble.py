@@ -1,60 +1,124 @@
-"""PusH's deep ensemble entry point, as PusH's users call it, on push's particles.
+"""PusH's deep ensemble, as PusH's users call it, on push's particles.
 
 ``train_deep_ensemble`` trains any torch.nn.Module as Python code (the Python path): the
-first particle walks the DataLoader and steps on each batch, and sends every batch to the
+lead particle walks the DataLoader and steps on each batch, and sends every batch to the
 other particles, which step on it too, as PusH does. For a torch.nn.Sequential of standard
 layers, push.bayes.Ensemble trains the same kind of ensemble in C++.
 """
 
-from typing import Callable, List
+from typing import Callable, Dict, Optional
 
 import torch
 
-import push
+from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_int, check_number, combine,
+                                       constant_scheduler, train_keys)
+
+mk_scheduler = constant_scheduler
 
 
-def mk_optim(params):
-    """PusH's default: Adam, lr 0.1, weight decay 0.01."""
-    return torch.optim.Adam(params, lr=1e-1, weight_decay=1e-2)
-
-
-def _deep_ensemble_main(particle, dataloader, loss_fn, epochs):
+def _deep_ensemble_main(particle, dataloader, loss_fn: Callable, epochs: int, bootstrap: bool = False):
+    """The lead particle's loop; returns its mean loss per epoch."""
     others = particle.other_particles()
+    if bootstrap:
+        loaders = bootstrap_loaders(dataloader, len(others) + 1, particle.state.get("_seed", 0))
+    losses = []
     for _ in range(epochs):
-        pending = []
-        for data, label in dataloader:
-            particle.step(loss_fn, data, label).wait()
-            pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for pid in others]
+        pending, mine = [], []
+        if bootstrap:
+            # Each member its own resample: the others' batches are queued at once (each
+            # member takes its messages in order), the lead steps on its own meanwhile.
+            for pid, loader in zip(others, loaders[1:]):
+                pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for data, label in loader]
+            mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
+        else:
+            for data, label in dataloader:
+                mine.append(particle.step(loss_fn, data, label).wait())
+                pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for pid in others]
         # Every member has taken every step of the epoch before the next one starts (PusH
         # sent without waiting; here nothing is left running when training returns).
         particle.wait(pending)
+        particle.wait([particle.send(pid, "SCHEDULER_STEP") for pid in others])
+        _ensemble_scheduler_step(particle)
+        losses.append(torch.stack(mine).mean().item() if mine else float("nan"))
+    return losses
 
 
-def _ensemble_step(particle, loss_fn, data, label, *args):
-    particle.step(loss_fn, data, label, *args)
+def _ensemble_step(particle, loss_fn: Callable, data, label, *args):
+    return particle.step(loss_fn, data, label, *args).wait()
 
 
-def train_deep_ensemble(dataloader, loss_fn: Callable, epochs: int, nn: Callable, *args, num_devices: int = 1,
-                        cache_size: int = 4, view_size: int = 4, num_ensembles: int = 2, mk_optim=mk_optim,
-                        ensemble_entry=_deep_ensemble_main, ensemble_state=None, seed: int = 0) -> List[List[torch.Tensor]]:
-    """Trains ``num_ensembles`` networks ``nn(*args)`` on ``dataloader`` for ``epochs``
-    epochs; returns each one's parameters (CPU copies), as PusH's does.
+def _ensemble_scheduler_step(particle, *args):
+    if particle.scheduler is not None:
+        particle.scheduler_step(*args)
 
-    ``num_devices`` device lanes (GPUs, or CPU lanes without GPUs) share the particles.
-    ``ensemble_entry(particle, dataloader, loss_fn, epochs)`` is the first particle's
-    training loop and ``ensemble_state`` its state, as in PusH.
-    """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"push: epochs must be a non-negative int, got {epochs!r}")
-    if isinstance(num_ensembles, bool) or not isinstance(num_ensembles, int) or num_ensembles < 1:
-        raise ValueError(f"push: num_ensembles must be an int >= 1, got {num_ensembles!r}")
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f"push: num_devices must be an int >= 1, got {num_devices!r}")
-    with push.PusH(nn, *args, cache_size=cache_size, view_size=view_size, devices=num_devices, seed=seed) as dist:
-        pids = [dist.p_create(mk_optim, device=0, receive={"ENSEMBLE_MAIN": ensemble_entry},
-                              state=dict(ensemble_state or {}))]
+
+def _ensemble_pred(particle, data):
+    with torch.no_grad():
+        return particle.forward(data).wait().detach().cpu()
+
+
+class Ensemble(ParticleInfer):
+    """PusH's Ensemble: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
+
+    _where = "push.bayes.ensemble"
+
+    def bayes_infer(self, dataloader, epochs: int, loss_fn: Callable = torch.nn.MSELoss(), lr: float = 0.01,
+                    num_ensembles: int = 2, mk_scheduler: Optional[Callable] = mk_scheduler, prior: bool = False,
+                    random_seed: bool = False, bootstrap: bool = False, ensemble_entry=_deep_ensemble_main,
+                    ensemble_state: Optional[Dict] = None, f_save: bool = False, mk_optim: Optional[Callable] = None):
+        """Creates ``num_ensembles`` particles and trains them ``epochs`` epochs.
+        ``mk_optim`` (push's addition) replaces PusH's Adam at ``lr``; ``f_save`` is a folder
+        to save the particles in (PusH's fixed "particles" folder has no meaning here)."""
+        check_int(self._where, "epochs", epochs, 0)
+        check_int(self._where, "num_ensembles", num_ensembles, 1)
+        check_number(self._where, "lr", lr)
+        mk_optim = mk_optim or adam(lr)
+        keys = train_keys(random_seed, num_ensembles)
+        state = dict(ensemble_state or {}, _seed=self.seed)
+        pids = [self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[0], device=0, state=state,
+                                        receive={"ENSEMBLE_MAIN": ensemble_entry, "ENSEMBLE_PRED": _ensemble_pred,
+                                                 "ENSEMBLE_STEP": _ensemble_step,
+                                                 "SCHEDULER_STEP": _ensemble_scheduler_step})]
         for n in range(1, num_ensembles):
-            pids.append(dist.p_create(mk_optim, device=n % dist.num_devices(),
-                                      receive={"ENSEMBLE_STEP": _ensemble_step}))
-        dist.p_wait([dist.p_launch(pids[0], "ENSEMBLE_MAIN", dataloader, loss_fn, epochs)])
-        return [dist.p_parameters(pid) for pid in pids]
+            pids.append(self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[n], device=n % self.num_devices,
+                                                receive={"ENSEMBLE_STEP": _ensemble_step,
+                                                         "ENSEMBLE_PRED": _ensemble_pred,
+                                                         "SCHEDULER_STEP": _ensemble_scheduler_step}))
+        args = (dataloader, loss_fn, epochs) + ((bootstrap,) if bootstrap else ())
+        result = self.push_dist.p_launch(pids[0], "ENSEMBLE_MAIN", *args).wait()
+        if isinstance(result, list):
+            self.losses += result
+        if f_save:
+            self.push_dist.save(f_save)
+        return self
+
+    def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:
+        """The ensemble's prediction on ``data`` (a tensor or a DataLoader) in each ``mode``
+        (push.bayes.particle_infer.combine lists them): {mode: tensor}."""
+        return combine(self._gather("ENSEMBLE_PRED", data), f_reg, mode)
+
+
+def train_deep_ensemble(dataloader, loss_fn: Callable, epochs: int, nn: Callable, *args, lr: float = 0.01,
+                        num_devices: int = 1, cache_size: int = 4, view_size: int = 4, num_ensembles: int = 2,
+                        prior: bool = False, random_seed: bool = False, bootstrap: bool = False,
+                        ensemble_entry=_deep_ensemble_main, ensemble_state: Optional[Dict] = None,
+                        mk_optim: Optional[Callable] = None, seed: int = 0) -> Ensemble:
+    """Trains ``num_ensembles`` networks ``nn(*args)`` on ``dataloader`` for ``epochs``
+    epochs with Adam at ``lr``, as PusH's does; returns the Ensemble (``posterior_pred``,
+    ``p_parameters``, ``losses``, ``close``).
+
+    push's additions: ``mk_optim`` (an optimizer factory instead of Adam at ``lr``) and
+    ``seed`` (the run's seed; ``random_seed=True`` makes each particle under a seed drawn
+    from torch's generator instead, as PusH does).
+    ``num_devices`` device lanes (GPUs, or CPU lanes without GPUs) share the particles.
+    """
+    ensemble = Ensemble(nn, *args, num_devices=num_devices, cache_size=cache_size, view_size=view_size,
+                        seed=seed)
+    try:
+        ensemble.bayes_infer(dataloader, epochs, loss_fn=loss_fn, lr=lr, num_ensembles=num_ensembles, prior=prior,
+                             random_seed=random_seed, bootstrap=bootstrap, ensemble_entry=ensemble_entry,
+                             ensemble_state=ensemble_state, mk_optim=mk_optim)
+    except BaseException:
+        ensemble.close()
+        raise
+    return ensemble

@@ -1,0 +1,203 @@
+"""PusH's MultiSWAG, as PusH's users call it, on push's particles.
+
+``train_mswag`` trains any torch.nn.Module as Python code: ``num_models`` particles train
+``pretrain_epochs`` epochs, then ``swag_epochs`` more while each collects SWAG's moments of
+its weights once per epoch (a running mean, a running second moment and the last
+``cov_mat_rank`` deviations). ``posterior_pred`` samples each particle's Gaussian and
+averages the predictions. For a torch.nn.Sequential of standard layers,
+push.bayes.MultiSWAG does the same in C++.
+
+Where push differs from PusH (docs/python.md): samples follow SWAG (Maddox et al. 2019),
+mean + scale^1/2 (sigma z1 / sqrt 2 + D z2 / sqrt(2 (K - 1))), as push::bayes::MultiSWAG
+does; PusH divides the low-rank part by sqrt(num_samples - 1) instead (infinite for one
+sample). A particle's weights are put back after sampling (PusH left the last sample in).
+"""
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_int, check_number, combine,
+                                       constant_scheduler, train_keys)
+
+mk_scheduler = constant_scheduler
+
+
+def create_optimizer(lr: float) -> Callable:
+    """PusH's MultiSWAG optimizer: Adam at ``lr`` with weight decay lr / 1000."""
+    return adam(lr, weight_decay=lr / 1e3)
+
+
+def _swag_step(particle, loss_fn: Callable, data, label, *args):
+    return particle.step(loss_fn, data, label, *args).wait()
+
+
+def _swag_swag(particle, reset: bool, cov_mat_rank: int) -> None:
+    """Starts (``reset``) or updates this particle's SWAG moments, kept in its state under
+    its id as PusH keeps them: {"mom1", "mom2", "cov_mat_sqrt"} per parameter, and "n"."""
+    state = particle.state
+    with torch.no_grad():
+        params = [p.detach() for p in particle.module.parameters()]
+        if reset:
+            state[particle.pid] = {"mom1": [p.clone() for p in params], "mom2": [p * p for p in params],
+                                   "cov_mat_sqrt": [p.new_zeros((0, p.numel())) for p in params]}
+            state["n"] = 1
+            return
+        moments, n = state[particle.pid], state["n"]
+        for i, p in enumerate(params):
+            mean = (moments["mom1"][i] * n + p) / (n + 1)
+            moments["mom1"][i] = mean
+            moments["mom2"][i] = (moments["mom2"][i] * n + p * p) / (n + 1)
+            rows = torch.cat([moments["cov_mat_sqrt"][i], (p - mean).reshape(1, -1)])
+            moments["cov_mat_sqrt"][i] = rows[-cov_mat_rank:] if cov_mat_rank > 0 else rows[:0]
+        state["n"] = n + 1
+
+
+def _run_epochs(particle, loaders, others, loss_fn, epochs, after_epoch):
+    """``epochs`` epochs of every member: the lead steps on loaders[0]'s batches; each other
+    member on its own loader's, or on the lead's when there is one loader. Returns the
+    lead's mean loss per epoch."""
+    losses = []
+    for _ in range(epochs):
+        pending, mine = [], []
+        if len(loaders) > 1:
+            for pid, loader in zip(others, loaders[1:]):
+                pending += [particle.send(pid, "SWAG_STEP", loss_fn, data, label) for data, label in loader]
+            mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
+        else:
+            for data, label in loaders[0]:
+                pending += [particle.send(pid, "SWAG_STEP", loss_fn, data, label) for pid in others]
+                mine.append(particle.step(loss_fn, data, label).wait())
+        particle.wait(pending)
+        after_epoch()
+        losses.append(torch.stack(mine).mean().item() if mine else float("nan"))
+    return losses
+
+
+def _mswag_particle(particle, dataloader, loss_fn: Callable, cov_mat_rank: int, pretrain_epochs: int,
+                    swag_epochs: int, swag_pids: List[int], bootstrap: bool = False) -> List[float]:
+    """The lead particle's loop (PusH's): pretraining, then SWAG epochs that end with every
+    member updating its moments. Returns the lead's mean loss per epoch."""
+    others = [pid for pid in swag_pids if pid != particle.pid]
+    loaders = (bootstrap_loaders(dataloader, len(swag_pids), particle.state.get("_seed", 0)) if bootstrap
+               else [dataloader])
+
+    def collect(reset):
+        futures = [particle.send(pid, "SWAG_SWAG", reset, cov_mat_rank) for pid in others]
+        _swag_swag(particle, reset, cov_mat_rank)
+        particle.wait(futures)
+
+    losses = _run_epochs(particle, loaders, others, loss_fn, pretrain_epochs, lambda: None)
+    collect(True)
+    losses += _run_epochs(particle, loaders, others, loss_fn, swag_epochs, lambda: collect(False))
+    return losses
+
+
+def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int, f_reg: bool = True) -> torch.Tensor:
+    """This particle's prediction on ``data``, averaged over ``num_samples`` weights drawn
+    from its SWAG Gaussian: regression outputs are averaged; for classification
+    (``f_reg`` False) the probabilities, returned as their log (logits again)."""
+    moments = particle.state.get(particle.pid)
+    if moments is None:
+        raise ValueError(f"push.bayes.swag: particle {particle.pid} has no SWAG moments yet (bayes_infer "
+                         "collects them)")
+    params = list(particle.module.parameters())
+    mean = torch.cat([m.reshape(-1) for m in moments["mom1"]])
+    var = torch.clamp(torch.cat([m.reshape(-1) for m in moments["mom2"]]) - mean * mean, min=var_clamp)
+    rows = torch.cat(moments["cov_mat_sqrt"], dim=1)  # [K, parameters]
+    k = rows.size(0)
+    kept = [p.detach().clone() for p in params]
+    total = None
+    try:
+        with torch.no_grad():
+            for _ in range(num_samples):
+                theta = var.sqrt() * torch.randn_like(var)
+                if k >= 2:
+                    z = torch.randn(k, dtype=rows.dtype, device=rows.device)
+                    theta = (theta + rows.t().mv(z) / (k - 1) ** 0.5) / 2 ** 0.5
+                sample = mean + scale ** 0.5 * theta
+                offset = 0
+                for p in params:
+                    p.copy_(sample[offset:offset + p.numel()].view_as(p))
+                    offset += p.numel()
+                out = particle.forward(data).wait().detach().cpu()
+                out = out if f_reg else out.softmax(dim=-1)
+                total = out if total is None else total + out
+    finally:
+        with torch.no_grad():
+            for p, v in zip(params, kept):
+                p.copy_(v)
+    average = total / num_samples
+    return average if f_reg else average.clamp_min(torch.finfo(average.dtype).tiny).log()
+
+
+class MultiSWAG(ParticleInfer):
+    """PusH's MultiSWAG: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
+
+    _where = "push.bayes.swag"
+
+    def __init__(self, mk_nn: Callable, *args, **kwargs):
+        super().__init__(mk_nn, *args, **kwargs)
+        self.swag_pids: List[int] = []
+
+    def bayes_infer(self, dataloader, pretrain_epochs: int, swag_epochs: int, loss_fn: Callable = torch.nn.MSELoss(),
+                    lr: float = 0.01, num_models: int = 1, cov_mat_rank: int = 20, prior: bool = False,
+                    random_seed: bool = False, bootstrap: bool = False, mswag_entry=_mswag_particle,
+                    mswag_state: Optional[Dict] = None, f_save=False, mswag_sample_entry=None, mswag_sample=None,
+                    mk_optim: Optional[Callable] = None):
+        """Creates ``num_models`` particles and trains them. ``mswag_sample_entry`` and
+        ``mswag_sample`` (PusH's sampling hooks) are not used: posterior_pred samples.
+        ``f_save`` is a folder to save the particles in."""
+        check_int(self._where, "pretrain_epochs", pretrain_epochs, 0)
+        check_int(self._where, "swag_epochs", swag_epochs, 0)
+        check_int(self._where, "num_models", num_models, 1)
+        check_int(self._where, "cov_mat_rank", cov_mat_rank, 0)
+        check_number(self._where, "lr", lr)
+        if mswag_state and "n" in mswag_state:
+            raise ValueError(f"{self._where}: mswag_state may not hold 'n' (MultiSWAG counts its samples there)")
+        mk_optim = mk_optim or create_optimizer(lr)
+        keys = train_keys(random_seed, num_models)
+        state = dict(mswag_state or {}, _seed=self.seed)
+        receive = {"SWAG_STEP": _swag_step, "SWAG_SWAG": _swag_swag, "SWAG_PRED": _mswag_pred}
+        self.swag_pids = [self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[n], device=n % self.num_devices,
+                                                  receive=dict(receive, **({"SWAG_PARTICLE": mswag_entry} if n == 0
+                                                                           else {})), state=state)
+                          for n in range(num_models)]
+        result = self.push_dist.p_launch(self.swag_pids[0], "SWAG_PARTICLE", dataloader, loss_fn, cov_mat_rank,
+                                         pretrain_epochs, swag_epochs, self.swag_pids, bootstrap).wait()
+        if isinstance(result, list):
+            self.losses += result
+        if f_save:
+            self.push_dist.save(f_save)
+        return self
+
+    def posterior_pred(self, data, loss_fn=None, num_samples: int = 20, scale: float = 1.0, var_clamp: float = 1e-30,
+                       mode=("mean",), f_reg: bool = True) -> Dict[str, torch.Tensor]:
+        """The MultiSWAG prediction on ``data`` (a tensor or a DataLoader): each particle
+        averages ``num_samples`` SWAG samples, then the particles combine in each ``mode``
+        (push.bayes.particle_infer.combine lists them). ``loss_fn`` is PusH's and unused."""
+        check_int(self._where, "num_samples", num_samples, 1)
+        check_number(self._where, "scale", scale, positive=False)
+        if scale < 0:
+            raise ValueError(f"{self._where}: scale must be >= 0, got {scale!r}")
+        return combine(self._gather("SWAG_PRED", data, scale, var_clamp, num_samples, f_reg), f_reg, mode)
+
+
+def train_mswag(dataloader, loss_fn: Callable, pretrain_epochs: int, swag_epochs: int, nn: Callable, *args,
+                lr: float = 0.01, num_devices: int = 1, cache_size: int = 4, view_size: int = 4, num_models: int = 1,
+                cov_mat_rank: int = 20, prior: bool = False, random_seed: bool = False, bootstrap: bool = False,
+                mswag_entry=_mswag_particle, mswag_state: Optional[Dict] = None, f_save=False,
+                mswag_sample_entry=None, mswag_sample=None, mk_optim: Optional[Callable] = None,
+                seed: int = 0) -> MultiSWAG:
+    """Trains a MultiSWAG of ``num_models`` networks ``nn(*args)``, as PusH's does; returns
+    the MultiSWAG (``posterior_pred``, ``p_parameters``, ``losses``, ``close``).
+    push's additions: ``mk_optim`` and ``seed``, as train_deep_ensemble's."""
+    mswag = MultiSWAG(nn, *args, num_devices=num_devices, cache_size=cache_size, view_size=view_size, seed=seed)
+    try:
+        mswag.bayes_infer(dataloader, pretrain_epochs, swag_epochs, loss_fn=loss_fn, lr=lr, num_models=num_models,
+                          cov_mat_rank=cov_mat_rank, prior=prior, random_seed=random_seed, bootstrap=bootstrap,
+                          mswag_entry=mswag_entry, mswag_state=mswag_state, f_save=f_save, mk_optim=mk_optim)
+    except BaseException:
+        mswag.close()
+        raise
+    return mswag

@@ -1,0 +1,175 @@
+"""PusH's MultiSWAG and SVGD entry points, p_create's prior and train_key, as PusH calls them."""
+import pytest
+import torch
+
+import push
+import push.bayes.stein_vgd as stein_vgd
+import push.bayes.swag as swag
+from push.bayes.particle_infer import combine
+
+
+def regression_loader(n=256, batch=64):
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(n, 1, generator=g) * 4 - 2
+    y = torch.sin(2 * x) + 0.05 * torch.randn(n, 1, generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch), x, y
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.a = torch.nn.Linear(1, width)
+        self.b = torch.nn.Linear(width, 1)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def test_train_mswag_as_pusH_calls_it():
+    loader, x, y = regression_loader()
+    with swag.train_mswag(loader, torch.nn.MSELoss(), 30, 6, MLP, 32, num_models=2, cov_mat_rank=4, lr=1e-2) as ms:
+        assert len(ms.losses) == 36 and ms.losses[-1] < 0.05
+        before = ms.p_parameters()
+        pred = ms.posterior_pred(x, num_samples=8, mode=["mean", "std", "pred"])
+        # Sampling puts each particle's weights back.
+        assert all(torch.equal(a, b) for pa, pb in zip(before, ms.p_parameters()) for a, b in zip(pa, pb))
+        assert pred["pred"].shape == (len(x), 2, 1)
+        assert torch.nn.functional.mse_loss(pred["mean"], y).item() < 0.05
+        assert (pred["std"] > 0).all()
+        # Every sample differs: a second prediction is not the first.
+        assert not torch.equal(ms.posterior_pred(x, num_samples=8)["mean"], pred["mean"])
+
+
+def test_swag_moments_are_swag_s():
+    # Three collections of known weights: mean, second moment and deviations as SWAG has them.
+    weights = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 2.0]), torch.tensor([5.0, 8.0])]
+
+    def run(p):
+        for i, w in enumerate(weights):
+            with torch.no_grad():
+                p.module.weight.copy_(w.view(1, 2))
+                p.module.bias.zero_()
+            swag._swag_swag(p, i == 0, 2)
+        return p.state[p.pid], p.state["n"]
+
+    with push.PusH(torch.nn.Linear, 2, 1) as dist:
+        pid = dist.p_create(None, receive={"RUN": run})
+        moments, n = dist.p_launch(pid, "RUN").wait()
+    w = torch.stack(weights)
+    assert n == 3
+    assert torch.allclose(moments["mom1"][0].view(-1), w.mean(0))
+    assert torch.allclose(moments["mom2"][0].view(-1), (w * w).mean(0))
+    # The last two deviations, each from the running mean that includes it.
+    assert torch.allclose(moments["cov_mat_sqrt"][0], torch.stack([w[1] - w[:2].mean(0), w[2] - w.mean(0)]))
+
+
+def test_train_svgd_as_pusH_calls_it():
+    loader, x, y = regression_loader()
+    with stein_vgd.train_svgd(loader, torch.nn.MSELoss(), 60, 4, MLP, 16, lengthscale=1.0, lr=0.3) as sv:
+        assert len(sv.losses) == 60 and sv.losses[-1] < 0.2 * sv.losses[0]
+        pred = sv.posterior_pred(x, mode=["mean", "std"])
+        assert torch.nn.functional.mse_loss(pred["mean"], y).item() < 0.05
+        assert (pred["std"] > 0).all()
+
+
+def test_svgd_update_is_liu_and_wangs():
+    # The vectorised update against SVGD written out with PusH's kernel functions:
+    # phi_i = 1/n sum_j k(p_j, p_i) grad_j - grad_{p_j} k(p_j, p_i).
+    g = torch.Generator().manual_seed(0)
+    params, grads = torch.randn(5, 7, generator=g, dtype=torch.float64), torch.randn(5, 7, generator=g,
+                                                                                      dtype=torch.float64)
+    expected = torch.stack([
+        sum(stein_vgd.torch_squared_exp_kernel(params[j], params[i], 1.3) * grads[j]
+            - stein_vgd.torch_squared_exp_kernel_grad(params[j], params[i], 1.3) for j in range(5)) / 5
+        for i in range(5)])
+    assert torch.allclose(stein_vgd.svgd_updates(params, grads, 1.3), expected)
+
+
+def test_svgd_particles_repel_each_other():
+    # A loss without gradient leaves only the kernel's term: the particles must move apart.
+    loader, _, _ = regression_loader(n=32, batch=32)
+
+    def flat(run):
+        return torch.stack([torch.cat([t.view(-1) for t in p]) for p in run.p_parameters()])
+
+    with stein_vgd.SteinVGD(torch.nn.Linear, 1, 1) as sv:
+        no_gradient = lambda out, label: (out * 0).sum()  # noqa: E731
+        sv.bayes_infer(loader, 0, num_particles=3, loss_fn=no_gradient)
+        start = torch.pdist(flat(sv))
+        sv.push_dist.p_launch(0, "SVGD_LEADER", None, no_gradient, 1.0, 0.5, loader, 5).wait()
+        assert (torch.pdist(flat(sv)) > start).all()
+
+
+def test_prior_trains_only_the_trainable_part():
+    # PusH's randomized-prior form: init_weights applied throughout, the optimizer over
+    # `trainable` alone; the prior network stays as it was made.
+    class WithPrior(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trainable = torch.nn.Linear(2, 1)
+            self.trainable.init_weights = self.init_weights
+            self.prior = torch.nn.Linear(2, 1)
+
+        @staticmethod
+        def init_weights(m):
+            if isinstance(m, torch.nn.Linear):
+                torch.nn.init.constant_(m.bias, 0.25)
+
+        def forward(self, x):
+            return self.trainable(x) + self.prior(x).detach()
+
+    def train(p, x, y):
+        for _ in range(5):
+            p.step(torch.nn.functional.mse_loss, x, y).wait()
+
+    with push.PusH(WithPrior) as dist:
+        pid = dist.p_create(lambda ps: torch.optim.SGD(ps, lr=0.1), None, True, receive={"TRAIN": train})
+        start = dict(dist.p_named_parameters(pid))
+        assert start["prior.bias"].item() == 0.25 and start["trainable.bias"].item() == 0.25
+        x = torch.randn(16, 2)
+        dist.p_launch(pid, "TRAIN", x, x.sum(1, keepdim=True)).wait()
+        end = dict(dist.p_named_parameters(pid))
+    assert torch.equal(end["prior.weight"], start["prior.weight"]) and torch.equal(end["prior.bias"],
+                                                                                    start["prior.bias"])
+    assert not torch.equal(end["trainable.weight"], start["trainable.weight"])
+
+
+def test_train_key_seeds_the_module():
+    with push.PusH(torch.nn.Linear, 4, 2) as dist:
+        a = dist.p_create(None, None, False, 123)
+        b = dist.p_create(None, train_key=123)
+        c = dist.p_create(None)  # -1, PusH's default: the particle's own seed
+        assert torch.equal(dist.p_parameters(a)[0], dist.p_parameters(b)[0])
+        assert not torch.equal(dist.p_parameters(a)[0], dist.p_parameters(c)[0])
+        torch.manual_seed(123)
+        assert torch.equal(torch.nn.Linear(4, 2).weight.detach(), dist.p_parameters(a)[0])
+
+
+def test_classification_modes():
+    logits = [torch.tensor([[2.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [3.0, 0.0]]),
+              torch.tensor([[0.0, 5.0], [0.0, 2.0]])]
+    out = combine(logits, False, ["mode", "mean_prob", "prob", "logits"])
+    assert out["mode"].tolist() == [0, 1]
+    probs = torch.stack([t.softmax(-1) for t in logits], dim=1)
+    assert torch.allclose(out["prob"], probs) and torch.allclose(out["mean_prob"], probs.mean(1))
+    assert out["logits"].shape == (2, 3, 2)
+
+
+def test_bad_arguments_are_named():
+    loader, x, _ = regression_loader(n=16)
+    with pytest.raises(ValueError, match="num_models must be an int >= 1"):
+        swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4, num_models=0)
+    with pytest.raises(ValueError, match="mswag_state may not hold 'n'"):
+        swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4, mswag_state={"n": 3})
+    with pytest.raises(ValueError, match="lengthscale must be a positive number"):
+        stein_vgd.train_svgd(loader, torch.nn.MSELoss(), 1, 2, MLP, 4, lengthscale=0)
+    with stein_vgd.SteinVGD(MLP, 4) as sv:
+        with pytest.raises(ValueError, match="bootstrap is not defined for SVGD"):
+            sv.bayes_infer(loader, 1, bootstrap=True, num_particles=2)
+    with swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4) as ms:
+        with pytest.raises(ValueError, match=r"prediction mode 'mode' is not one of \['mean'"):
+            ms.posterior_pred(x, mode=["mode"])
+        with pytest.raises(ValueError, match="predictions need a tensor or a DataLoader"):
+            ms.posterior_pred([1, 2])
+        with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
+            ms.posterior_pred(x, num_samples=0)
