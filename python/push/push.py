@@ -61,10 +61,14 @@ class PusH:
     ``cache_size`` particles per device are resident at a time, the others swapped out to
     host memory (their Python optimizers' state stays where it is). PusH's ``multi`` is
     accepted and has no effect: push's lanes already run concurrently in this process.
+
+    ``world`` (a push.dist.World) spreads the particles over every process of a job
+    (push.dist says how); every rank then runs the same program.
     """
 
     def __init__(self, mk_module: Callable, *args, cache_size: int = 4, view_size: int = 4, multi: bool = False,
-                 devices: Optional[int] = None, device_type: Optional[str] = None, seed: int = 0, **kwargs):
+                 devices: Optional[int] = None, device_type: Optional[str] = None, seed: int = 0, world=None,
+                 **kwargs):
         if not callable(mk_module):
             raise TypeError(f"push: mk_module must be callable, got {type(mk_module).__name__}")
         for name, value in (("cache_size", cache_size), ("view_size", view_size)):
@@ -78,7 +82,7 @@ class PusH:
         self._made = None  # (module, optimizer, scheduler) its factory call made
         self._core = _push.Distribution(self._make_particle, functools.partial(_dispatch, weakref.ref(self)),
                                         devices=devices, device_type=device_type, cache_size=cache_size,
-                                        view_size=view_size, seed=seed)
+                                        view_size=view_size, seed=seed, world=world)
         _open.add(self)
 
     # -- lifetime --------------------------------------------------------------------
@@ -112,9 +116,23 @@ class PusH:
     def num_devices(self) -> int:
         return self._core.num_devices()
 
+    @property
+    def rank(self) -> int:
+        """This process's rank in the distribution's world (0 without one)."""
+        return self._core.rank()
+
+    @property
+    def world_size(self) -> int:
+        return self._core.world_size()
+
+    def rank_of(self, pid: int) -> int:
+        """The rank particle ``pid`` lives on."""
+        self._check_pid(pid)
+        return self._core.rank_of(pid)
+
     def p_create(self, mk_optim: Optional[Callable], mk_scheduler: Optional[Callable] = None, prior: bool = False,
                  train_key: Optional[int] = -1, device: Optional[int] = 0, receive: Dict[str, Callable] = None,
-                 state: Dict[str, object] = None) -> int:
+                 state: Dict[str, object] = None, rank: Optional[int] = None) -> int:
         """A new particle on device lane ``device`` (None: push places it) that answers
         ``receive`` ({message: fn(particle, *args)}); returns its id. PusH's signature.
 
@@ -124,6 +142,8 @@ class PusH:
         ``init_weights`` initialises every submodule and whose parameters alone the
         optimizer trains. ``train_key``: the seed the module is made under (None or -1:
         the particle's own, from the distribution's ``seed`` and the particle's id).
+        With a world, ``rank`` chooses the rank it lives on (None: push's rule, global lane
+        pid % all lanes) and ``device`` the lane there; every rank makes the same calls.
         """
         if mk_optim is not None and not callable(mk_optim):
             raise TypeError(f"push: mk_optim must be callable or None, got {type(mk_optim).__name__}")
@@ -135,6 +155,10 @@ class PusH:
             raise ValueError(f"push: train_key must be in [0, 2**64) (or -1 or None), got {train_key}")
         if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
             raise TypeError(f"push: device is a lane index (int), got {type(device).__name__}")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+            raise TypeError(f"push: rank is an int, got {type(rank).__name__}")
+        if self._core.world_size() > 1 and device == 0 and rank is None:
+            device = None  # PusH's default: here, push's rule spreads particles over the ranks
         receive = {} if receive is None else receive
         if not isinstance(receive, dict):
             raise TypeError(f"push: receive must be a dict of message -> handler, got {type(receive).__name__}")
@@ -146,11 +170,16 @@ class PusH:
             # or scheduler that fails leaves no particle behind.
             self._making = (mk_optim, mk_scheduler, bool(prior), None if train_key == -1 else train_key)
             try:
-                pid = self._core.create(receive, device)
-                module, optimizer, scheduler, view = self._made
+                pid = self._core.create(receive, device, rank)
+                # Made here only when the particle lives on this rank.
+                module, optimizer, scheduler, view = self._made or (None, None, None, None)
             finally:
                 self._making = self._made = None
-        lane_device = torch.device(self._core.device(self._core.lane_of(pid)))
+        here = self._core.rank_of(pid) == self._core.rank()
+        if not here:
+            # Views of a particle on another rank show its tensors in a module made here.
+            view = self._view_module()
+        lane_device = torch.device(self._core.device(self._core.lane_of(pid))) if here else None
         with self._lock:
             self._slots[pid] = _Slot(module, optimizer, scheduler, dict(state), lane_device, view)
             self._lock.notify_all()
@@ -175,16 +204,21 @@ class PusH:
             module.apply(trained.init_weights)
         optimizer = mk_optim(trained.parameters()) if mk_optim is not None else None
         scheduler = mk_scheduler(optimizer) if mk_scheduler is not None else None
-        # The module a view of this particle shows (PusH's ParticleView.view()), made here
-        # while the particle's seed is set and restored after, so that no random stream is
-        # touched later; its parameters are dropped, a view puts its own in (buffers are
-        # not in views, as in PusH: they keep their initial values).
-        view = self._mk_module()
+        self._made = (module, optimizer, scheduler, self._view_module())
+        return module
+
+    def _view_module(self):
+        # The module a view of a particle shows (PusH's ParticleView.view()): made while
+        # the particle's seed is set (or, for a particle of another rank, under a forked
+        # generator), so that no random stream is touched later; its parameters are
+        # dropped, a view puts its own in (buffers are not in views, as in PusH: they keep
+        # their initial values).
+        with torch.random.fork_rng(devices=[]):
+            view = self._mk_module()
         with torch.no_grad():
             for t in view.parameters():
                 t.data = torch.empty(0, dtype=t.dtype)
-        self._made = (module, optimizer, scheduler, view)
-        return module
+        return view
 
     def p_launch(self, pid_to: int, msg: str, *args, sync: bool = False) -> Optional[PFuture]:
         """Sends ``msg`` with ``args`` to particle ``pid_to`` from outside; its result later

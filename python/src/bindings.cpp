@@ -2,6 +2,7 @@
 #include "bayes_bindings.h"
 #include "distribution.h"
 #include "values.h"
+#include "world_bindings.h"
 
 #include <push/core/errors.h>
 #include <push/runtime/view.h>
@@ -199,11 +200,13 @@ PYBIND11_MODULE(_push, m) {
         return Waitable<ParticleView>{std::move(f), call};
       });
 
+  bind_world(m);
   py::class_<Distribution>(m, "Distribution")
       .def(py::init([](py::object mk_module, py::object dispatch, std::optional<int> devices,
-                       std::optional<std::string> device_type, int cache_size, int view_size, uint64_t seed) {
+                       std::optional<std::string> device_type, int cache_size, int view_size, uint64_t seed,
+                       std::optional<dist::World> world) {
              PushOptions options;
-             options.devices(devices).cache_size(cache_size).view_size(view_size).seed(seed);
+             options.devices(devices).cache_size(cache_size).view_size(view_size).seed(seed).world(world);
              if (device_type) {
                if (*device_type == "cpu") {
                  options.device_type(torch::kCPU);
@@ -216,8 +219,14 @@ PYBIND11_MODULE(_push, m) {
              return std::make_unique<Distribution>(std::move(mk_module), std::move(dispatch), options);
            }),
            py::arg("mk_module"), py::arg("dispatch"), py::arg("devices") = py::none(),
-           py::arg("device_type") = py::none(), py::arg("cache_size"), py::arg("view_size"), py::arg("seed"))
-      .def("create", &Distribution::create, py::arg("receive"), py::arg("device") = py::none())
+           py::arg("device_type") = py::none(), py::arg("cache_size"), py::arg("view_size"), py::arg("seed"),
+           py::arg("world") = py::none())
+      .def("create", &Distribution::create, py::arg("receive"), py::arg("device") = py::none(),
+           py::arg("rank") = py::none())
+      .def("rank", [](const Distribution& d) { return d.query<int>([](Push& p) { return p.rank(); }); })
+      .def("world_size", [](const Distribution& d) { return d.query<int>([](Push& p) { return p.world_size(); }); })
+      .def("rank_of",
+           [](const Distribution& d, Pid pid) { return d.query<int>([&](Push& p) { return p.rank_of(pid); }); })
       .def("launch",
            [](Distribution& d, Pid pid, const std::string& message, const py::args& args) {
              return Waitable<c10::IValue>{d.launch(pid, message, args), {}};

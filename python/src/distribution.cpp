@@ -49,7 +49,7 @@ Handler Distribution::handler(const std::string& message, py::object fn) const {
   return make_handler(message, std::make_shared<PyRef>(std::move(fn)), dispatch_, threads_);
 }
 
-Pid Distribution::create(const py::dict& receive, std::optional<int> device) {
+Pid Distribution::create(const py::dict& receive, std::optional<int> device, std::optional<int> rank) {
   if (HandlerCall::current() != nullptr) {
     // Its module factory is Python, and the lane this handler holds may be the one the
     // particle goes to: create particles from outside handlers.
@@ -65,6 +65,7 @@ Pid Distribution::create(const py::dict& receive, std::optional<int> device) {
     options.on(message, handler(message, py::reinterpret_borrow<py::object>(item.second)));
   }
   if (device) options.device(*device);
+  if (rank) options.rank(*rank);
   Pid pid = -1;
   std::exception_ptr factory_error;
   {

@@ -33,7 +33,7 @@ class Distribution {
 
   /// A particle on lane `device` answering `receive` ({message: fn}); returns its pid (the
   /// Python package keeps what its `mk_module` made). Not from inside a handler.
-  Pid create(const pybind11::dict& receive, std::optional<int> device);
+  Pid create(const pybind11::dict& receive, std::optional<int> device, std::optional<int> rank);
   PFuture launch(Pid pid, const std::string& message, const pybind11::args& args);
   /// A handler for a Python function, to register on a particle from its handler.
   Handler handler(const std::string& message, pybind11::object fn) const;
