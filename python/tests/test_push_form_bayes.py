@@ -3,9 +3,10 @@ import pytest
 import torch
 
 import push
+import push.bayes.ensemble as ensemble
 import push.bayes.stein_vgd as stein_vgd
 import push.bayes.swag as swag
-from push.bayes.particle_infer import combine
+from push.bayes.particle_infer import bootstrap_loaders, combine
 
 
 def regression_loader(n=256, batch=64):
@@ -161,7 +162,7 @@ def test_bad_arguments_are_named():
         swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4, num_models=0)
     with pytest.raises(ValueError, match="mswag_state may not hold 'n'"):
         swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4, mswag_state={"n": 3})
-    with pytest.raises(ValueError, match="lengthscale must be a positive number"):
+    with pytest.raises(ValueError, match="lengthscale must be a finite positive number"):
         stein_vgd.train_svgd(loader, torch.nn.MSELoss(), 1, 2, MLP, 4, lengthscale=0)
     with stein_vgd.SteinVGD(MLP, 4) as sv:
         with pytest.raises(ValueError, match="bootstrap is not defined for SVGD"):
@@ -173,3 +174,93 @@ def test_bad_arguments_are_named():
             ms.posterior_pred([1, 2])
         with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
             ms.posterior_pred(x, num_samples=0)
+
+
+def test_swag_samples_repeat_on_several_lanes():
+    # Particles on two lanes draw at once: each from a generator of its own.
+    loader, x, _ = regression_loader(n=64)
+
+    def run():
+        with swag.train_mswag(loader, torch.nn.MSELoss(), 2, 3, MLP, 8, num_models=4, num_devices=2, seed=5,
+                              cov_mat_rank=3) as ms:
+            first = ms.posterior_pred(x, num_samples=5, mode=["pred"])["pred"]
+            return first, ms.posterior_pred(x, num_samples=5, mode=["pred"])["pred"]
+
+    a, b = run(), run()
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], a[1])  # a second call draws new samples
+
+
+def test_svgd_update_is_exact_for_many_close_particles():
+    # Past 25 rows cdist's default is a matrix product that cancels between close points.
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1, 20000, generator=g)
+    params = base + 1e-3 * torch.randn(30, 20000, generator=g)
+    grads = torch.randn(30, 20000, generator=g)
+    exact = stein_vgd.svgd_updates(params.double(), grads.double(), 0.2)
+    assert torch.allclose(stein_vgd.svgd_updates(params, grads, 0.2).double(), exact, rtol=1e-4, atol=1e-5)
+
+
+def test_a_dataloader_without_pairs_or_batches_is_named():
+    x = torch.randn(8, 1)
+    empty = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[:0], x[:0]), batch_size=4)
+    singles = torch.utils.data.DataLoader(x, batch_size=4)
+    for loader, why in ((empty, "gave no batch"), (singles, "must give \\(data, label\\) batches, got a Tensor")):
+        with pytest.raises(ValueError, match=why):
+            ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 1, MLP, 4)
+        with pytest.raises(ValueError, match=why):
+            swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4)
+        with pytest.raises(ValueError, match=why):
+            stein_vgd.train_svgd(loader, torch.nn.MSELoss(), 1, 2, MLP, 4)
+
+
+def test_bootstrap_resamples_differ_between_members():
+    loader, _, _ = regression_loader(n=64, batch=16)
+    loaders = bootstrap_loaders(loader, 3, seed=0)
+    xs = [torch.cat([b[0] for b in ld]).sort(dim=0).values for ld in loaders]
+    assert all(len(t) == 64 for t in xs)
+    assert not torch.equal(xs[0], xs[1]) and not torch.equal(xs[1], xs[2])
+    again = [torch.cat([b[0] for b in ld]).sort(dim=0).values for ld in bootstrap_loaders(loader, 3, seed=0)]
+    assert all(torch.equal(a, b) for a, b in zip(xs, again))
+
+
+def test_pusH_s_entry_and_f_save(tmp_path, monkeypatch):
+    loader, _, _ = regression_loader(n=32)
+    seen = []
+
+    def entry(particle, dataloader, loss_fn, epochs, bootstrap):  # PusH's form: bootstrap always passed
+        seen.append(bootstrap)
+        return ensemble._deep_ensemble_main(particle, dataloader, loss_fn, epochs, bootstrap)
+
+    monkeypatch.chdir(tmp_path)
+    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 1, MLP, 4, ensemble_entry=entry) as ens:
+        ens.bayes_infer(loader, 1, f_save=True)  # two more particles, saved where PusH saved them
+    assert seen == [False] and (tmp_path / "particles").is_dir()
+    with pytest.raises(TypeError, match="f_save must be a bool or a folder, got int"):
+        swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4, f_save=3)
+
+
+def test_classes_are_dimension_one():
+    # Outputs [N, classes, positions]: probabilities over dimension 1, as PusH's softmax(dim=1).
+    logits = [torch.randn(5, 3, 4), torch.randn(5, 3, 4)]
+    out = combine(logits, False, ["mean_prob", "mode"])
+    assert torch.allclose(out["mean_prob"].sum(1), torch.ones(5, 4))
+    assert out["mode"].shape == (5, 4)
+
+
+def test_numbers_are_checked():
+    loader, x, _ = regression_loader(n=16)
+    import numpy as np
+
+    with pytest.raises(ValueError, match="lr must be a finite positive number, got inf"):
+        ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 1, MLP, 4, lr=float("inf"))
+    with pytest.raises(ValueError, match="seed must be an int in \\[0, 2\\*\\*63\\)"):
+        ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 1, MLP, 4, seed=-1)
+    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 1, MLP, 4, lr=np.float32(0.01)):
+        pass
+    with swag.train_mswag(loader, torch.nn.MSELoss(), 1, 1, MLP, 4) as ms:
+        with pytest.raises(ValueError, match="var_clamp must be a finite non-negative number"):
+            ms.posterior_pred(x, var_clamp=-1.0)
+    with swag.MultiSWAG(MLP, 4) as ms:
+        with pytest.raises(ValueError, match="no particles yet: bayes_infer trains them first"):
+            ms.posterior_pred(x)

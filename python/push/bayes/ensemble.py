@@ -10,8 +10,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_int, check_number, combine,
-                                       constant_scheduler, train_keys)
+from push.bayes.particle_infer import (ParticleInfer, adam, batches_of, bootstrap_loaders, check_folder, check_int,
+                                       check_number, combine, constant_scheduler, train_keys)
 
 mk_scheduler = constant_scheduler
 
@@ -31,7 +31,7 @@ def _deep_ensemble_main(particle, dataloader, loss_fn: Callable, epochs: int, bo
                 pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for data, label in loader]
             mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
         else:
-            for data, label in dataloader:
+            for data, label in batches_of(dataloader, "push.bayes.ensemble"):
                 mine.append(particle.step(loss_fn, data, label).wait())
                 pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for pid in others]
         # Every member has taken every step of the epoch before the next one starts (PusH
@@ -67,11 +67,12 @@ class Ensemble(ParticleInfer):
                     random_seed: bool = False, bootstrap: bool = False, ensemble_entry=_deep_ensemble_main,
                     ensemble_state: Optional[Dict] = None, f_save: bool = False, mk_optim: Optional[Callable] = None):
         """Creates ``num_ensembles`` particles and trains them ``epochs`` epochs.
-        ``mk_optim`` (push's addition) replaces PusH's Adam at ``lr``; ``f_save`` is a folder
-        to save the particles in (PusH's fixed "particles" folder has no meaning here)."""
+        ``mk_optim`` (push's addition) replaces PusH's Adam at ``lr``; ``f_save``: True saves
+        the particles to the folder "particles" (PusH's), a path to that folder."""
         check_int(self._where, "epochs", epochs, 0)
         check_int(self._where, "num_ensembles", num_ensembles, 1)
         check_number(self._where, "lr", lr)
+        folder = check_folder(self._where, f_save)
         mk_optim = mk_optim or adam(lr)
         keys = train_keys(random_seed, num_ensembles)
         state = dict(ensemble_state or {}, _seed=self.seed)
@@ -84,12 +85,11 @@ class Ensemble(ParticleInfer):
                                                 receive={"ENSEMBLE_STEP": _ensemble_step,
                                                          "ENSEMBLE_PRED": _ensemble_pred,
                                                          "SCHEDULER_STEP": _ensemble_scheduler_step}))
-        args = (dataloader, loss_fn, epochs) + ((bootstrap,) if bootstrap else ())
-        result = self.push_dist.p_launch(pids[0], "ENSEMBLE_MAIN", *args).wait()
+        result = self.push_dist.p_launch(pids[0], "ENSEMBLE_MAIN", dataloader, loss_fn, epochs, bootstrap).wait()
         if isinstance(result, list):
             self.losses += result
-        if f_save:
-            self.push_dist.save(f_save)
+        if folder is not None:
+            self.push_dist.save(folder)
         return self
 
     def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:

@@ -5,7 +5,10 @@ PusH's ``push.bayes.infer.Infer`` is this class here (push.bayes.infer holds the
 algorithms): ``push_dist``, ``num_devices``, ``p_parameters`` and ``posterior_pred``.
 """
 
-from typing import Callable, Dict, List, Sequence
+import math
+import numbers
+import os
+from typing import Callable, Dict, Iterator, List, Sequence
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -23,9 +26,38 @@ def check_int(where: str, name: str, value, minimum: int) -> int:
 
 
 def check_number(where: str, name: str, value, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or (positive and value <= 0):
-        raise ValueError(f"{where}: {name} must be a {'positive ' if positive else ''}number, got {value!r}")
+    """A finite real number (numpy's too), positive unless ``positive`` is False (then >= 0)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not ok or (positive and value <= 0) or (not positive and value < 0):
+        raise ValueError(f"{where}: {name} must be a finite {'positive' if positive else 'non-negative'} number, "
+                         f"got {value!r}")
     return float(value)
+
+
+def check_seed(where: str, seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"{where}: seed must be an int in [0, 2**63), got {seed!r}")
+    return seed
+
+
+def check_folder(where: str, f_save):
+    """PusH's f_save: False/None (no save), True (PusH's "particles" folder) or a folder."""
+    if f_save is None or f_save is False:
+        return None
+    if f_save is True:
+        return "particles"
+    if isinstance(f_save, (str, os.PathLike)):
+        return f_save
+    raise TypeError(f"{where}: f_save must be a bool or a folder, got {type(f_save).__name__}")
+
+
+def mix(*parts: int) -> int:
+    """A 63-bit seed from several integers (splitmix64 steps), for generators of their own."""
+    h = 0x9E3779B97F4A7C15
+    for part in parts:
+        h = (h ^ (part & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+    return h & 0x7FFFFFFFFFFFFFFF
 
 
 def adam(lr: float, weight_decay: float = 0.0) -> Callable:
@@ -38,16 +70,24 @@ def constant_scheduler(optim):
     return torch.optim.lr_scheduler.LinearLR(optim, start_factor=1.0, end_factor=1.0, total_iters=1)
 
 
-def pairs(dataloader) -> tuple:
-    """Every (data, label) batch of ``dataloader`` joined: (X, Y)."""
-    xs, ys = [], []
+def batches_of(dataloader, where: str = "push.bayes") -> Iterator[tuple]:
+    """The (data, label) batches of one epoch of ``dataloader``; a batch of another form, or
+    an epoch without a batch, raises ValueError naming it."""
+    empty = True
     for batch in dataloader:
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-            raise TypeError("push.bayes: the DataLoader must give (data, label) batches")
-        xs.append(batch[0])
-        ys.append(batch[1])
-    if not xs:
-        raise ValueError("push.bayes: the DataLoader is empty")
+            raise ValueError(f"{where}: the DataLoader must give (data, label) batches, got a "
+                             f"{type(batch).__name__}" + (f" of {len(batch)}" if isinstance(batch, (tuple, list))
+                                                          else ""))
+        empty = False
+        yield batch[0], batch[1]
+    if empty:
+        raise ValueError(f"{where}: the DataLoader gave no batch")
+
+
+def pairs(dataloader) -> tuple:
+    """Every (data, label) batch of ``dataloader`` joined: (X, Y)."""
+    xs, ys = zip(*batches_of(dataloader))
     return torch.cat(xs), torch.cat(ys)
 
 
@@ -55,13 +95,14 @@ def bootstrap_loaders(dataloader, n: int, seed: int) -> List[DataLoader]:
     """``n`` bootstrap resamples of ``dataloader``'s data (as PusH's bootstrap=True), each a
     shuffled DataLoader of the same batch size; drawn from ``seed``, so a run repeats."""
     x, y = pairs(dataloader)
+    batch_size = getattr(dataloader, "batch_size", None) or 1
     loaders = []
     for i in range(n):
-        g = torch.Generator().manual_seed(seed * 1_000_003 + 42 * (i + 1))
+        g = torch.Generator().manual_seed(mix(seed, i, 0))
         indices = torch.randint(0, len(x), (len(x),), generator=g)
-        order = torch.Generator().manual_seed(seed * 1_000_003 + 42 * (i + 1) + 1)
-        loaders.append(DataLoader(TensorDataset(x[indices], y[indices]), batch_size=dataloader.batch_size or 1,
-                                  shuffle=True, generator=order))
+        order = torch.Generator().manual_seed(mix(seed, i, 1))
+        loaders.append(DataLoader(TensorDataset(x[indices], y[indices]), batch_size=batch_size, shuffle=True,
+                                  generator=order))
     return loaders
 
 
@@ -69,7 +110,8 @@ def combine(preds: Sequence[torch.Tensor], f_reg: bool, mode: Sequence[str]) -> 
     """PusH's prediction modes over the particles' outputs ``preds`` ([N, ...] each):
     regression "mean", "median", "min", "max", "std", "pred" (all, [N, particles, ...]);
     classification (outputs are logits) "logits", "prob" (softmax per particle),
-    "mean_prob" (and "mean": the averaged probabilities), "mode" (majority class), "std"."""
+    "mean_prob" (and "mean": the averaged probabilities), "mode" (majority class), "std";
+    the classes are each output's dimension 1, as in PusH."""
     if isinstance(mode, str):
         mode = [mode]
     valid = _REGRESSION_MODES if f_reg else _CLASSIFICATION_MODES
@@ -84,9 +126,9 @@ def combine(preds: Sequence[torch.Tensor], f_reg: bool, mode: Sequence[str]) -> 
                     "min": lambda: t.min(dim=1).values, "max": lambda: t.max(dim=1).values,
                     "std": lambda: t.std(dim=1), "pred": lambda: t}
     else:
-        probs = t.softmax(dim=-1)
+        probs = t.softmax(dim=2)  # [N, particles, classes, ...]
         reducers = {"logits": lambda: t, "prob": lambda: probs, "mean_prob": lambda: probs.mean(dim=1),
-                    "mean": lambda: probs.mean(dim=1), "mode": lambda: probs.argmax(dim=-1).mode(dim=1).values,
+                    "mean": lambda: probs.mean(dim=1), "mode": lambda: probs.argmax(dim=2).mode(dim=1).values,
                     "std": lambda: probs.std(dim=1)}
     for m in mode:
         out[m] = reducers[m]()
@@ -120,6 +162,7 @@ class ParticleInfer:
     def __init__(self, mk_nn: Callable, *args, num_devices: int = 1, cache_size: int = 4, view_size: int = 4,
                  seed: int = 0):
         check_int(self._where, "num_devices", num_devices, 1)
+        check_seed(self._where, seed)
         self.mk_nn = mk_nn
         self.args = args
         self.seed = seed
@@ -145,6 +188,8 @@ class ParticleInfer:
         """Each particle's answer to ``msg`` on every batch of ``data``, joined: [particles]
         of [N, ...]; the particles answer concurrently, each on its own lane."""
         pids = self.push_dist.particle_ids()
+        if not pids:
+            raise ValueError(f"{self._where}: there are no particles yet: bayes_infer trains them first")
         per_batch = []
         for x in batches(data):
             futures = [self.push_dist.p_launch(pid, msg, x, *args) for pid in pids]

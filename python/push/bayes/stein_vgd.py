@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from push.bayes.ensemble import _ensemble_pred
-from push.bayes.particle_infer import ParticleInfer, check_int, check_number, combine, train_keys
+from push.bayes.particle_infer import ParticleInfer, batches_of, check_int, check_number, combine, train_keys
 
 
 def torch_squared_exp_kernel(x: torch.Tensor, y: torch.Tensor, length_scale: float) -> torch.Tensor:
@@ -36,7 +36,12 @@ def svgd_updates(params: torch.Tensor, grads: torch.Tensor, lengthscale: float) 
     """SVGD's update of every particle ([n, d] each): row i is
     1/n sum_j k(p_j, p_i) grad_j - grad_{p_j} k(p_j, p_i), to be subtracted times lr."""
     n = params.size(0)
-    kernel = torch.exp(-0.5 * torch.cdist(params, params).pow(2) / lengthscale**2)  # symmetric
+    # Centred first: both terms only see differences between particles, and close particles
+    # of many parameters would otherwise lose them to rounding (kernel @ params against
+    # rowsum * params; cdist's matrix-product form, its default above 25 rows).
+    params = params - params.mean(dim=0, keepdim=True)
+    distances = torch.cdist(params, params, compute_mode="donot_use_mm_for_euclid_dist")
+    kernel = torch.exp(-0.5 * distances.pow(2) / lengthscale**2)  # symmetric
     repulsion = (kernel @ params - kernel.sum(dim=1, keepdim=True) * params) / lengthscale**2
     return (kernel @ grads + repulsion) / n
 
@@ -64,15 +69,15 @@ def _svgd_follow(particle, lr: float, update: torch.Tensor) -> None:
 
 def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: float, dataloader, epochs: int,
                  bootstrap: bool = False) -> List[float]:
-    """The lead particle's loop (PusH's); returns its mean loss per epoch (the loss of each
-    batch before the update)."""
+    """The lead particle's loop (PusH's); returns its mean loss per epoch: the loss of each
+    batch before its update (PusH's showed the loss after it)."""
     if bootstrap:
         raise ValueError("push.bayes.stein_vgd: bootstrap is not defined for SVGD (PusH has none either)")
     others = particle.other_particles()
     losses = []
     for _ in range(epochs):
         mine = []
-        for data, label in dataloader:
+        for data, label in batches_of(dataloader, "push.bayes.stein_vgd"):
             futures = [particle.send(pid, "SVGD_STEP", loss_fn, data, label) for pid in others]
             mine.append(particle.step(loss_fn, data, label).wait())
             particle.wait(futures)

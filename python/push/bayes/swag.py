@@ -17,8 +17,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_int, check_number, combine,
-                                       constant_scheduler, train_keys)
+from push.bayes.particle_infer import (ParticleInfer, adam, batches_of, bootstrap_loaders, check_folder, check_int,
+                                       check_number, combine, constant_scheduler, mix, train_keys)
 
 mk_scheduler = constant_scheduler
 
@@ -65,7 +65,7 @@ def _run_epochs(particle, loaders, others, loss_fn, epochs, after_epoch):
                 pending += [particle.send(pid, "SWAG_STEP", loss_fn, data, label) for data, label in loader]
             mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
         else:
-            for data, label in loaders[0]:
+            for data, label in batches_of(loaders[0], "push.bayes.swag"):
                 pending += [particle.send(pid, "SWAG_STEP", loss_fn, data, label) for pid in others]
                 mine.append(particle.step(loss_fn, data, label).wait())
         particle.wait(pending)
@@ -93,10 +93,13 @@ def _mswag_particle(particle, dataloader, loss_fn: Callable, cov_mat_rank: int, 
     return losses
 
 
-def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int, f_reg: bool = True) -> torch.Tensor:
+def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int, f_reg: bool = True,
+                seed: int = 0) -> torch.Tensor:
     """This particle's prediction on ``data``, averaged over ``num_samples`` weights drawn
     from its SWAG Gaussian: regression outputs are averaged; for classification
-    (``f_reg`` False) the probabilities, returned as their log (logits again)."""
+    (``f_reg`` False) the probabilities over the classes (dimension 1), returned as their
+    log (logits again). The draws come from a generator of this particle's own, seeded from
+    ``seed`` and its id: particles on several lanes draw at once, and a run repeats."""
     moments = particle.state.get(particle.pid)
     if moments is None:
         raise ValueError(f"push.bayes.swag: particle {particle.pid} has no SWAG moments yet (bayes_infer "
@@ -106,14 +109,15 @@ def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int
     var = torch.clamp(torch.cat([m.reshape(-1) for m in moments["mom2"]]) - mean * mean, min=var_clamp)
     rows = torch.cat(moments["cov_mat_sqrt"], dim=1)  # [K, parameters]
     k = rows.size(0)
+    g = torch.Generator(device=mean.device).manual_seed(mix(seed, particle.pid))
     kept = [p.detach().clone() for p in params]
     total = None
     try:
         with torch.no_grad():
             for _ in range(num_samples):
-                theta = var.sqrt() * torch.randn_like(var)
+                theta = var.sqrt() * torch.randn(var.shape, generator=g, dtype=var.dtype, device=var.device)
                 if k >= 2:
-                    z = torch.randn(k, dtype=rows.dtype, device=rows.device)
+                    z = torch.randn(k, generator=g, dtype=rows.dtype, device=rows.device)
                     theta = (theta + rows.t().mv(z) / (k - 1) ** 0.5) / 2 ** 0.5
                 sample = mean + scale ** 0.5 * theta
                 offset = 0
@@ -121,7 +125,7 @@ def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int
                     p.copy_(sample[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
                 out = particle.forward(data).wait().detach().cpu()
-                out = out if f_reg else out.softmax(dim=-1)
+                out = out if f_reg else out.softmax(dim=1)
                 total = out if total is None else total + out
     finally:
         with torch.no_grad():
@@ -139,6 +143,7 @@ class MultiSWAG(ParticleInfer):
     def __init__(self, mk_nn: Callable, *args, **kwargs):
         super().__init__(mk_nn, *args, **kwargs)
         self.swag_pids: List[int] = []
+        self._pred_calls = 0
 
     def bayes_infer(self, dataloader, pretrain_epochs: int, swag_epochs: int, loss_fn: Callable = torch.nn.MSELoss(),
                     lr: float = 0.01, num_models: int = 1, cov_mat_rank: int = 20, prior: bool = False,
@@ -147,12 +152,14 @@ class MultiSWAG(ParticleInfer):
                     mk_optim: Optional[Callable] = None):
         """Creates ``num_models`` particles and trains them. ``mswag_sample_entry`` and
         ``mswag_sample`` (PusH's sampling hooks) are not used: posterior_pred samples.
-        ``f_save`` is a folder to save the particles in."""
+        ``f_save``: True saves the particles to the folder "particles" (PusH's), a path to
+        that folder."""
         check_int(self._where, "pretrain_epochs", pretrain_epochs, 0)
         check_int(self._where, "swag_epochs", swag_epochs, 0)
         check_int(self._where, "num_models", num_models, 1)
         check_int(self._where, "cov_mat_rank", cov_mat_rank, 0)
         check_number(self._where, "lr", lr)
+        folder = check_folder(self._where, f_save)
         if mswag_state and "n" in mswag_state:
             raise ValueError(f"{self._where}: mswag_state may not hold 'n' (MultiSWAG counts its samples there)")
         mk_optim = mk_optim or create_optimizer(lr)
@@ -167,8 +174,8 @@ class MultiSWAG(ParticleInfer):
                                          pretrain_epochs, swag_epochs, self.swag_pids, bootstrap).wait()
         if isinstance(result, list):
             self.losses += result
-        if f_save:
-            self.push_dist.save(f_save)
+        if folder is not None:
+            self.push_dist.save(folder)
         return self
 
     def posterior_pred(self, data, loss_fn=None, num_samples: int = 20, scale: float = 1.0, var_clamp: float = 1e-30,
@@ -178,9 +185,11 @@ class MultiSWAG(ParticleInfer):
         (push.bayes.particle_infer.combine lists them). ``loss_fn`` is PusH's and unused."""
         check_int(self._where, "num_samples", num_samples, 1)
         check_number(self._where, "scale", scale, positive=False)
-        if scale < 0:
-            raise ValueError(f"{self._where}: scale must be >= 0, got {scale!r}")
-        return combine(self._gather("SWAG_PRED", data, scale, var_clamp, num_samples, f_reg), f_reg, mode)
+        check_number(self._where, "var_clamp", var_clamp, positive=False)
+        # Each call draws new samples; the same calls of the same run draw the same ones.
+        self._pred_calls += 1
+        return combine(self._gather("SWAG_PRED", data, scale, var_clamp, num_samples, f_reg,
+                                    mix(self.seed, self._pred_calls)), f_reg, mode)
 
 
 def train_mswag(dataloader, loss_fn: Callable, pretrain_epochs: int, swag_epochs: int, nn: Callable, *args,
