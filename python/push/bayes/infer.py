@@ -1,10 +1,22 @@
 """The C++ Bayesian algorithms (push::bayes) with their options."""
 
+import atexit
+import weakref
 from typing import Optional
 
 import torch
 
 from push import _push
+
+_open = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Before the interpreter finalizes: from then on a lane that needs the GIL (to free a
+    # tensor Python also holds) is ended by CPython mid-C++ frame, which aborts the process.
+    for model in list(_open):
+        model.close()
 
 
 def rebuild_blocker(module: torch.nn.Module) -> str:
@@ -70,6 +82,7 @@ class Infer:
         ``input_shape``, ``outputs`` and optionally ``dropout``."""
         if isinstance(model, str):
             self._infer = _push.bayes.Infer(self._kind, model, dict(options))
+            _open.add(self)
             return
         if isinstance(model, torch.nn.Module):
             raise TypeError(f"push.bayes.{self._kind}: model must be a factory of a torch.nn.Sequential (each "
@@ -91,6 +104,26 @@ class Infer:
                              "Train it as Python code with push.bayes.ensemble.train_deep_ensemble, "
                              "push.bayes.swag.train_mswag or push.bayes.stein_vgd.train_svgd")
         self._infer = _push.bayes.Infer(self._kind, model, dict(options))
+        _open.add(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Stops the particles' lanes and frees them (the model cannot be used after). The
+        garbage collector and the interpreter's exit do it too."""
+        self.__dict__.pop("_infer", None)  # the C++ model is freed without the GIL
+        _open.discard(self)
+
+    @property
+    def _core(self):
+        core = self.__dict__.get("_infer")
+        if core is None:
+            raise ValueError(f"push.bayes.{self._kind}: this model is closed")
+        return core
 
     def fit(self, x, y=None, epochs: int = 1, num_classes: Optional[int] = None) -> "Infer":
         """Trains ``epochs`` more epochs on (x, y); classification when the likelihood is
@@ -103,38 +136,38 @@ class Infer:
         classify = not torch.is_floating_point(y)
         if classify and num_classes is None:
             num_classes = int(y.max().item()) + 1 if y.numel() else 0
-        self._infer.fit(x, y, epochs, classify, num_classes or 0)
+        self._core.fit(x, y, epochs, classify, num_classes or 0)
         return self
 
     def predict(self, x: torch.Tensor) -> Predictive:
-        return Predictive(self._infer.predict(x))
+        return Predictive(self._core.predict(x))
 
     def save(self, folder) -> None:
-        self._infer.save(str(folder))
+        self._core.save(str(folder))
 
     def load(self, folder) -> None:
-        self._infer.load(str(folder))
+        self._core.load(str(folder))
 
     @property
     def fused(self) -> bool:
         """Whether the particles train as one batched computation."""
-        return self._infer.fused()
+        return self._core.fused()
 
     @property
     def epochs_done(self) -> int:
-        return self._infer.epochs_done
+        return self._core.epochs_done
 
     @property
     def losses(self):
         """The mean training loss of each epoch."""
-        return list(self._infer.losses)
+        return list(self._core.losses)
 
     def particle_ids(self):
-        return list(self._infer.particle_ids())
+        return list(self._core.particle_ids())
 
     def particle_parameters(self, pid: int):
         """[(name, tensor)] of particle ``pid``, copies on the CPU."""
-        return list(self._infer.particle_parameters(pid))
+        return list(self._core.particle_parameters(pid))
 
 
 class Ensemble(Infer):
