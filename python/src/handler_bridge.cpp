@@ -112,17 +112,17 @@ Handler make_handler(std::string message, std::shared_ptr<PyRef> fn, std::shared
     const torch::Device device = particle.device();
     const c10::Stream stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
     return call->serve(particle, [&] {
-      threads->run([call, fn, dispatch, args, stream] {
+      threads->run([call, fn, dispatch, args, stream]() -> std::function<void()> {
         c10::StreamGuard on_lane_stream(stream);
         CurrentCall running(call.get());
         py::gil_scoped_acquire gil;
         try {
           py::object result = dispatch->object(py::cast(call), fn->object, to_python(args));
-          call->finish(to_ivalue(result));
+          return [call, value = to_ivalue(result)]() mutable { call->finish(std::move(value)); };
         } catch (py::error_already_set& e) {
-          call->fail(std::make_exception_ptr(PythonError(e)));
+          return [call, error = std::make_exception_ptr(PythonError(e))] { call->fail(error); };
         } catch (...) {
-          call->fail(std::current_exception());
+          return [call, error = std::current_exception()] { call->fail(error); };
         }
       });
     });

@@ -10,7 +10,7 @@ namespace push::python {
 
 HandlerThreads::~HandlerThreads() { close(); }
 
-void HandlerThreads::run(std::function<void()> job) {
+void HandlerThreads::run(Job job) {
   std::lock_guard<std::mutex> lock(mutex_);
   PUSH_CHECK(!closed_, "push.PusH", "the distribution is closed");
   jobs_.push_back(std::move(job));
@@ -27,16 +27,24 @@ void HandlerThreads::loop() {
   py::gil_scoped_acquire gil;
   py::gil_scoped_release unlocked;
   std::unique_lock<std::mutex> lock(mutex_);
+  ++idle_;
   for (;;) {
-    ++idle_;
     ready_.wait(lock, [&] { return closed_ || !jobs_.empty(); });
-    --idle_;
-    if (jobs_.empty()) return;  // closed, and nothing left to run
-    std::function<void()> job = std::move(jobs_.front());
+    if (jobs_.empty()) {  // closed, and nothing left to run
+      --idle_;
+      return;
+    }
+    Job job = std::move(jobs_.front());
     jobs_.pop_front();
+    --idle_;
     lock.unlock();
-    job();  // never throws: the bridge hands every error to the waiting fiber
+    std::function<void()> publish = job();
     job = nullptr;
+    lock.lock();
+    ++idle_;  // before the outcome is out: a job it lets in may take this thread
+    lock.unlock();
+    publish();
+    publish = nullptr;
     lock.lock();
   }
 }

@@ -27,8 +27,12 @@ class HandlerThreads {
   HandlerThreads(const HandlerThreads&) = delete;
   HandlerThreads& operator=(const HandlerThreads&) = delete;
 
+  /// A handler's work; it returns what publishes its outcome, which the thread runs once it
+  /// counts as idle again, so that the message the outcome lets in (a sequence of calls)
+  /// finds this thread rather than starting another. Neither part may throw.
+  using Job = std::function<std::function<void()>()>;
   /// Runs `job` on an idle thread, or on a new one when none is idle. Throws after close().
-  void run(std::function<void()> job);
+  void run(Job job);
   /// Lets the queued and running jobs finish, then joins every thread. Idempotent.
   void close();
   std::size_t threads() const;
@@ -38,7 +42,7 @@ class HandlerThreads {
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<std::function<void()>> jobs_;
+  std::deque<Job> jobs_;
   std::size_t idle_ = 0;
   bool closed_ = false;
   std::vector<std::thread> threads_;
