@@ -125,6 +125,12 @@ class PusH:
     def world_size(self) -> int:
         return self._core.world_size()
 
+    def barrier(self) -> None:
+        """Returns once every rank has called it (at once without a world). Fails at once,
+        on every rank, when a rank is lost or the ranks have made different particles
+        (p_create called differently)."""
+        self._core.barrier()
+
     def rank_of(self, pid: int) -> int:
         """The rank particle ``pid`` lives on."""
         self._check_pid(pid)

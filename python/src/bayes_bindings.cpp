@@ -2,6 +2,7 @@
 
 #include "handler_bridge.h"
 #include "sequential.h"
+#include "without_gil.h"
 
 #include <push/bayes/ensemble.h>
 #include <push/bayes/mc_dropout.h>
@@ -20,15 +21,8 @@ namespace py = pybind11;
 namespace push::python {
 namespace {
 
-// Deletes an Infer with the GIL released: its lanes are joined, and a lane may need the GIL
-// to free a tensor that came from Python.
-struct DeleteWithoutGil {
-  void operator()(bayes::Infer* infer) const {
-    py::gil_scoped_release unlocked;
-    delete infer;
-  }
-};
-using InferHolder = std::unique_ptr<bayes::Infer, DeleteWithoutGil>;
+// An Infer is deleted with the GIL released: its lanes are joined.
+using InferHolder = WithoutGil<bayes::Infer>;
 
 // Options arrive as a dict of keyword arguments; each is taken once, and any left over is
 // a TypeError naming it (a misspelt option never passes silently).

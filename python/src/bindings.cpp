@@ -271,6 +271,13 @@ PYBIND11_MODULE(_push, m) {
                return 0;
              });
            })
+      .def("barrier",
+           [](Distribution& d) {
+             d.run<int>([](Push& p) {
+               p.barrier();
+               return 0;
+             });
+           })
       .def("load",
            [](Distribution& d, const std::string& dir) {
              d.run<int>([&](Push& p) {

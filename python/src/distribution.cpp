@@ -74,7 +74,8 @@ Pid Distribution::create(const py::dict& receive, std::optional<int> device, std
     std::lock_guard<std::mutex> lock(create_mutex_);
     try {
       pid = held<Pid>([&](Push& p) {
-        if (device && (*device < 0 || *device >= p.num_devices())) {
+        // With `rank`, the lane is that rank's, which p_create checks there.
+        if (!rank && device && (*device < 0 || *device >= p.num_devices())) {
           throw py::value_error(c10::str("push: device ", *device, " does not exist: this distribution has ",
                                          p.num_devices(), " device lane(s), 0 to ", p.num_devices() - 1));
         }

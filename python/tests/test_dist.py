@@ -19,6 +19,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_ranks(argv, ranks, env):
+    """``ranks`` processes of ``argv`` as one job on this host; each one's (rc, stdout,
+    stderr). Every process is killed if the job does not end in time."""
+    env = dict(env, WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(ranks)]
+    try:
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            results.append((p.returncode, out, err))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def run(tmp_path, ranks):
     out = tmp_path / f"ranks{ranks}.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
@@ -27,13 +46,8 @@ def run(tmp_path, ranks):
                               timeout=300)
         assert done.returncode == 0, done.stderr
     else:
-        env.update(WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        procs = [subprocess.Popen([sys.executable, str(PROGRAM), str(out)], env=dict(env, RANK=str(r),
-                                  LOCAL_RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(ranks)]
-        for r, p in enumerate(procs):
-            stdout, stderr = p.communicate(timeout=300)
-            assert p.returncode == 0, f"rank {r}:\n{stdout}\n{stderr}"
+        for r, (rc, stdout, stderr) in enumerate(start_ranks([sys.executable, str(PROGRAM), str(out)], ranks, env)):
+            assert rc == 0, f"rank {r}:\n{stdout}\n{stderr}"
     return json.loads(out.read_text())
 
 
@@ -55,12 +69,37 @@ def test_two_ranks_give_the_numbers_of_one_process(tmp_path):
     assert "cannot send a value of type PyObject" in two["object"], two["object"]
 
 
+def test_ranks_that_made_different_particles_fail_the_barrier(tmp_path):
+    script = tmp_path / "skew.py"
+    script.write_text(
+        "import os, torch, push, push.dist\n"
+        "with push.PusH(torch.nn.Linear, 2, 1, world=push.dist.World()) as d:\n"
+        "    for _ in range(2 + int(os.environ['RANK'])):\n"
+        "        d.p_create(None)\n"
+        "    try:\n"
+        "        d.barrier()\n"
+        "    except Exception as e:\n"
+        "        print('refused:', e)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for r, (rc, stdout, stderr) in enumerate(start_ranks([sys.executable, str(script)], 2, env)):
+        assert "called barrier with 2 particles where rank 1 (worker1) called barrier with 3" in stdout, \
+            f"rank {r}:\n{stdout}\n{stderr}"
+
+
 def test_a_world_without_a_launcher_needs_rank_and_size(monkeypatch):
-    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
-    with pytest.raises(ValueError, match="give rank= and world_size="):
+    with pytest.raises(ValueError, match="no launcher set RANK and WORLD_SIZE.*give rank= and world_size="):
         push.dist.World()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="no launcher set RANK \\("):
+        push.dist.World()
+    monkeypatch.delenv("WORLD_SIZE")
     with pytest.raises(ValueError, match="rank"):
         push.dist.World(rank=2, world_size=2)
-    with pytest.raises(ValueError, match="init_timeout must be a positive number"):
-        push.dist.World(rank=0, world_size=1, init_timeout=0)
+    for bad in (0, 1e-4, float("inf")):
+        with pytest.raises(ValueError, match="init_timeout must be a number of seconds from 0.001 to 1e7"):
+            push.dist.World(rank=0, world_size=1, init_timeout=bad)
+    monkeypatch.setenv("MASTER_PORT", "abc")
+    with pytest.raises(ValueError, match="MASTER_PORT must be a port number, got 'abc'"):
+        push.dist.World(rank=0, world_size=1)
