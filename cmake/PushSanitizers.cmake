@@ -10,3 +10,10 @@ elseif(PUSH_SANITIZER STREQUAL "thread")
 elseif(NOT PUSH_SANITIZER STREQUAL "")
   message(FATAL_ERROR "PUSH_SANITIZER must be '', 'address' or 'thread', got '${PUSH_SANITIZER}'")
 endif()
+
+# What every test runs with (the C++ tests, and the Python tests in an ASan build): the
+# suppression files and the options the fibers' stack switches need.
+set(PUSH_SANITIZER_ENVIRONMENT
+  "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tools/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1"
+  "ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0"
+  "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=${PROJECT_SOURCE_DIR}/tools/sanitizers/ubsan.supp")
