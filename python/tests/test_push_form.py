@@ -3,24 +3,7 @@ import torch
 
 import push
 import push.bayes.ensemble as ensemble
-
-
-def regression_loader(n=256, batch=64):
-    g = torch.Generator().manual_seed(1)
-    x = torch.rand(n, 1, generator=g) * 4 - 2
-    y = torch.sin(2 * x) + 0.05 * torch.randn(n, 1, generator=g)
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch), x, y
-
-
-class MLP(torch.nn.Module):
-    # Not a Sequential: trains as Python code on push's particles.
-    def __init__(self, width):
-        super().__init__()
-        self.a = torch.nn.Linear(1, width)
-        self.b = torch.nn.Linear(width, 1)
-
-    def forward(self, x):
-        return self.b(torch.tanh(self.a(x)))
+from conftest import MLP, regression_loader
 
 
 def test_train_deep_ensemble_as_pusH_calls_it():
