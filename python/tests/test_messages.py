@@ -15,7 +15,25 @@ def test_launch_runs_the_handler_and_p_wait_returns_results_by_future_id(dist):
     f1 = dist.p_launch(pid, "ADD", 2, 3)
     f2 = dist.p_launch(pid, "ADD", 10, -4)
     assert dist.p_wait([f1, f2]) == {f1._fid: 5, f2._fid: 6}
-    assert f1.wait() == 5
+    assert f1.wait() == 5 and f1.done()
+    # PusH's sync=True: waits, returns None.
+    assert dist.p_launch(pid, "ADD", 1, 1, sync=True) is None
+
+
+def test_views_name_their_parameters_and_count_versions(dist):
+    def train_and_view(p, other):
+        before = p.get(other).wait()
+        p.send(other, "STEP").wait()
+        after = p.get(other).wait()
+        return before.version, after.version, [n for n, _ in after.named_parameters()]
+
+    def step(p):
+        p.step(torch.nn.functional.mse_loss, torch.ones(4, 3), torch.zeros(4, 1)).wait()
+
+    a = dist.p_create(None, receive={"RUN": train_and_view})
+    b = dist.p_create(sgd, receive={"STEP": step})
+    before, after, names = dist.p_launch(a, "RUN", b).wait()
+    assert after > before and names == ["weight", "bias"]
 
 
 def test_values_cross_as_themselves(dist):

@@ -17,9 +17,11 @@ def test_train_deep_ensemble_as_pusH_calls_it():
             torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(p), net.parameters())
             assert torch.nn.functional.mse_loss(net(x), y).item() < 0.05
         assert len(ens.losses) == 40 and ens.losses[-1] < ens.losses[0]
-        pred = ens.posterior_pred(x, mode=["mean", "std", "pred", "median"])
+        pred = ens.posterior_pred(x, mode=["mean", "std", "pred", "median", "min", "max"])
         assert pred["pred"].shape == (len(x), 3, 1)
         assert torch.allclose(pred["mean"], pred["pred"].mean(dim=1))
+        assert torch.equal(pred["min"], pred["pred"].min(dim=1).values)
+        assert torch.equal(pred["max"], pred["pred"].max(dim=1).values)
         assert torch.nn.functional.mse_loss(pred["mean"], y).item() < 0.05
         assert (pred["std"] > 0).all()
         # A DataLoader predicts batch by batch, the same numbers.

@@ -133,10 +133,11 @@ def test_train_key_seeds_the_module():
 def test_classification_modes():
     logits = [torch.tensor([[2.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [3.0, 0.0]]),
               torch.tensor([[0.0, 5.0], [0.0, 2.0]])]
-    out = combine(logits, False, ["mode", "mean_prob", "prob", "logits"])
+    out = combine(logits, False, ["mode", "mean_prob", "prob", "logits", "mean", "std"])
     assert out["mode"].tolist() == [0, 1]
     probs = torch.stack([t.softmax(-1) for t in logits], dim=1)
     assert torch.allclose(out["prob"], probs) and torch.allclose(out["mean_prob"], probs.mean(1))
+    assert torch.equal(out["mean"], out["mean_prob"]) and torch.allclose(out["std"], probs.std(1))
     assert out["logits"].shape == (2, 3, 2)
 
 
@@ -251,3 +252,29 @@ def test_numpy_numbers_are_numbers():
     loader, _, _ = regression_loader(n=16)
     with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 1, MLP, 4, lr=np.float32(0.01)) as ens:
         assert len(ens.losses) == 1
+
+
+def test_swag_samples_follow_swag_s_formula():
+    # Known moments in a particle's state; the predictions of a linear module are its sampled
+    # weights (input 1): their covariance must be scale (diag(var) + D^T D / (K - 1)) / 2.
+    def run(p, n):
+        with torch.no_grad():
+            p.module.weight.zero_()
+        mean = [torch.tensor([[1.0, -2.0]]), torch.tensor([0.5])]
+        var = torch.tensor([0.3, 0.1, 0.2])
+        rows = torch.tensor([[1.0, 0.5, 0.0], [-1.0, 0.5, 0.2], [0.0, -1.0, 0.4]])  # K = 3 deviations
+        p.state[p.pid] = {"mom1": mean, "mom2": [mean[0] ** 2 + var[:2].view(1, 2), mean[1] ** 2 + var[2:]],
+                          "cov_mat_sqrt": [rows[:, :2], rows[:, 2:]]}
+        eye = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # rows: w0, w1, the bias alone
+        outs = [swag._mswag_pred(p, eye, 0.5, 1e-30, 1, True, seed) for seed in range(n)]
+        return torch.stack([o[:, 0] for o in outs]), var, rows
+
+    with push.PusH(torch.nn.Linear, 2, 1) as dist:
+        pid = dist.p_create(None, receive={"RUN": run})
+        samples, var, rows = dist.p_launch(pid, "RUN", 4000).wait()
+    # Output j = w . e_j + b: recover the weights and the bias.
+    b = samples[:, 2]
+    theta = torch.stack([samples[:, 0] - b, samples[:, 1] - b, b], dim=1)
+    expected = 0.5 * (torch.diag(var) + rows.t() @ rows / 2) / 2
+    assert torch.allclose(theta.mean(0), torch.tensor([1.0, -2.0, 0.5]), atol=0.05)
+    assert torch.allclose(torch.cov(theta.t()), expected, atol=0.03), (torch.cov(theta.t()), expected)
