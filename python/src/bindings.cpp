@@ -264,27 +264,9 @@ PYBIND11_MODULE(_push, m) {
            })
       .def("lane_of",
            [](const Distribution& d, Pid pid) { return d.query<int>([&](Push& p) { return p.lane_of(pid); }); })
-      .def("save",
-           [](Distribution& d, const std::string& dir) {
-             d.run<int>([&](Push& p) {
-               p.save(dir);
-               return 0;
-             });
-           })
-      .def("barrier",
-           [](Distribution& d) {
-             d.run<int>([](Push& p) {
-               p.barrier();
-               return 0;
-             });
-           })
-      .def("load",
-           [](Distribution& d, const std::string& dir) {
-             d.run<int>([&](Push& p) {
-               p.load(dir);
-               return 0;
-             });
-           })
+      .def("save", [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.save(dir); }); })
+      .def("barrier", [](Distribution& d) { d.run([](Push& p) { p.barrier(); }); })
+      .def("load", [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.load(dir); }); })
       .def("handler_threads", &Distribution::handler_threads)
       .def_property_readonly("closed", &Distribution::closed)
       .def_static("in_handler", [] { return HandlerCall::current() != nullptr; })

@@ -50,6 +50,14 @@ class Distribution {
     return held(fn);
   }
 
+  /// The same for `fn` without a result.
+  void run(const std::function<void(Push&)>& fn) const {
+    run<int>([&](Push& p) {
+      fn(p);
+      return 0;
+    });
+  }
+
   /// Runs `fn(push)` with the GIL released and the runtime held, on this thread: for
   /// what does not wait on a lane. Call with the GIL.
   template <class T>

@@ -10,41 +10,28 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from push.bayes.particle_infer import (ParticleInfer, adam, batches_of, bootstrap_loaders, check_folder, check_int,
-                                       check_number, combine, constant_scheduler, train_keys)
+from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_folder, check_int, check_number,
+                                       combine, constant_scheduler, run_epochs, step_on, train_keys)
 
 mk_scheduler = constant_scheduler
 
 
 def _deep_ensemble_main(particle, dataloader, loss_fn: Callable, epochs: int, bootstrap: bool = False):
-    """The lead particle's loop; returns its mean loss per epoch."""
+    """The lead particle's loop; returns its mean loss per epoch. Each epoch ends with every
+    particle's scheduler step."""
     others = particle.other_particles()
-    if bootstrap:
-        loaders = bootstrap_loaders(dataloader, len(others) + 1, particle.state.get("_seed", 0))
-    losses = []
-    for _ in range(epochs):
-        pending, mine = [], []
-        if bootstrap:
-            # Each member its own resample: the others' batches are queued at once (each
-            # member takes its messages in order), the lead steps on its own meanwhile.
-            for pid, loader in zip(others, loaders[1:]):
-                pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for data, label in loader]
-            mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
-        else:
-            for data, label in batches_of(dataloader, "push.bayes.ensemble"):
-                mine.append(particle.step(loss_fn, data, label).wait())
-                pending += [particle.send(pid, "ENSEMBLE_STEP", loss_fn, data, label) for pid in others]
-        # Every member has taken every step of the epoch before the next one starts (PusH
-        # sent without waiting; here nothing is left running when training returns).
-        particle.wait(pending)
+    loaders = (bootstrap_loaders(dataloader, len(others) + 1, particle.state.get("_seed", 0)) if bootstrap
+               else [dataloader])
+
+    def scheduler_steps():
         particle.wait([particle.send(pid, "SCHEDULER_STEP") for pid in others])
         _ensemble_scheduler_step(particle)
-        losses.append(torch.stack(mine).mean().item() if mine else float("nan"))
-    return losses
+
+    return run_epochs(particle, loaders, others, loss_fn, "ENSEMBLE_STEP", epochs, scheduler_steps,
+                      "push.bayes.ensemble")
 
 
-def _ensemble_step(particle, loss_fn: Callable, data, label, *args):
-    return particle.step(loss_fn, data, label, *args).wait()
+_ensemble_step = step_on
 
 
 def _ensemble_scheduler_step(particle, *args):
@@ -76,15 +63,12 @@ class Ensemble(ParticleInfer):
         mk_optim = mk_optim or adam(lr)
         keys = train_keys(random_seed, num_ensembles)
         state = dict(ensemble_state or {}, _seed=self.seed)
-        pids = [self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[0], device=0, state=state,
-                                        receive={"ENSEMBLE_MAIN": ensemble_entry, "ENSEMBLE_PRED": _ensemble_pred,
-                                                 "ENSEMBLE_STEP": _ensemble_step,
-                                                 "SCHEDULER_STEP": _ensemble_scheduler_step})]
-        for n in range(1, num_ensembles):
-            pids.append(self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[n], device=n % self.num_devices,
-                                                receive={"ENSEMBLE_STEP": _ensemble_step,
-                                                         "ENSEMBLE_PRED": _ensemble_pred,
-                                                         "SCHEDULER_STEP": _ensemble_scheduler_step}))
+        receive = {"ENSEMBLE_STEP": _ensemble_step, "ENSEMBLE_PRED": _ensemble_pred,
+                   "SCHEDULER_STEP": _ensemble_scheduler_step}
+        pids = [self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[n], device=n % self.num_devices,
+                                        receive=dict(receive, **({"ENSEMBLE_MAIN": ensemble_entry} if n == 0
+                                                                 else {})), state=state if n == 0 else {})
+                for n in range(num_ensembles)]
         result = self.push_dist.p_launch(pids[0], "ENSEMBLE_MAIN", dataloader, loss_fn, epochs, bootstrap).wait()
         if isinstance(result, list):
             self.losses += result

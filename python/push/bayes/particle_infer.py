@@ -106,6 +106,41 @@ def bootstrap_loaders(dataloader, n: int, seed: int) -> List[DataLoader]:
     return loaders
 
 
+def step_on(particle, loss_fn: Callable, data, label, *args):
+    """The handler a lead particle's batches are sent to: one step of this particle."""
+    return particle.step(loss_fn, data, label, *args).wait()
+
+
+def mean_loss(losses: List[torch.Tensor]) -> float:
+    return torch.stack(losses).mean().item() if losses else float("nan")
+
+
+def run_epochs(particle, loaders, others: List[int], loss_fn: Callable, step_msg: str, epochs: int,
+               after_epoch: Callable[[], None], where: str) -> List[float]:
+    """The lead particle's training loop, PusH's: ``epochs`` epochs of every member. With
+    one loader the lead steps on each batch and sends it to the others (``step_msg``); with
+    one per member (bootstrap resamples) the others' batches are queued at once (each
+    member takes its messages in order) while the lead steps on its own. Every member has
+    taken every step of an epoch before ``after_epoch`` and the next epoch (PusH sent
+    without waiting; here nothing is left running when training returns). Returns the
+    lead's mean loss per epoch."""
+    losses = []
+    for _ in range(epochs):
+        pending, mine = [], []
+        if len(loaders) > 1:
+            for pid, loader in zip(others, loaders[1:]):
+                pending += [particle.send(pid, step_msg, loss_fn, data, label) for data, label in loader]
+            mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
+        else:
+            for data, label in batches_of(loaders[0], where):
+                pending += [particle.send(pid, step_msg, loss_fn, data, label) for pid in others]
+                mine.append(particle.step(loss_fn, data, label).wait())
+        particle.wait(pending)
+        after_epoch()
+        losses.append(mean_loss(mine))
+    return losses
+
+
 def combine(preds: Sequence[torch.Tensor], f_reg: bool, mode: Sequence[str]) -> Dict[str, torch.Tensor]:
     """PusH's prediction modes over the particles' outputs ``preds`` ([N, ...] each):
     regression "mean", "median", "min", "max", "std", "pred" (all, [N, particles, ...]);

@@ -18,7 +18,8 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from push.bayes.ensemble import _ensemble_pred
-from push.bayes.particle_infer import ParticleInfer, batches_of, check_int, check_number, combine, train_keys
+from push.bayes.particle_infer import (ParticleInfer, batches_of, check_int, check_number, combine, mean_loss, step_on,
+                                       train_keys)
 
 
 def torch_squared_exp_kernel(x: torch.Tensor, y: torch.Tensor, length_scale: float) -> torch.Tensor:
@@ -53,8 +54,7 @@ def _flat(tensors, like=None) -> torch.Tensor:
                       for i, t in enumerate(tensors)])
 
 
-def _svgd_step(particle, loss_fn: Callable, data, label):
-    return particle.step(loss_fn, data, label).wait()
+_svgd_step = step_on
 
 
 def _svgd_follow(particle, lr: float, update: torch.Tensor) -> None:
@@ -90,7 +90,7 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
             futures = [particle.send(pid, "SVGD_FOLLOW", lr, updates[i + 1]) for i, pid in enumerate(others)]
             _svgd_follow(particle, lr, updates[0])
             particle.wait(futures)
-        losses.append(torch.stack(mine).mean().item() if mine else float("nan"))
+        losses.append(mean_loss(mine))
     return losses
 
 

@@ -17,8 +17,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from push.bayes.particle_infer import (ParticleInfer, adam, batches_of, bootstrap_loaders, check_folder, check_int,
-                                       check_number, combine, constant_scheduler, mix, train_keys)
+from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_folder, check_int, check_number,
+                                       combine, constant_scheduler, mix, run_epochs, step_on, train_keys)
 
 mk_scheduler = constant_scheduler
 
@@ -28,8 +28,7 @@ def create_optimizer(lr: float) -> Callable:
     return adam(lr, weight_decay=lr / 1e3)
 
 
-def _swag_step(particle, loss_fn: Callable, data, label, *args):
-    return particle.step(loss_fn, data, label, *args).wait()
+_swag_step = step_on
 
 
 def _swag_swag(particle, reset: bool, cov_mat_rank: int) -> None:
@@ -53,27 +52,6 @@ def _swag_swag(particle, reset: bool, cov_mat_rank: int) -> None:
         state["n"] = n + 1
 
 
-def _run_epochs(particle, loaders, others, loss_fn, epochs, after_epoch):
-    """``epochs`` epochs of every member: the lead steps on loaders[0]'s batches; each other
-    member on its own loader's, or on the lead's when there is one loader. Returns the
-    lead's mean loss per epoch."""
-    losses = []
-    for _ in range(epochs):
-        pending, mine = [], []
-        if len(loaders) > 1:
-            for pid, loader in zip(others, loaders[1:]):
-                pending += [particle.send(pid, "SWAG_STEP", loss_fn, data, label) for data, label in loader]
-            mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
-        else:
-            for data, label in batches_of(loaders[0], "push.bayes.swag"):
-                pending += [particle.send(pid, "SWAG_STEP", loss_fn, data, label) for pid in others]
-                mine.append(particle.step(loss_fn, data, label).wait())
-        particle.wait(pending)
-        after_epoch()
-        losses.append(torch.stack(mine).mean().item() if mine else float("nan"))
-    return losses
-
-
 def _mswag_particle(particle, dataloader, loss_fn: Callable, cov_mat_rank: int, pretrain_epochs: int,
                     swag_epochs: int, swag_pids: List[int], bootstrap: bool = False) -> List[float]:
     """The lead particle's loop (PusH's): pretraining, then SWAG epochs that end with every
@@ -87,9 +65,10 @@ def _mswag_particle(particle, dataloader, loss_fn: Callable, cov_mat_rank: int, 
         _swag_swag(particle, reset, cov_mat_rank)
         particle.wait(futures)
 
-    losses = _run_epochs(particle, loaders, others, loss_fn, pretrain_epochs, lambda: None)
+    where = "push.bayes.swag"
+    losses = run_epochs(particle, loaders, others, loss_fn, "SWAG_STEP", pretrain_epochs, lambda: None, where)
     collect(True)
-    losses += _run_epochs(particle, loaders, others, loss_fn, swag_epochs, lambda: collect(False))
+    losses += run_epochs(particle, loaders, others, loss_fn, "SWAG_STEP", swag_epochs, lambda: collect(False), where)
     return losses
 
 
