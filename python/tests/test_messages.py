@@ -228,3 +228,21 @@ def test_load_refuses_what_does_not_fit(tmp_path):
         d.p_create(sgd)
         with pytest.raises(RuntimeError, match="checkpoint directory '.*nowhere' does not exist"):
             d.load(tmp_path / "nowhere")
+    # Every file of the checkpoint cut short in turn, and with a byte flipped in its middle:
+    # named as corrupt, and the particles keep what they had.
+    files = sorted(f for f in (tmp_path / "two").rglob("*") if f.is_file())
+    assert files
+    for f in files:
+        whole = f.read_bytes()
+        mid = len(whole) // 2
+        for damaged in (whole[:mid], whole[:mid] + bytes([whole[mid] ^ 0xFF]) + whole[mid + 1:]):
+            f.write_bytes(damaged)
+            with push.PusH(linear) as d:
+                d.p_create(sgd)
+                d.p_create(sgd)
+                before = [d.p_parameters(pid) for pid in (0, 1)]
+                with pytest.raises(RuntimeError, match=f"checkpoint '.*two' is corrupt: {f.name}"):
+                    d.load(tmp_path / "two")
+                after = [d.p_parameters(pid) for pid in (0, 1)]
+                assert all(torch.equal(a, b) for pa, pb in zip(before, after) for a, b in zip(pa, pb))
+        f.write_bytes(whole)
