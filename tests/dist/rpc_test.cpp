@@ -150,7 +150,8 @@ PUSH_DIST_WORKER(rpc_services) {
   EXPECT_FALSE(rpc.is_registered("count"));
   EXPECT_FALSE(rpc.is_paired("weights"));
   EXPECT_PUSH_ERROR(w.to_here(), "no value is paired under 'weights'");
-  // Now worker1 may take the key.
+  // Now worker1 may take the key, once both have seen it free.
+  rpc.barrier();
   if (rank == 1) rpc.register_service("count", [](const RpcArgs&) { return c10::IValue(int64_t{-1}); });
   rpc.barrier();
   EXPECT_EQ(rpc.registered_sync("count").toInt(), -1);
