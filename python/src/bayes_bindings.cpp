@@ -72,6 +72,7 @@ bayes::InferOptions infer_options(Options& o) {
   if (auto v = o.take<double>("prior_std")) io.prior_std(*v);
   if (auto v = o.take<int64_t>("batch_size")) io.batch_size(*v);
   if (auto v = o.take<double>("lr")) io.lr(*v);
+  if (auto v = o.take<int64_t>("cosine_epochs")) io.cosine_epochs(*v);
   if (auto v = o.take<bool>("fuse")) io.fuse(*v);
   if (auto v = o.take<uint64_t>("seed")) po.seed(*v);
   if (auto v = o.take<int>("devices")) po.devices(*v);

@@ -50,6 +50,17 @@ def test_the_ensemble_learns_and_reports_uncertainty():
     assert pred.members.shape[0] == 8
 
 
+def test_a_cosine_schedule_ends_at_rate_zero():
+    # cosine_epochs=2: the rate falls to 0 over two epochs; later epochs change nothing.
+    x, y = data()
+    model = bayes.Ensemble(mlp, particles=2, lr=1e-2, noise_std=0.1, fuse=True, cosine_epochs=2).fit(x, y, epochs=2)
+    before = [t.clone() for _, t in model.particle_parameters(0)]
+    model.fit(x, y, epochs=2)
+    assert all(torch.equal(a, b) for a, (_, b) in zip(before, model.particle_parameters(0)))
+    with pytest.raises(RuntimeError, match="cosine_epochs must be >= 0"):
+        bayes.Ensemble(mlp, cosine_epochs=-1).fit(x, y)
+
+
 def test_rebuilt_layers_and_weights():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),

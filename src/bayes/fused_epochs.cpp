@@ -25,7 +25,10 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
   Infer& a = algorithm_;
   std::vector<double> losses;
   p.borrow(members, [&](const std::vector<Particle*>& ps) {
-    for (Particle* m : ps) a.prepare_epoch(*m, epoch);
+    for (Particle* m : ps) {
+      a.schedule_lr(*m, epoch);
+      a.prepare_epoch(*m, epoch);
+    }
     // The model fuses (checked on a scratch copy), but these members may not: their
     // optimizers or step counts differ (loaded from elsewhere), or a subclass's rows do
     // not cover the data. They train one by one then, with the same results.

@@ -23,6 +23,8 @@ Infer::Infer(ModuleFactory model, InferOptions options)
     : model_(std::move(model)), options_(std::move(options)), objective_(options_) {
   PUSH_CHECK(options_.particles() >= 1, "push::bayes::Infer", "particles must be >= 1, got ", options_.particles());
   PUSH_CHECK(options_.batch_size() >= 1, "push::bayes::Infer", "batch_size must be >= 1, got ", options_.batch_size());
+  PUSH_CHECK(options_.cosine_epochs() >= 0, "push::bayes::Infer", "cosine_epochs must be >= 0, got ",
+             options_.cosine_epochs());
   if (options_.likelihood() == Likelihood::learned_noise) {
     model_ = [net = std::move(model_)] { return torch::nn::AnyModule(detail::LearnedNoise(net())); };
   }
@@ -76,6 +78,11 @@ void Infer::create_particles() {
     }));
   }
   optimizer_ = opts.optimizer();
+  if (options_.cosine_epochs() > 0) {  // lr₀ of each param group, as a new particle's optimizer has it
+    auto scratch = model_();
+    auto optimizer = optimizer_(scratch.ptr()->parameters());
+    for (const auto& g : optimizer->param_groups()) base_lrs_.push_back(g.options().get_lr());
+  }
   // Fused when asked and the model and its optimizer fuse (a scratch copy says: the
   // particles' own come later), but not when the algorithm has an "epoch" of its own (it
   // knows nothing of groups) or with data parallelism (a replica steps one particle at a time).
@@ -187,7 +194,24 @@ Predictive Infer::predict(const torch::Tensor& x) {
 
 double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                           const StepHooks& hooks) {
+  schedule_lr(p, epoch);
   return detail::UnfusedEpochs(*this).train(p, x, y, epoch, hooks);
+}
+
+void Infer::schedule_lr(Particle& p, int64_t epoch) const {
+  const int64_t t = options_.cosine_epochs();
+  if (t <= 0) return;
+  set_lr_fraction(p,
+                  epoch < t ? 0.5 * (1 + std::cos(M_PI * static_cast<double>(epoch) / static_cast<double>(t))) : 0.0);
+}
+
+void Infer::set_lr_fraction(Particle& p, double fraction) const {
+  PUSH_CHECK(!base_lrs_.empty(), "push::bayes::Infer", "set_lr_fraction needs cosine_epochs > 0");
+  auto& groups = p.optimizer().param_groups();
+  // The particle's optimizer comes from the factory base_lrs_ was read from: the same groups.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i].options().set_lr(base_lrs_.at(std::min(i, base_lrs_.size() - 1)) * fraction);
+  }
 }
 
 torch::Tensor Infer::predict_particle(Particle& p, const torch::Tensor& x) {

@@ -107,6 +107,7 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
                              const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   if (!fused()) {
     // A group of one unfused particle: p.
+    if (phi.numel() == 0) schedule_lr(p, epoch);  // the epoch's first batch: its steps follow
     if (phi.numel() > 0) apply_direction(p, phi[0]);
     auto& module = p.module();
     p.optimizer().zero_grad();
@@ -128,6 +129,7 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     auto& stack = stacks_[p.pid()];
     lock.unlock();
     if (phi.numel() == 0) {
+      for (Particle* m : ps) schedule_lr(*m, epoch);
       stack = make_stack(ps);  // the epoch's first batch
     } else {
       PUSH_CHECK(stack != nullptr, "push::bayes::SVGD", "group of particle ", p.pid(), " was not stacked");

@@ -124,8 +124,13 @@ torch::Tensor MultiSWAG::sample(const SWAGMoments& m, int64_t samples, double mi
 }
 
 void MultiSWAG::prepare_epoch(Particle& p, int64_t epoch) {
-  if (collecting(epoch) && swag_.swag_lr()) {
+  if (!collecting(epoch)) return;
+  // Collection runs at its own rate: swag_lr, else the optimizer's lr₀ (a cosine schedule
+  // of the pretraining, InferOptions::cosine_epochs, has set a decayed one).
+  if (swag_.swag_lr()) {
     for (auto& g : p.optimizer().param_groups()) g.options().set_lr(*swag_.swag_lr());
+  } else if (options().cosine_epochs() > 0) {
+    set_lr_fraction(p, 1.0);
   }
 }
 

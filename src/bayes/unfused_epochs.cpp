@@ -52,6 +52,7 @@ std::map<Pid, double> UnfusedEpochs::run(Push& dist, const torch::Tensor& x, con
 }
 
 double UnfusedEpochs::particle_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
+  algorithm_.schedule_lr(p, epoch);
   algorithm_.prepare_epoch(p, epoch);
   return prepared_epoch(p, x, y, epoch);
 }

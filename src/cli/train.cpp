@@ -74,9 +74,10 @@ int run_train(int argc, char** argv) {
   const Stopwatch predicting;
   auto pred = infer->predict(data.test.x);
   timings.predict_s = predicting.seconds();
-  const auto grid = band_grid(data.train_raw);
-  std::optional<bayes::Predictive> band;
-  if (grid) band = infer->predict((*grid - data.scaler.x_mean) / data.scaler.x_std);
+  std::optional<torch::Tensor> band;  // 1-D regression: the predictive band, band.csv and its picture
+  if (const auto grid = band_grid(data.train_raw)) {
+    band = band_table(*grid, infer->predict((*grid - data.scaler.x_mean) / data.scaler.x_std), data.scaler);
+  }
 
   // ---- report (rank 0): nothing is written when a metric is not finite ----
   std::optional<Evaluation> evaluation;
@@ -86,7 +87,8 @@ int run_train(int argc, char** argv) {
     try {
       evaluation = evaluate(pred, data.test_raw, data.test, data.scaler, infer->losses());
       folders.out->write("predictions.csv", evaluation->predictions_csv);
-      pictures = write_pictures(*folders.out, c, *evaluation, *infer, data.train_raw, data.scaler, grid, band);
+      if (band) folders.out->write("band.csv", band_csv(*band));
+      pictures = write_pictures(*folders.out, c, *evaluation, *infer, data.train_raw, band);
     } catch (...) {
       report_failed = std::current_exception();
     }

@@ -13,6 +13,7 @@ namespace push::cli {
 struct TrainConfig {
   std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
   std::string out = "push-out", save, resume;
+  std::string lr_schedule = "cosine";           // cosine (over --epochs; mswag: its pretraining) or constant
   int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
   std::string device_type;                      // --devices cpu|cuda[:N]; empty: GPUs if any
   int nproc = 1;  // local ranks push train starts itself (not part of identity: any count resumes)
@@ -40,6 +41,7 @@ struct TrainConfig {
             {"particles", particles},
             {"batch_size", batch_size},
             {"lr", lr},
+            {"lr_schedule", lr_schedule},
             {"test_fraction", test_fraction},
             {"seed", seed},
             {"limit", limit},

@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 /// What --out may hold to be replaced: nothing but push train's own outputs.
 std::string replaceable_outputs(const fs::path& dir) {
-  static const std::set<std::string> ours = {"metrics.json", "predictions.csv", "loss.png", "predictive.png",
-                                             "reliability.png"};
+  static const std::set<std::string> ours = {"metrics.json", "predictions.csv", "band.csv",
+                                             "loss.png",     "predictive.png",  "reliability.png"};
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (!ours.count(name) || !entry.is_regular_file()) {

@@ -58,6 +58,9 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
       .prior_std(c.prior_std)
       .batch_size(c.batch_size)
       .lr(c.lr)
+      .cosine_epochs(c.lr_schedule == "constant" ? 0
+                     : c.algo == "mswag"         ? c.pretrain_epochs
+                                                 : c.epochs)
       .fuse(!data_parallel && c.fuse.value_or(spec.kind != "cnn"));
   if (data_parallel) {
     options.data_parallel(bayes::DataParallelSpec(*world, bayes::parse_data_parallel_mode(c.data_parallel))

@@ -25,10 +25,26 @@ std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw) {
   return torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
 }
 
+torch::Tensor band_table(const torch::Tensor& grid, const bayes::Predictive& band, const data::Standardizer& scaler) {
+  return torch::cat({cpu_double(grid), cpu_double(scaler.unscale_mean(band.mean)),
+                     cpu_double(scaler.unscale_variance(band.variance).sqrt()),
+                     cpu_double(scaler.unscale_variance(torch::clamp_min(band.variance - band.aleatoric, 0)).sqrt())},
+                    1);
+}
+
+std::string band_csv(const torch::Tensor& table) {
+  std::ostringstream csv;
+  csv.precision(9);
+  csv << "x,mean,sd,epistemic_sd\n";
+  const auto t = table.accessor<double, 2>();
+  for (int64_t i = 0; i < table.size(0); ++i)
+    csv << t[i][0] << ',' << t[i][1] << ',' << t[i][2] << ',' << t[i][3] << "\n";
+  return csv.str();
+}
+
 std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c,
                                         const Evaluation& e, const bayes::Infer& infer, const data::Dataset& train_raw,
-                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
-                                        const std::optional<bayes::Predictive>& band) {
+                                        const std::optional<torch::Tensor>& band) {
   std::vector<std::string> written;
   auto picture = [&](const std::string& name, const std::string& script) {
     if (auto png = render_png(name, script)) {
@@ -48,18 +64,17 @@ std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, c
                 "EOD\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange [0:1]\n"
                 "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
                 "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
+                "'' using 1:($4 > 0 ? $2 : 1/0):(sprintf('%d', $4)) with labels offset 0,0.8 font ',8' "
+                "title 'test points in the bin', "
                 "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
-  } else if (grid && band) {
+  } else if (band) {
     // 1-D inputs: the predictive band over a grid wider than the data.
-    const auto gm = cpu_double(scaler.unscale_mean(band->mean));
-    const auto gs = cpu_double(scaler.unscale_variance(band->variance).sqrt());
-    const auto ge = cpu_double(scaler.unscale_variance(torch::clamp_min(band->variance - band->aleatoric, 0)).sqrt());
-    const auto gx = cpu_double(*grid);
+    const auto t = band->accessor<double, 2>();
     std::ostringstream band_rows, points;
-    for (int64_t i = 0; i < gx.size(0); ++i) {
-      const double m = gm[i][0].item<double>(), s = gs[i][0].item<double>(), ep = ge[i][0].item<double>();
-      band_rows << gx[i][0].item<double>() << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << ' ' << m - 2 * ep
-                << ' ' << m + 2 * ep << "\n";
+    for (int64_t i = 0; i < band->size(0); ++i) {
+      const double m = t[i][1], s = t[i][2], ep = t[i][3];
+      band_rows << t[i][0] << ' ' << m << ' ' << m - 2 * s << ' ' << m + 2 * s << ' ' << m - 2 * ep << ' ' << m + 2 * ep
+                << "\n";
     }
     const auto tx = cpu_double(train_raw.x), ty = cpu_double(train_raw.y);
     for (int64_t i = 0; i < tx.size(0); ++i) {

@@ -17,13 +17,19 @@ namespace push::cli {
 /// data), or nothing when the run has no such picture.
 std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw);
 
+/// The predictive band at `grid` (raw inputs), predicted as `band`, in the data's units:
+/// [G, 4] doubles, each row x, predictive mean, σ and epistemic σ (the members'
+/// disagreement: the variance less its aleatoric part).
+torch::Tensor band_table(const torch::Tensor& grid, const bayes::Predictive& band, const data::Standardizer& scaler);
+/// band.csv: the table with a header row.
+std::string band_csv(const torch::Tensor& table);
+
 /// Renders the run's pictures into `out` (loss curve; reliability diagram or, for 1-D
-/// regression, the predictive band at `grid`, predicted as `band`); returns the names of
-/// those written. gnuplot missing or failing skips a picture with a warning; a failed
-/// write is an error.
+/// regression, the predictive band `band`, a band_table); returns the names of those
+/// written. gnuplot missing or failing skips a picture with a warning; a failed write is
+/// an error.
 std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c,
                                         const Evaluation& e, const bayes::Infer& infer, const data::Dataset& train_raw,
-                                        const data::Standardizer& scaler, const std::optional<torch::Tensor>& grid,
-                                        const std::optional<bayes::Predictive>& band);
+                                        const std::optional<torch::Tensor>& band);
 
 }  // namespace push::cli

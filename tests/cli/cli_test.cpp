@@ -22,6 +22,10 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
   auto csv = slurp(dir_ / "push-out" / "predictions.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), test_size + 1);
   EXPECT_EQ(m["loss_curve"].size(), m["run"]["epochs"].get<size_t>());
+  // What README says the picture shows: the members disagree in the gap (no data in
+  // -1.5 < x < 1.5) far more than on the data (docs/bayes.md, "Where the members disagree";
+  // five seeds in CliLong.TheMembersDisagreeInTheGapOverFiveSeeds).
+  EXPECT_GE(gap_ratio(dir_ / "push-out" / "band.csv"), 3.0);
   // The main job's budget; a sanitizer build runs it several times slower.
   EXPECT_LT(m["timings"]["total_s"].get<double>(), push::testing::sanitized() ? 600.0 : 60.0);
   if (has_gnuplot()) {
@@ -93,17 +97,27 @@ TEST_F(Cli, ClassificationCsvWritesCalibration) {
 }
 
 TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
-  ASSERT_NO_FATAL_FAILURE(save_then_resume("--particles 2 --quiet", 3, 5));
+  // At a constant rate, the same as five epochs in one go.
+  const std::string constant = "--particles 2 --quiet --lr-schedule constant";
+  ASSERT_NO_FATAL_FAILURE(save_then_resume(constant, 3, 5));
   EXPECT_EQ(metrics("b")["loss_curve"].size(), 5u);
-  // The same as five epochs in one go.
-  auto c = run("--particles 2 --epochs 5 --quiet --out c");
+  auto c = run(constant + " --epochs 5 --out c");
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_EQ(metrics("b")["metrics"]["rmse"], metrics("c")["metrics"]["rmse"]);
 
   auto bad = run("--particles 2 --epochs 5 --algo svgd --quiet --resume ck --out d");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("algo=\"ensemble\""), std::string::npos) << bad.err;
+  auto other = run("--particles 2 --epochs 5 --quiet --resume ck --out d");
+  EXPECT_NE(other.code, 0);
+  EXPECT_NE(other.err.find("lr_schedule=\"constant\", this run has lr_schedule=\"cosine\""), std::string::npos)
+      << other.err;
   EXPECT_FALSE(fs::exists(dir_ / "d"));
+  // The default cosine resumes too: its last epochs follow the cosine of the new --epochs
+  // (not the numbers of one run of 5, whose first 3 epochs ran on another cosine).
+  ASSERT_NO_FATAL_FAILURE(save_then_resume("--particles 2 --quiet", 3, 5));
+  EXPECT_EQ(metrics("b")["config"]["lr_schedule"], "cosine");
+  EXPECT_LT(metrics("b")["metrics"]["rmse"].get<double>(), 1.0);
 }
 
 TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
@@ -119,6 +133,7 @@ TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
       {"--model transformer", "unknown model 'transformer'"},
       {"--model mlp:64,abc", "bad width 'abc'"},
       {"--epochs -3", "--epochs"},
+      {"--lr-schedule linear", "--lr-schedule"},
       {"--resume no-such-dir", "no checkpoint to resume"},
       {"--data sine-gap --task classification", "not classification"},
       {"--devices gpu", "'gpu' is not N, cpu, cpu:N, cuda or cuda:N"},

@@ -72,6 +72,32 @@ inline json comparable(json m) {
   return m;
 }
 
+/// sine-gap's measure of where the members disagree, from a run's band.csv (x, mean, sd,
+/// epistemic_sd over a grid): the epistemic σ at the gap's centre (x = 0) over its mean at
+/// the centres of the two data clusters (x = ±2.75), each read at the nearest grid point.
+inline double gap_ratio(const fs::path& band_csv) {
+  std::istringstream in(slurp(band_csv));
+  std::string line;
+  std::getline(in, line);
+  if (line != "x,mean,sd,epistemic_sd") throw std::runtime_error("band.csv header: " + line);
+  std::vector<std::pair<double, double>> rows;  // x, epistemic σ
+  while (std::getline(in, line)) {
+    double v[4];
+    char comma;
+    std::istringstream row(line);
+    row >> v[0] >> comma >> v[1] >> comma >> v[2] >> comma >> v[3];
+    if (!row) throw std::runtime_error("band.csv row: " + line);
+    rows.emplace_back(v[0], v[3]);
+  }
+  if (rows.empty()) throw std::runtime_error("band.csv has no rows");
+  auto at = [&](double x) {
+    return std::min_element(rows.begin(), rows.end(),
+                            [x](const auto& a, const auto& b) { return std::abs(a.first - x) < std::abs(b.first - x); })
+        ->second;
+  };
+  return at(0.0) / ((at(-2.75) + at(2.75)) / 2);
+}
+
 class Cli : public ::testing::Test {
  protected:
   fs::path dir_ = fs::temp_directory_path() / ("push_cli_test_" + std::to_string(::getpid()) + "_" +

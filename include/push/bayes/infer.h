@@ -121,6 +121,13 @@ class Infer {
   /// `hooks`; the mean nll per point.
   double train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                      const StepHooks& hooks = {});
+  /// Sets p's learning rate for `epoch` as options().cosine_epochs() says (nothing without
+  /// a schedule). The training loop calls it before prepare_epoch; an algorithm with loops
+  /// of its own calls it before a particle's first step of each epoch.
+  void schedule_lr(Particle& p, int64_t epoch) const;
+  /// Sets each param group's learning rate of p to `fraction` of its lr₀, the rate a new
+  /// particle's optimizer has (only with options().cosine_epochs() > 0).
+  void set_lr_fraction(Particle& p, double fraction) const;
   /// The training set's size N (the objective's scale), set by fit().
   int64_t dataset_size() const { return dataset_size_; }
   /// The epoch the current fit() call stops after (progress reports).
@@ -169,6 +176,7 @@ class Infer {
   InferOptions options_;
   Objective objective_;
   OptimizerFactory optimizer_;                                   // the particles' (set when the distribution is built)
+  std::vector<double> base_lrs_;                                 // lr₀ of optimizer_'s param groups
   std::unique_ptr<detail::DataParallelTraining> data_parallel_;  // data_parallel only
   std::unique_ptr<detail::EpochEngine> engine_;
   int64_t dataset_size_ = 0;

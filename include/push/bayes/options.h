@@ -83,6 +83,14 @@ struct InferOptions {
   TORCH_ARG(double, noise_prior_rate) = 0.1;
   TORCH_ARG(int64_t, batch_size) = 128;
   TORCH_ARG(double, lr) = 1e-3;
+  /// T > 0: before each epoch e (counted from this Infer's first, loaded ones included) every
+  /// particle's learning rate is set to lr₀ (1 + cos(π e / T)) / 2, a half cosine from the
+  /// optimizer's own lr₀ to 0 over T epochs (SGDR without restarts, Loshchilov & Hutter
+  /// 2017); epochs after the T-th train at lr 0 (MultiSWAG's collection keeps its own rate).
+  /// The members of a constant-rate ensemble keep moving by about one step's size to the
+  /// end: near the data that jitter, not the data, sets their disagreement (docs/bayes.md).
+  /// 0: the rate stays as the optimizer was made.
+  TORCH_ARG(int64_t, cosine_epochs) = 0;
   /// Optimizer of each particle; default Adam(lr).
   TORCH_ARG(OptimizerFactory, optimizer) = nullptr;
   TORCH_ARG(std::function<void(const Progress&)>, on_progress) = nullptr;

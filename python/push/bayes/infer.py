@@ -68,7 +68,8 @@ class Infer:
     """Base of the algorithms: ``fit`` trains, ``predict`` gives the predictive
     distribution. Options are keyword arguments (a misspelt one is a TypeError):
 
-    particles (4), lr (1e-3, Adam), batch_size (128), likelihood ("gaussian",
+    particles (4), lr (1e-3, Adam), cosine_epochs (0: a constant rate; T > 0: before
+    epoch e the rate is lr (1 + cos(pi e / T)) / 2, 0 after T), batch_size (128), likelihood ("gaussian",
     "heteroscedastic", "categorical", "learned_noise"), noise_std (1.0), prior_std (1.0),
     fuse (False: True trains the particles as one batched computation when the model
     fuses), seed (0), devices, device_type ("cpu", "cuda"), cache_size, intra_op_threads.
