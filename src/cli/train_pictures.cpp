@@ -59,14 +59,14 @@ std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, c
                       "plot $loss using 1:2 with lines lw 2 title " +
                       gnuplot_quoted(c.algo) + "\n");
   if (train_raw.task == data::Task::classification) {
-    picture("reliability",
-            "$bins << EOD\n" + e.reliability_data +
-                "EOD\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange [0:1]\n"
-                "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
-                "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
-                "'' using 1:($4 > 0 ? $2 : 1/0):(sprintf('%d', $4)) with labels offset 0,0.8 font ',8' "
-                "title 'test points in the bin', "
-                "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
+    picture("reliability", "$bins << EOD\n" + e.reliability_data +
+                               "EOD\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange "
+                               "[0:1.1]\nset ytics 0,0.2,1\n"
+                               "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
+                               "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
+                               "'' using 1:($4 > 0 ? $2 : 1/0):(sprintf('%d', $4)) with labels offset 0,0.8 font ',8' "
+                               "title 'test points in the bin', "
+                               "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
   } else if (band) {
     // 1-D inputs: the predictive band over a grid wider than the data.
     const auto t = band->accessor<double, 2>();
