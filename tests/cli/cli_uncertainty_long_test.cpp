@@ -25,7 +25,7 @@ TEST_F(Cli, TheMembersDisagreeInTheGapOverFiveSeeds) {
         sum += ratio;
       }
       const double mean = sum / 5;
-      std::cout << std::left << std::setw(11) << algo << std::setw(11) << schedule << each.str() << "   "
+      std::cout << std::left << std::setw(11) << algo << std::setw(11) << schedule << each.str() << "   " << std::fixed
                 << std::setprecision(2) << mean << std::endl;
       // The default (ensemble, cosine) and SVGD: at least 3x in the gap; every algorithm
       // with the default schedule: more in the gap than on the data.
