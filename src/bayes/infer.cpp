@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "core/seed.h"
 #include "data_parallel_training.h"
@@ -78,20 +79,18 @@ void Infer::create_particles() {
     }));
   }
   optimizer_ = opts.optimizer();
-  if (options_.cosine_epochs() > 0) {  // lr₀ of each param group, as a new particle's optimizer has it
+  // A scratch copy says whether the model and its optimizer fuse and gives the optimizer's
+  // lr₀ per param group for a schedule (the particles' own come later, from the same factory).
+  bool fuse = false;
+  base_lrs_.clear();
+  if (options_.fuse() || options_.cosine_epochs() > 0) {
     auto scratch = model_();
     auto optimizer = optimizer_(scratch.ptr()->parameters());
+    fuse = options_.fuse() && fusion_blocker(*scratch.ptr(), optimizer.get()).empty();
     for (const auto& g : optimizer->param_groups()) base_lrs_.push_back(g.options().get_lr());
   }
-  // Fused when asked and the model and its optimizer fuse (a scratch copy says: the
-  // particles' own come later), but not when the algorithm has an "epoch" of its own (it
+  // Fused when asked and possible, but not when the algorithm has an "epoch" of its own (it
   // knows nothing of groups) or with data parallelism (a replica steps one particle at a time).
-  bool fuse = false;
-  if (options_.fuse()) {
-    auto scratch = model_();
-    auto optimizer = optimizer_(scratch.ptr()->parameters());
-    fuse = fusion_blocker(*scratch.ptr(), optimizer.get()).empty();
-  }
   fuse = fuse && !dp && opts.receive().count("epoch") == 0;
   engine_ = fuse ? std::unique_ptr<detail::EpochEngine>(std::make_unique<detail::FusedEpochs>(*this))
                  : std::make_unique<detail::UnfusedEpochs>(*this);
@@ -201,17 +200,19 @@ double Infer::train_epoch(Particle& p, const torch::Tensor& x, const torch::Tens
 void Infer::schedule_lr(Particle& p, int64_t epoch) const {
   const int64_t t = options_.cosine_epochs();
   if (t <= 0) return;
-  set_lr_fraction(p,
-                  epoch < t ? 0.5 * (1 + std::cos(M_PI * static_cast<double>(epoch) / static_cast<double>(t))) : 0.0);
+  // A function of the epoch, not the runtime's per-particle LRScheduler (stepped, its steps
+  // replayed on load): the same rate on every rank and lane whatever ran where, nothing to
+  // save, and LibTorch has no cosine scheduler.
+  const double pi = std::numbers::pi;
+  set_lr_fraction(p, epoch < t ? 0.5 * (1 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(t))) : 0.0);
 }
 
 void Infer::set_lr_fraction(Particle& p, double fraction) const {
-  PUSH_CHECK(!base_lrs_.empty(), "push::bayes::Infer", "set_lr_fraction needs cosine_epochs > 0");
   auto& groups = p.optimizer().param_groups();
-  // The particle's optimizer comes from the factory base_lrs_ was read from: the same groups.
-  for (size_t i = 0; i < groups.size(); ++i) {
-    groups[i].options().set_lr(base_lrs_.at(std::min(i, base_lrs_.size() - 1)) * fraction);
-  }
+  PUSH_CHECK(!base_lrs_.empty() && groups.size() == base_lrs_.size(), "push::bayes::Infer", "particle ", p.pid(),
+             "'s optimizer has ", groups.size(), " param groups, its factory's scratch copy ", base_lrs_.size(),
+             ": a learning-rate schedule needs the same groups for every particle");
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(base_lrs_[i] * fraction);
 }
 
 torch::Tensor Infer::predict_particle(Particle& p, const torch::Tensor& x) {

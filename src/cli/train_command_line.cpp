@@ -62,9 +62,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->capture_default_str();
   app.add_option("--lr-schedule", c.lr_schedule,
                  "cosine: the learning rate falls as a half cosine to 0 over --epochs (mswag: over its pretraining; "
-                 "a resumed run over its new --epochs), or constant")
-      ->check(CLI::IsMember({"cosine", "constant"}))
-      ->capture_default_str();
+                 "a resumed run over its new --epochs), or constant (default: cosine, for mswag constant; when "
+                 "resuming, the checkpoint's)")
+      ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_option("--model", c.model, "mlp:W1,W2,... or cnn[:C1,C2] (image data)")->capture_default_str();
   app.add_option("--data", c.data,
                  "built-in set (sine-gap, boston_house_prices, diabetes, iris, wine, breast_cancer, digits, "

@@ -13,7 +13,9 @@ namespace push::cli {
 struct TrainConfig {
   std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
   std::string out = "push-out", save, resume;
-  std::string lr_schedule = "cosine";           // cosine (over --epochs; mswag: its pretraining) or constant
+  // cosine (over --epochs; mswag: its pretraining) or constant; unset: cosine (mswag:
+  // constant), or when resuming the checkpoint's (train_resume.h).
+  std::string lr_schedule;
   int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
   std::string device_type;                      // --devices cpu|cuda[:N]; empty: GPUs if any
   int nproc = 1;  // local ranks push train starts itself (not part of identity: any count resumes)

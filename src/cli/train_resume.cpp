@@ -30,11 +30,18 @@ void match_checkpoint(TrainConfig& c) {
     const bool kept = saved.contains("pretrain_epochs") && saved["pretrain_epochs"].is_number_integer();
     c.pretrain_epochs = kept ? saved["pretrain_epochs"].get<int64_t>() : c.epochs / 2;
   }
+  // Checkpoints written before --lr-schedule trained at a constant rate.
+  json have = saved;
+  if (!c.resume.empty() && !have.contains("lr_schedule")) have["lr_schedule"] = "constant";
+  if (c.lr_schedule.empty()) {
+    const bool kept = have.contains("lr_schedule") && have["lr_schedule"].is_string();
+    c.lr_schedule = kept ? have["lr_schedule"].get<std::string>() : c.algo == "mswag" ? "constant" : "cosine";
+  }
   if (c.resume.empty()) return;
   const auto want = c.identity();  // items() refers to it: it must outlive the loop
   for (const auto& [key, value] : want.items()) {
-    PUSH_CHECK(saved.contains(key) && saved[key] == value, "push train", "cannot resume from '", c.resume,
-               "': it was trained with ", key, "=", saved.contains(key) ? saved[key].dump() : "(unset)",
+    PUSH_CHECK(have.contains(key) && have[key] == value, "push train", "cannot resume from '", c.resume,
+               "': it was trained with ", key, "=", have.contains(key) ? have[key].dump() : "(unset)",
                ", this run has ", key, "=", value.dump());
   }
 }

@@ -92,7 +92,23 @@ TEST(LrSchedule, EveryParticleFollowsTheHalfCosine) {
     auto live = std::make_shared<Live>();
     SVGD s(mlp(), options(3).fuse(fuse).optimizer(tracked_sgd(0.05, live)));
     expect_cosine(s, *live, 0.05, 3, 4, fuse ? "svgd, fused" : "svgd");
+    EXPECT_EQ(s.fused(), fuse);
   }
+}
+
+// A fused group trains at the rate its members were given for the epoch: the numbers of
+// unfused training (to rounding), which sets each particle's rate before its own steps.
+TEST(LrSchedule, FusedGroupsTrainAtTheScheduledRate) {
+  const auto d = sine(40);
+  Ensemble fused(mlp(), options(3).fuse(true).lr(0.05)), plain(mlp(), options(3).fuse(false).lr(0.05));
+  Ensemble constant(mlp(), options(0).fuse(true).lr(0.05));
+  fused.fit(d, 3);
+  plain.fit(d, 3);
+  constant.fit(d, 3);
+  ASSERT_TRUE(fused.fused());
+  const auto f = fused.predict(d.x).mean, u = plain.predict(d.x).mean, c = constant.predict(d.x).mean;
+  EXPECT_TRUE(torch::allclose(f, u, 1e-4, 1e-6)) << (f - u).abs().max().item<double>();
+  EXPECT_FALSE(torch::allclose(f, c, 1e-4, 1e-6));  // the schedule changed the steps
 }
 
 // The epochs past T train at rate 0: the parameters stay where the schedule left them.
@@ -127,12 +143,15 @@ TEST(LrSchedule, AResumedRunContinuesTheSchedule) {
 }
 
 // MultiSWAG: the cosine covers the pretraining; the collection runs at the optimizer's own
-// lr₀ (its SGD steps at lr₀ (1 - momentum)), or at swag_lr when set.
+// lr₀ (its SGD steps with momentum m at lr₀ (1 - m)), or at swag_lr when set; fused or not.
 TEST(LrSchedule, MultiSwagCollectsAtItsOwnRate) {
-  for (std::optional<double> swag_lr : {std::optional<double>(), std::optional<double>(0.02)}) {
+  for (auto [swag_lr, momentum, fuse] : {std::tuple<std::optional<double>, std::optional<double>, bool>{{}, {}, false},
+                                         {0.02, {}, false},
+                                         {{}, 0.9, true},
+                                         {0.02, 0.9, true}}) {
     auto live = std::make_shared<Live>();
-    MultiSWAG m(mlp(), options(2).optimizer(tracked_sgd(0.1, live)),
-                SWAGOptions().pretrain_epochs(2).rank(2).samples(2).collect_momentum(std::nullopt).swag_lr(swag_lr));
+    MultiSWAG m(mlp(), options(2).fuse(fuse).optimizer(tracked_sgd(0.1, live)),
+                SWAGOptions().pretrain_epochs(2).rank(2).samples(2).collect_momentum(momentum).swag_lr(swag_lr));
     const auto d = sine(40);
     m.fit(d, 1);
     for (double r : rates(*live)) EXPECT_DOUBLE_EQ(r, 0.1);

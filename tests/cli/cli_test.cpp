@@ -24,7 +24,7 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
   EXPECT_EQ(m["loss_curve"].size(), m["run"]["epochs"].get<size_t>());
   // What README says the picture shows: the members disagree in the gap (no data in
   // -1.5 < x < 1.5) far more than on the data (docs/bayes.md, "Where the members disagree";
-  // five seeds in CliLong.TheMembersDisagreeInTheGapOverFiveSeeds).
+  // five seeds in Cli.TheMembersDisagreeInTheGapOverFiveSeeds, a long test).
   EXPECT_GE(gap_ratio(dir_ / "push-out" / "band.csv"), 3.0);
   // The main job's budget; a sanitizer build runs it several times slower.
   EXPECT_LT(m["timings"]["total_s"].get<double>(), push::testing::sanitized() ? 600.0 : 60.0);
@@ -108,7 +108,7 @@ TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
   auto bad = run("--particles 2 --epochs 5 --algo svgd --quiet --resume ck --out d");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("algo=\"ensemble\""), std::string::npos) << bad.err;
-  auto other = run("--particles 2 --epochs 5 --quiet --resume ck --out d");
+  auto other = run("--particles 2 --epochs 5 --lr-schedule cosine --quiet --resume ck --out d");
   EXPECT_NE(other.code, 0);
   EXPECT_NE(other.err.find("lr_schedule=\"constant\", this run has lr_schedule=\"cosine\""), std::string::npos)
       << other.err;
@@ -118,6 +118,18 @@ TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
   ASSERT_NO_FATAL_FAILURE(save_then_resume("--particles 2 --quiet", 3, 5));
   EXPECT_EQ(metrics("b")["config"]["lr_schedule"], "cosine");
   EXPECT_LT(metrics("b")["metrics"]["rmse"].get<double>(), 1.0);
+  // A checkpoint written before --lr-schedule existed trained at a constant rate: it
+  // resumes so by default, and refuses a cosine.
+  ASSERT_EQ(run(constant + " --epochs 3 --save old --out e").code, 0);
+  auto config = json::parse(slurp(dir_ / "old" / "config.json"));
+  config.erase("lr_schedule");
+  write("old/config.json", config.dump(2) + "\n");
+  auto old = run("--particles 2 --epochs 4 --quiet --resume old --out f");
+  ASSERT_EQ(old.code, 0) << old.err;
+  EXPECT_EQ(metrics("f")["config"]["lr_schedule"], "constant");
+  auto cosine = run("--particles 2 --epochs 4 --lr-schedule cosine --quiet --resume old --out g");
+  EXPECT_NE(cosine.err.find("lr_schedule=\"constant\", this run has lr_schedule=\"cosine\""), std::string::npos)
+      << cosine.err;
 }
 
 TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {

@@ -28,9 +28,9 @@ TEST_F(Cli, TheMembersDisagreeInTheGapOverFiveSeeds) {
       std::cout << std::left << std::setw(11) << algo << std::setw(11) << schedule << each.str() << "   " << std::fixed
                 << std::setprecision(2) << mean << std::endl;
       // The default (ensemble, cosine) and SVGD: at least 3x in the gap; every algorithm
-      // with the default schedule: more in the gap than on the data.
-      if (schedule == "cosine") {
-        EXPECT_GT(mean, (algo == "ensemble" || algo == "svgd") ? 3.0 : 1.0) << algo;
+      // with its default schedule (mswag: constant): more in the gap than on the data.
+      if (schedule == (algo == "mswag" ? "constant" : "cosine")) {
+        EXPECT_GE(mean, (algo == "ensemble" || algo == "svgd") ? 3.0 : 1.0) << algo;
       }
     }
   }

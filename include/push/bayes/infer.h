@@ -117,16 +117,18 @@ class Infer {
 
   // ---- Helpers for algorithms ----
   /// The training loop's epoch for one particle, for an algorithm with an "epoch" handler
-  /// of its own: minibatch steps on the objective over (x, y) in p's seeded order, with
-  /// `hooks`; the mean nll per point.
+  /// of its own: schedule_lr(p, epoch) (a rate the handler sets after it, in `hooks`, wins),
+  /// then minibatch steps on the objective over (x, y) in p's seeded order, with `hooks`;
+  /// the mean nll per point.
   double train_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                      const StepHooks& hooks = {});
   /// Sets p's learning rate for `epoch` as options().cosine_epochs() says (nothing without
   /// a schedule). The training loop calls it before prepare_epoch; an algorithm with loops
   /// of its own calls it before a particle's first step of each epoch.
   void schedule_lr(Particle& p, int64_t epoch) const;
-  /// Sets each param group's learning rate of p to `fraction` of its lr₀, the rate a new
-  /// particle's optimizer has (only with options().cosine_epochs() > 0).
+  /// Sets each param group's learning rate of p to `fraction` of its lr₀, the rate the
+  /// optimizer factory gives (read from a scratch copy: the same for every particle; only
+  /// with options().cosine_epochs() > 0 or fuse()).
   void set_lr_fraction(Particle& p, double fraction) const;
   /// The training set's size N (the objective's scale), set by fit().
   int64_t dataset_size() const { return dataset_size_; }
