@@ -33,13 +33,12 @@ torch::Tensor band_table(const torch::Tensor& grid, const bayes::Predictive& ban
 }
 
 std::string band_csv(const torch::Tensor& table) {
-  std::ostringstream csv;
-  csv.precision(9);
-  csv << "x,mean,sd,epistemic_sd\n";
+  std::string csv = "x,mean,sd,epistemic_sd\n";
   const auto t = table.accessor<double, 2>();
-  for (int64_t i = 0; i < table.size(0); ++i)
-    csv << t[i][0] << ',' << t[i][1] << ',' << t[i][2] << ',' << t[i][3] << "\n";
-  return csv.str();
+  for (int64_t i = 0; i < table.size(0); ++i) {
+    csv += number(t[i][0]) + ',' + number(t[i][1]) + ',' + number(t[i][2]) + ',' + number(t[i][3]) + '\n';
+  }
+  return csv;
 }
 
 std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, const TrainConfig& c,
@@ -59,14 +58,21 @@ std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, c
                       "plot $loss using 1:2 with lines lw 2 title " +
                       gnuplot_quoted(c.algo) + "\n");
   if (train_raw.task == data::Task::classification) {
-    picture("reliability", "$bins << EOD\n" + e.reliability_data +
-                               "EOD\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset xrange [0:1]\nset yrange "
-                               "[0:1.1]\nset ytics 0,0.2,1\n"
-                               "set style fill solid 0.6 border -1\nset boxwidth 1.0/15\n"
-                               "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
-                               "'' using 1:($4 > 0 ? $2 : 1/0):(sprintf('%d', $4)) with labels offset 0,0.8 font ',8' "
-                               "title 'test points in the bin', "
-                               "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n");
+    // Room above the bars (yrange to 1.1) for each bin's count of test points.
+    const std::string script =
+        "EOD\n"
+        "set xlabel 'confidence'\n"
+        "set ylabel 'accuracy'\n"
+        "set xrange [0:1]\n"
+        "set yrange [0:1.1]\n"
+        "set ytics 0,0.2,1\n"
+        "set style fill solid 0.6 border -1\n"
+        "set boxwidth 1.0/15\n"
+        "plot $bins using 1:($4 > 0 ? $2 : 1/0) with boxes title 'accuracy per bin', "
+        "'' using 1:($4 > 0 ? $2 : 1/0):(sprintf('%d', $4)) with labels offset 0,0.8 font ',8' "
+        "title 'test points in the bin', "
+        "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'\n";
+    picture("reliability", "$bins << EOD\n" + e.reliability_data + script);
   } else if (band) {
     // 1-D inputs: the predictive band over a grid wider than the data.
     const auto t = band->accessor<double, 2>();

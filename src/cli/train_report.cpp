@@ -12,13 +12,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string number(double v) {
-  std::ostringstream s;
-  s.precision(8);
-  s << v;
-  return s.str();
-}
-
 /// The label class k stands for in the data (class_labels), as the data wrote it.
 std::string label_of(const data::Dataset& d, int64_t k) {
   if (k < 0 || k >= static_cast<int64_t>(d.class_labels.size())) return std::to_string(k);
@@ -37,6 +30,13 @@ std::string non_finite(const std::vector<std::pair<std::string, double>>& values
 }
 
 }  // namespace
+
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(8);
+  s << v;
+  return s.str();
+}
 
 torch::Tensor cpu_double(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64).contiguous(); }
 

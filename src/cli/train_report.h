@@ -47,5 +47,7 @@ void print_summary(const TrainConfig& c, const bayes::Infer& infer, const TrainD
 
 /// `t` in float64 on the CPU, to be read element by element.
 torch::Tensor cpu_double(const torch::Tensor& t);
+/// A number as push train's CSV files write it (8 significant digits).
+std::string number(double v);
 
 }  // namespace push::cli
