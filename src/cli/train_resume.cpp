@@ -36,6 +36,8 @@ void match_checkpoint(TrainConfig& c) {
   if (c.lr_schedule.empty()) {
     const bool kept = have.contains("lr_schedule") && have["lr_schedule"].is_string();
     c.lr_schedule = kept ? have["lr_schedule"].get<std::string>() : c.algo == "mswag" ? "constant" : "cosine";
+    PUSH_CHECK(c.lr_schedule == "cosine" || c.lr_schedule == "constant", "push train", "cannot resume from '", c.resume,
+               "': its config.json has lr_schedule=\"", c.lr_schedule, "\" (cosine or constant)");
   }
   if (c.resume.empty()) return;
   const auto want = c.identity();  // items() refers to it: it must outlive the loop

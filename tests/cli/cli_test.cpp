@@ -130,6 +130,14 @@ TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
   auto cosine = run("--particles 2 --epochs 4 --lr-schedule cosine --quiet --resume old --out g");
   EXPECT_NE(cosine.err.find("lr_schedule=\"constant\", this run has lr_schedule=\"cosine\""), std::string::npos)
       << cosine.err;
+  // An edited schedule is named, not taken for a cosine.
+  config["lr_schedule"] = "sometimes";
+  write("old/config.json", config.dump(2) + "\n");
+  auto edited = run("--particles 2 --epochs 4 --quiet --resume old --out h");
+  EXPECT_NE(edited.code, 0);
+  EXPECT_NE(edited.err.find("its config.json has lr_schedule=\"sometimes\" (cosine or constant)"), std::string::npos)
+      << edited.err;
+  EXPECT_FALSE(fs::exists(dir_ / "h"));
 }
 
 TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
