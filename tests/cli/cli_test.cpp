@@ -26,6 +26,8 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
   // -1.5 < x < 1.5) far more than on the data (docs/bayes.md, "Where the members disagree";
   // five seeds in Cli.TheMembersDisagreeInTheGapOverFiveSeeds, a long test).
   EXPECT_GE(gap_ratio(dir_ / "push-out" / "band.csv"), 3.0);
+  const auto band = slurp(dir_ / "push-out" / "band.csv");
+  EXPECT_EQ(std::count(band.begin(), band.end(), '\n'), 301);  // a header and the picture's 300 grid points
   // The main job's budget; a sanitizer build runs it several times slower.
   EXPECT_LT(m["timings"]["total_s"].get<double>(), push::testing::sanitized() ? 600.0 : 60.0);
   if (has_gnuplot()) {
@@ -94,6 +96,7 @@ TEST_F(Cli, ClassificationCsvWritesCalibration) {
   for (const auto& b : m["metrics"]["reliability_bins"]) count += b["count"].get<int64_t>();
   EXPECT_EQ(count, m["data"]["test_size"].get<int64_t>());
   if (has_gnuplot()) EXPECT_TRUE(fs::exists(dir_ / "cls" / "reliability.png"));
+  EXPECT_FALSE(fs::exists(dir_ / "cls" / "band.csv"));  // 1-D regression only
 }
 
 TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
