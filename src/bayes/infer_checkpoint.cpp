@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/files.h"
+#include "core/sealed_text.h"
 
 namespace push::bayes {
 
@@ -39,8 +40,9 @@ void Infer::write_meta(const std::filesystem::path& dir) const {
       << epochs_done_ << "\nlosses";
   for (double l : losses_) out << ' ' << l;
   out << "\n";
-  // Synced and renamed into place: a crash leaves the old counters or the new ones.
-  push::detail::write_file_atomic(dir / "infer.meta", out.str(), "push::bayes::Infer::save");
+  // Sealed (every byte checked on load), synced and renamed into place: a crash leaves
+  // the old counters or the new ones.
+  push::detail::write_file_atomic(dir / "infer.meta", push::detail::seal(out.str()), "push::bayes::Infer::save");
 }
 
 void Infer::load(const std::filesystem::path& dir) {
@@ -62,8 +64,14 @@ void Infer::load(const std::filesystem::path& dir) {
 
 void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const {
   const char* origin = "push::bayes::Infer::load";
-  std::ifstream in(dir / "infer.meta");
-  PUSH_CHECK(in, origin, "no checkpoint at ", dir, " (missing infer.meta)");
+  PUSH_CHECK(std::filesystem::exists(dir / "infer.meta"), origin, "no checkpoint at ", dir, " (missing infer.meta)");
+  std::string body;
+  try {
+    body = push::detail::unseal(push::detail::read_file(dir / "infer.meta", nullptr), "infer.meta");
+  } catch (const Error& e) {
+    throw Error(c10::str("[", origin, "] checkpoint ", dir, ": ", e.what()));
+  }
+  std::istringstream in(body);
   std::string key, algorithm;
   int64_t particles = -1;
   std::string line;

@@ -84,9 +84,27 @@ void untrack(const fs::path* p) {
 
 }  // namespace
 
+void StagedFolder::check_writable_tree(const fs::path& dir, const char* origin, const std::string& what) {
+  // A folder made read-only is protected by its owner; replacing it would also leave its
+  // old contents undeletable beside it. Mode bits, not access(2): root passes access.
+  auto read_only = [](const fs::path& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IWUSR) == 0;
+  };
+  fs::path found;
+  if (read_only(dir)) found = dir;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; found.empty() && !ec && it != end; it.increment(ec)) {
+    if (read_only(it->path())) found = it->path();
+  }
+  PUSH_CHECK(found.empty(), origin, what, " is read-only",
+             found == dir ? std::string() : c10::str(" (", quoted(found), " is)"),
+             ": it is replaced as a whole; make it writable or choose another folder");
+}
+
 StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std::string what_folder,
                            const Replaceable& replaceable)
-    : target_(resolve_path(target)),
+    : target_(target.empty() ? fs::path() : resolve_path(target)),
       origin_(std::move(origin_name)),
       what_(std::move(what_folder)),
       replaceable_(replaceable) {
@@ -94,6 +112,11 @@ StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std:
   const std::string what = what_ + " " + quoted(target);
   PUSH_CHECK(!target.empty() && target_.has_filename() && target_ != target_.root_path(), origin, what,
              " is not a folder one can write");
+  // The staging folder beside it is named .NAME.partial-PID-N: NAME must leave room.
+  constexpr size_t kNameMax = 255, kStagingExtra = 32;
+  const size_t name_length = target_.filename().string().size();
+  PUSH_CHECK(name_length + kStagingExtra <= kNameMax, origin, what, ": its name has ", name_length,
+             " characters; at most ", kNameMax - kStagingExtra, " leave room for the staging folder written beside it");
   // The folder is replaced as a whole: it cannot be (or contain) the folder we work in.
   PUSH_CHECK(!path_contains(target_, resolve_path(fs::current_path())), origin, what,
              " is the current folder or contains it; name a folder inside it");
@@ -102,6 +125,7 @@ StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std:
     PUSH_CHECK(fs::is_directory(target_), origin, what, " exists and is not a folder");
     const std::string why = replaceable_(target_);
     PUSH_CHECK(why.empty(), origin, what, " ", why, "; choose a new or empty folder");
+    check_writable_tree(target_, origin, what);
   }
   // Parents: create the missing ones, remembering them so that a failed run removes them.
   std::vector<fs::path> missing;
@@ -162,21 +186,33 @@ void StagedFolder::write(const std::string& name, std::string_view bytes) const 
   write_file(staging_ / name, bytes, origin_.c_str(), (target_ / name).string());
 }
 
-void StagedFolder::publish() {
+void StagedFolder::check_publishable() const {
   const char* origin = origin_.c_str();
   PUSH_CHECK(!published_, origin, what_, " ", quoted(target_), " was published already");
-  sync_tree(staging_, origin);
   // The target may have appeared (or changed) while we worked: check it again.
   std::error_code ec;
-  const bool exists = fs::exists(target_, ec);
-  if (exists) {
+  if (fs::exists(target_, ec)) {
     PUSH_CHECK(fs::is_directory(target_), origin, what_, " ", quoted(target_), " exists and is not a folder");
     const std::string why = replaceable_(target_);
     PUSH_CHECK(why.empty(), origin, what_, " ", quoted(target_), " ", why, "; choose a new or empty folder");
+    check_writable_tree(target_, origin, c10::str(what_, " ", quoted(target_)));
   }
-  const unsigned flags = exists ? RENAME_EXCHANGE : RENAME_NOREPLACE;
+  // access(2) also sees a read-only file system, for every user.
+  if (::access(target_.parent_path().c_str(), W_OK) != 0) {
+    throw Error(c10::str("[", origin, "] cannot publish ", what_, " ", quoted(target_), ": its folder ",
+                         quoted(target_.parent_path()), " is not writable: ", std::strerror(errno)));
+  }
+}
+
+void StagedFolder::swap_in() {
+  const char* origin = origin_.c_str();
+  check_publishable();
+  sync_tree(staging_, origin);
+  std::error_code ec;
+  replaced_ = fs::exists(target_, ec);
+  const unsigned flags = replaced_ ? RENAME_EXCHANGE : RENAME_NOREPLACE;
   int rc = ::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), flags);
-  if (rc != 0 && errno == EINVAL && !exists && !fs::exists(target_, ec)) {
+  if (rc != 0 && errno == EINVAL && !replaced_ && !fs::exists(target_, ec)) {
     // A file system that takes no renameat2 flags (NFS): a plain rename onto the absent
     // target. Only replacing an existing folder needs RENAME_EXCHANGE.
     rc = ::rename(staging_.c_str(), target_.c_str());
@@ -185,13 +221,46 @@ void StagedFolder::publish() {
     throw Error(c10::str("[", origin, "] cannot publish ", what_, " ", quoted(target_), ": ", std::strerror(errno)));
   }
   published_ = true;
+}
+
+void StagedFolder::swap_back() noexcept {
+  if (!published_) return;
+  // The staging name holds the previous contents (or nothing): put them back.
+  const int rc = replaced_ ? ::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE)
+                           : ::rename(target_.c_str(), staging_.c_str());
+  if (rc == 0) published_ = false;  // the new contents are in staging again: discard() removes them
+}
+
+void StagedFolder::finish() {
   untrack(&staging_);
   if (lock_ >= 0) ::close(lock_);
   lock_ = -1;
   // The staging name now holds the previous contents: delete them. A crash before this
   // leaves a staging folder of a dead process, which the next run removes.
-  if (exists) fs::remove_all(staging_, ec);
-  fsync_path(target_.parent_path(), true, origin);
+  std::error_code ec;
+  if (replaced_) fs::remove_all(staging_, ec);
+  fsync_path(target_.parent_path(), true, origin_.c_str());
+}
+
+void StagedFolder::publish() {
+  swap_in();
+  finish();
+}
+
+void StagedFolder::publish_together(StagedFolder& first, StagedFolder& second) {
+  // Both are checked before either moves: what can be known in advance fails with nothing
+  // published. A failure of the second swap itself puts the first folder back.
+  first.check_publishable();
+  second.check_publishable();
+  first.swap_in();
+  try {
+    second.swap_in();
+  } catch (...) {
+    first.swap_back();
+    throw;
+  }
+  first.finish();
+  second.finish();
 }
 
 void StagedFolder::abandon_all() noexcept {

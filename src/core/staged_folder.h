@@ -43,12 +43,28 @@ class StagedFolder {
   void write(const std::string& name, std::string_view bytes) const;
   /// Syncs everything in the staging folder and swaps it into place in one step.
   void publish();
+  /// Publishes both or neither: both targets are checked before either is swapped, and
+  /// when the second swap fails the first is swapped back (push train's --save and --out).
+  static void publish_together(StagedFolder& first, StagedFolder& second);
 
   /// Removes every staging folder not yet published; for a last-resort exit.
   static void abandon_all() noexcept;
 
  private:
   void discard() noexcept;
+  /// Whether publish can go ahead: not yet published, the target (if any) still
+  /// replaceable and writable throughout, its folder writable.
+  void check_publishable() const;
+  /// Syncs the staging folder and exchanges it with the target; the previous contents (if
+  /// any) are left under the staging name, for finish() or swap_back().
+  void swap_in();
+  /// Undoes swap_in, best effort (the caller is already failing).
+  void swap_back() noexcept;
+  /// Deletes the previous contents and syncs the target's folder.
+  void finish();
+  /// push::Error "[origin] <what> is read-only ..." when `dir` or a folder in it has no
+  /// owner write permission (`what`: "--out 'runs/a'").
+  static void check_writable_tree(const std::filesystem::path& dir, const char* origin, const std::string& what);
 
   std::filesystem::path target_, staging_;
   std::string origin_, what_;
@@ -56,6 +72,7 @@ class StagedFolder {
   std::vector<std::filesystem::path> created_;  // parents made for the target, outermost first
   int lock_ = -1;                               // flock on the staging folder: "in use"
   bool published_ = false;
+  bool replaced_ = false;  // swap_in exchanged with an existing target
 };
 
 }  // namespace push::detail

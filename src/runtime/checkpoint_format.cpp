@@ -11,8 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/crc32c.h"
 #include "core/files.h"
-#include "runtime/crc32c.h"
+#include "core/sealed_text.h"
 
 namespace push::detail {
 namespace fs = std::filesystem;
@@ -22,21 +23,38 @@ namespace {
 constexpr const char* kMagic = "push-checkpoint";
 constexpr int kFormat = 2;
 
-std::string hex(uint32_t crc) {
-  std::ostringstream out;
-  out << std::hex << std::setw(8) << std::setfill('0') << crc;
-  return out.str();
+std::string hex(uint32_t crc) { return crc32c_hex(crc); }
+
+/// The manifest of a folder written by this build (or an earlier one of format 2).
+std::string checked_manifest_body(const fs::path& dir) {
+  const std::string text = read_file(dir / kManifest, nullptr);
+  std::istringstream in(text);
+  std::string magic;
+  int format = 0;
+  if (!(in >> magic >> format) || magic != kMagic) {
+    throw Error(c10::str(kManifest, " does not start with '", kMagic, "'"));
+  }
+  if (format != kFormat) {
+    throw Error(c10::str(kManifest, " has format ", format, "; this build reads format ", kFormat));
+  }
+  return unseal(text, kManifest);
 }
 
 }  // namespace
 
 std::string replaceable(const fs::path& dir) {
-  // The folder is replaced as a whole: never one that holds something else.
+  // The folder is replaced as a whole: never one that holds something else. A push
+  // checkpoint is known by its manifest, checked (a file merely named so is not one).
   std::error_code ec;
-  if (!fs::is_empty(dir, ec) && !fs::exists(dir / kManifest, ec)) {
-    return "holds something other than a push checkpoint";
+  if (fs::is_empty(dir, ec)) return "";
+  try {
+    if (fs::exists(dir / kManifest, ec)) {
+      checked_manifest_body(dir);
+      return "";
+    }
+  } catch (const Error&) {
   }
-  return "";
+  return "holds something other than a push checkpoint";
 }
 
 fs::path particle_file(const fs::path& dir, Pid pid) { return dir / ("particle-" + std::to_string(pid) + ".pt"); }
@@ -48,34 +66,16 @@ std::string manifest_text(const std::vector<ManifestEntry>& entries) {
   for (const auto& e : entries) {
     body << e.pid << ' ' << e.lane << ' ' << e.scheduler_steps << ' ' << e.bytes << ' ' << hex(e.crc) << '\n';
   }
-  std::string text = body.str();
-  return text + "end " + hex(crc32c(text.data(), text.size())) + '\n';
+  return seal(body.str());
 }
 
 std::vector<ManifestEntry> read_manifest(const fs::path& dir) {
-  const fs::path path = dir / kManifest;
-  if (!fs::exists(path)) throw Error(c10::str("missing ", kManifest));
-  const std::string text = read_file(path, nullptr);
-  std::istringstream in(text);
+  if (!fs::exists(dir / kManifest)) throw Error(c10::str("missing ", kManifest));
+  std::istringstream in(checked_manifest_body(dir));
   std::string magic, word;
   int format = 0;
   int64_t count = -1;
-  if (!(in >> magic >> format) || magic != kMagic) {
-    throw Error(c10::str(kManifest, " does not start with '", kMagic, "'"));
-  }
-  if (format != kFormat) {
-    throw Error(c10::str(kManifest, " has format ", format, "; this build reads format ", kFormat));
-  }
-  const size_t end = text.rfind("\nend ");
-  if (end == std::string::npos) throw Error(c10::str(kManifest, " is truncated"));
-  uint32_t recorded = 0;
-  {
-    std::istringstream tail(text.substr(end + 5));
-    if (!(tail >> std::hex >> recorded)) throw Error(c10::str(kManifest, " has no checksum"));
-  }
-  if (crc32c(text.data(), end + 1) != recorded) {
-    throw Error(c10::str(kManifest, " fails its checksum: it changed after it was saved"));
-  }
+  in >> magic >> format;
   if (!(in >> word >> count) || word != "particles" || count < 0) {
     throw Error(c10::str(kManifest, " has no valid particle count"));
   }
@@ -92,7 +92,7 @@ std::vector<ManifestEntry> read_manifest(const fs::path& dir) {
     }
     entries.push_back(e);
   }
-  if (!(in >> word) || word != "end") throw Error(c10::str(kManifest, " is truncated"));
+  if (in >> word) throw Error(c10::str(kManifest, " has more lines than its ", count, " particles"));
   return entries;
 }
 

@@ -15,7 +15,7 @@
 #include <iterator>
 #include <thread>
 
-#include "runtime/crc32c.h"
+#include "core/crc32c.h"
 #include "scratch_dir.h"
 #include "test_util.h"
 

@@ -5,7 +5,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace push::detail {
 
@@ -47,6 +49,13 @@ inline uint32_t crc32c(const void* data, std::size_t size, uint32_t crc = 0) {
   }
   for (; size > 0; --size, ++p) crc = (crc >> 8) ^ t[0][(crc ^ *p) & 0xFF];
   return ~crc;
+}
+
+/// A CRC as push writes it: 8 lower-case hex digits.
+inline std::string crc32c_hex(uint32_t crc) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", static_cast<unsigned>(crc));
+  return text;
 }
 
 }  // namespace push::detail
