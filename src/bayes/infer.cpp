@@ -216,7 +216,10 @@ void Infer::set_lr_fraction(Particle& p, double fraction) const {
 }
 
 torch::Tensor Infer::predict_particle(Particle& p, const torch::Tensor& x) {
-  return forward_chunked(p, x).unsqueeze(0);
+  // stack, not unsqueeze: a fresh tensor, not a view whose base shares its storage, so
+  // that the runtime sees a result no particle can hold and sends it without checking
+  // every particle of the lane (runtime/message_values.cpp).
+  return torch::stack({forward_chunked(p, x)});
 }
 
 torch::Tensor Infer::forward_chunked(Particle& p, const torch::Tensor& x) {
@@ -226,7 +229,7 @@ torch::Tensor Infer::forward_chunked(Particle& p, const torch::Tensor& x) {
     auto part = x.narrow(0, b, std::min(chunk, x.size(0) - b)).to(p.device());
     outs.push_back(p.any_module().forward(part).to(torch::kCPU));
   }
-  return torch::cat(outs, 0);
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 0);
 }
 
 void Infer::check_finite(const Particle& p, int64_t epoch, double loss) const {

@@ -248,7 +248,7 @@ SWAGMoments MultiSWAG::moments(Pid pid) {
 torch::Tensor MultiSWAG::predict_particle(Particle& p, const torch::Tensor& x) {
   auto m = read_state(p.state());
   // Before any moments are collected the particle is a point estimate.
-  if (m.count == 0) return forward_chunked(p, x).unsqueeze(0);
+  if (m.count == 0) return torch::stack({forward_chunked(p, x)});  // fresh, as Infer's
   auto gen = generator(static_cast<uint64_t>(p.pid()), seed_purpose::kSample);
   auto thetas = sample(m, swag_.samples(), swag_.min_variance(), gen);
   auto saved = torch::nn::utils::parameters_to_vector(p.module().parameters()).detach();

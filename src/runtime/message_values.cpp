@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <unordered_map>
 #include <unordered_set>
 
 namespace push::detail {
@@ -85,11 +86,45 @@ bool has_tensor_off(const Args& args, const torch::Device& device) {
 // become empty when it is evicted, so it is copied here, at send or return time; any
 // other tensor is passed by reference. Only the lane that owns a particle can reach its
 // live tensors, so the sending lane is the one to ask.
+//
+// Listing the resident particles' storages costs a walk over every particle of the lane,
+// so it is skipped when the values can share nothing with anyone: when every holder of
+// each of their tensors, and of each of their storages, is inside the values themselves
+// (a fresh result, or views of one fresh output: the common case). A particle's own
+// tensor has its module, optimizer or autograd as another holder, and a view of one has
+// the particle's tensor as another holder of its storage. Counts only overestimate (the
+// walk may copy a tensor of a list; autograd may hold one), which only sends the values
+// down the full check: results are exact either way, and a lane of N particles answering
+// N messages costs O(N), not O(N^2).
+static bool held_only_by_themselves(const std::vector<c10::IValue>& values) {
+  std::unordered_map<const void*, size_t> impls;  // TensorImpl -> its occurrences in the values
+  std::unordered_map<const void*, std::unordered_set<const void*>> storages;  // StorageImpl -> TensorImpls
+  for (const auto& v : values) {
+    any_tensor(v, [&](const torch::Tensor& t) {
+      if (t.has_storage()) {
+        ++impls[t.unsafeGetTensorImpl()];
+        storages[t.storage().unsafeGetStorageImpl()].insert(t.unsafeGetTensorImpl());
+      }
+      return false;
+    });
+  }
+  bool alone = true;
+  for (const auto& v : values) {
+    any_tensor(v, [&](const torch::Tensor& t) {
+      alone = !t.has_storage() || (t.use_count() <= impls[t.unsafeGetTensorImpl()] &&
+                                   t.storage().use_count() <= storages[t.storage().unsafeGetStorageImpl()].size());
+      return !alone;
+    });
+    if (!alone) break;
+  }
+  return alone;
+}
+
 void detach_from_particles(std::vector<c10::IValue>& values, const ParticleCache& cache) {
   auto has_storage = [](const torch::Tensor& t) { return t.has_storage(); };
   bool any = false;
   for (const auto& v : values) any = any || any_tensor(v, has_storage);
-  if (!any) return;
+  if (!any || held_only_by_themselves(values)) return;
   const std::unordered_set<const void*> owned = cache.resident_storages();
   auto is_owned = [&](const torch::Tensor& t) {
     return t.has_storage() && owned.count(t.storage().unsafeGetStorageImpl()) > 0;

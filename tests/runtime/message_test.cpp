@@ -73,5 +73,40 @@ TEST(Messages, ResultsSurviveTheEvictionOfTheirParticle) {
   EXPECT_EQ(leaked[1].numel(), expected.numel());
 }
 
+// A result that is one tensor, not a list: the runtime skips its check of the lane's
+// particles only for a tensor nobody else holds, so a particle's own tensor (itself,
+// detached, or a view of it, or its gradient) is still copied, and a fresh one is not.
+TEST(Messages, ASingleTensorResultIsCopiedOnlyWhenAParticleHoldsIt) {
+  for (const std::string kind : {"itself", "detached", "view", "grad"}) {
+    Push dist(tiny_mlp, PushOptions().cache_size(1));
+    auto opts = ParticleOptions().optimizer(testing::adam()).on("leak", [kind](Particle& p, const Args&) {
+      auto x = torch::ones({2, 1});
+      p.step(testing::mse, x, x).wait();
+      torch::Tensor w = p.module().parameters()[0];
+      if (kind == "itself") return c10::IValue(w);
+      if (kind == "detached") return c10::IValue(w.detach());
+      if (kind == "view") return c10::IValue(w.narrow(0, 0, 2));
+      return c10::IValue(w.grad());
+    });
+    dist.p_create(opts);
+    dist.p_create(opts);
+    const auto leaked = dist.p_launch(0, "leak").wait().toTensor();
+    const auto expected = kind == "grad" ? leaked.clone() : dist.p_parameters(0)[0];
+    dist.p_launch(1, "leak").wait();  // evicts particle 0: its tensors are emptied
+    EXPECT_EQ(dist.cache_stats(0).resident, 1);
+    ASSERT_GT(leaked.numel(), 0) << kind;
+    EXPECT_TRUE(torch::equal(leaked, kind == "view" ? expected.narrow(0, 0, 2) : expected)) << kind;
+  }
+  // A fresh tensor arrives as it was made: not copied.
+  Push dist(tiny_mlp);
+  static const void* made = nullptr;
+  dist.p_create(ParticleOptions().on("fresh", [](Particle&, const Args&) {
+    auto t = torch::ones({3, 2});
+    made = t.data_ptr();
+    return c10::IValue(std::move(t));
+  }));
+  EXPECT_EQ(dist.p_launch(0, "fresh").wait().toTensor().data_ptr(), made);
+}
+
 }  // namespace
 }  // namespace push
