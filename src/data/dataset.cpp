@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include "core/seed.h"
+#include "core/user_text.h"
 
 namespace push::data {
 namespace fs = std::filesystem;
@@ -47,6 +48,25 @@ std::vector<std::string> cells_of(const std::string& line, char sep) {
   return cells;
 }
 
+using push::detail::printable;
+
+/// The longest line a table may have: a file without newlines (a binary, /dev/zero) is
+/// refused after this many bytes, not read whole into one line.
+constexpr size_t kMaxLine = size_t{1} << 20;
+
+/// std::getline, bounded: false at the end of the file, push::Error past kMaxLine bytes.
+bool read_line(std::istream& in, std::string& line, const fs::path& path, int64_t lineno, const char* origin) {
+  line.clear();
+  std::streambuf& buffer = *in.rdbuf();
+  for (int c = buffer.sbumpc(); c != std::char_traits<char>::eof(); c = buffer.sbumpc()) {
+    if (c == '\n') return true;
+    PUSH_CHECK(line.size() < kMaxLine, origin, path.string(), " line ", lineno, " is longer than ", kMaxLine,
+               " bytes: is it a CSV file?");
+    line.push_back(static_cast<char>(c));
+  }
+  return !line.empty();
+}
+
 /// Reads a numeric table: `skip` lines, then a header row (if `header`), then rows.
 Table read_table(const fs::path& path, char sep, int skip, bool header, const char* origin) {
   PUSH_CHECK(fs::exists(path), origin, "cannot open '", path.string(), "': no such file");
@@ -57,14 +77,20 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
   t.source = path.string();
   std::string line;
   int64_t lineno = 0;
-  while (lineno < skip && std::getline(in, line)) ++lineno;
+  while (lineno < skip && read_line(in, line, path, lineno + 1, origin)) ++lineno;
   if (header) {
-    PUSH_CHECK(std::getline(in, line), origin, "'", path.string(), "' is empty (expected a header row)");
+    PUSH_CHECK(read_line(in, line, path, lineno + 1, origin), origin, "'", path.string(),
+               "' is empty (expected a header row)");
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     t.names = cells_of(line, sep);
+    std::set<std::string> seen;
+    for (const auto& name : t.names) {
+      PUSH_CHECK(seen.insert(name).second, origin, path.string(), " has two columns named '", printable(name),
+                 "' in its header: name each column once");
+    }
   }
-  while (std::getline(in, line)) {
+  while (read_line(in, line, path, lineno + 1, origin)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (trim(line).empty()) continue;
@@ -77,13 +103,15 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
     std::vector<double> row(cells.size());
     for (size_t i = 0; i < cells.size(); ++i) {
       const std::string& c = cells[i];
-      char* end = nullptr;
-      double v = c.empty() ? 0 : std::strtod(c.c_str(), &end);
-      PUSH_CHECK(!c.empty() && end == c.c_str() + c.size(), origin, path.string(), " line ", lineno, ", column '",
-                 t.names[i], "': '", c, "' is not a number");
-      PUSH_CHECK(std::isfinite(v), origin, path.string(), " line ", lineno, ", column '", t.names[i], "': ", c,
-                 " (NaN or Inf) is not allowed");
-      row[i] = v;
+      const auto v = push::detail::parse_decimal(c);
+      std::string word = c;
+      std::transform(word.begin(), word.end(), word.begin(), [](unsigned char k) { return std::tolower(k); });
+      const bool nan_or_inf = word.find("nan") != std::string::npos || word.find("inf") != std::string::npos;
+      PUSH_CHECK(v || nan_or_inf, origin, path.string(), " line ", lineno, ", column '", printable(t.names[i]), "': '",
+                 printable(c), "' is not a number (plain decimals only: 12, -0.5, 3e-4)");
+      PUSH_CHECK(v && std::isfinite(*v), origin, path.string(), " line ", lineno, ", column '", printable(t.names[i]),
+                 "': ", printable(c), " (NaN or Inf) is not allowed");
+      row[i] = *v;
     }
     t.rows.push_back(std::move(row));
     t.lines.push_back(lineno);
@@ -95,7 +123,7 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
 /// The networks train in float32: a cell finite as a double (1e39) may not be one there.
 float to_float32(const Table& t, size_t row, size_t column, const char* origin) {
   const auto v = static_cast<float>(t.rows[row][column]);
-  PUSH_CHECK(std::isfinite(v), origin, t.source, " line ", t.lines[row], ", column '", t.names[column],
+  PUSH_CHECK(std::isfinite(v), origin, t.source, " line ", t.lines[row], ", column '", printable(t.names[column]),
              "': ", t.rows[row][column], " is beyond the range of float32 (the networks' precision, at most ±3.4e38)");
   return v;
 }
@@ -216,8 +244,8 @@ Dataset load_csv(const fs::path& path, const CsvOptions& options) {
     if (it == t.names.end()) {
       std::string cols;
       for (const auto& n : t.names) cols += (cols.empty() ? "" : ", ") + n;
-      throw Error(c10::str("[", origin, "] unknown target column '", options.target, "' in ", path.string(),
-                           " (columns: ", cols, ")"));
+      throw Error(c10::str("[", origin, "] unknown target column '", printable(options.target), "' in ", path.string(),
+                           " (columns: ", printable(cols, 200), ")"));
     }
     target = it - t.names.begin();
   }
@@ -286,17 +314,24 @@ std::pair<Dataset, Dataset> split(const Dataset& all, double test_fraction, uint
   return {all.subset(perm.narrow(0, n_test, n - n_test)), all.subset(perm.narrow(0, 0, n_test))};
 }
 
+fs::path idx_directory(const std::string& spec) {
+  if (spec == "fashion-mnist") return data_dir() / "fashion-mnist";
+  std::error_code ec;
+  return fs::is_directory(spec, ec) ? fs::path(spec) : fs::path();
+}
+
 std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions& options, double test_fraction,
                                        uint64_t seed) {
-  fs::path idx_dir;
-  if (spec == "fashion-mnist")
-    idx_dir = data_dir() / "fashion-mnist";
-  else if (fs::is_directory(spec))
-    idx_dir = spec;
+  const fs::path idx_dir = idx_directory(spec);
   if (!idx_dir.empty()) {
     auto train = load(spec, options, seed);
     auto test = load_idx(idx_dir, false);
     test.name = train.name;
+    const int64_t top = test.y.max().item<int64_t>();
+    PUSH_CHECK(top < train.num_classes, "push::data::load_idx", (idx_dir / "t10k-labels-idx1-ubyte").string(),
+               " has label ", top, " but the training labels are 0 to ", train.num_classes - 1);
+    test.num_classes = train.num_classes;
+    test.class_labels = train.class_labels;
     return {train, test};
   }
   return split(load(spec, options, seed), test_fraction, seed);

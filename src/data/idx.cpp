@@ -77,6 +77,21 @@ Dataset load_idx(const fs::path& dir, bool train) {
   d.x = bytes_to_tensor(images).unsqueeze(1).to(torch::kFloat32).div_(255);
   d.y = bytes_to_tensor(labels).to(torch::kLong);
   d.num_classes = d.y.max().item<int64_t>() + 1;
+  // Labels are class numbers 0 to K-1: a training set that skips one (a stray byte of 99
+  // in a 10-class set) would silently train a K = 100 problem.
+  if (train) {
+    const auto counts = torch::bincount(d.y, {}, d.num_classes);
+    const auto missing = (counts == 0).nonzero();
+    if (missing.numel() > 0) {
+      const int64_t first_missing = missing[0][0].item<int64_t>();
+      const int64_t top = d.num_classes - 1;
+      const int64_t where = (d.y == top).nonzero()[0][0].item<int64_t>();
+      throw Error(c10::str("[", kOrigin, "] ", labels_path.string(), ": its labels go up to ", top, " (item ", where,
+                           ") but no item has label ", first_missing,
+                           "; IDX labels are class numbers 0 to K-1, "
+                           "each present in the training set"));
+    }
+  }
   for (int64_t k = 0; k < d.num_classes; ++k) d.class_labels.push_back(static_cast<double>(k));
   d.target_name = "label";
   return d;

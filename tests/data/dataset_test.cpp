@@ -57,6 +57,35 @@ TEST_F(Csv, BadInputNamesTheProblem) {
   EXPECT_PUSH_ERROR(load("no-such-set"), "no data set or file named 'no-such-set'");
 }
 
+TEST_F(Csv, OnlyPlainDecimalsAndNamedColumns) {
+  // strtod would read 0x10 as 16 and 1e5junk partly: only plain decimals are numbers.
+  for (const std::string cell : {"0x10", "1e5x", "1.2.3", "e5", "+", "1e", "--1", "0b1"}) {
+    EXPECT_PUSH_ERROR(load_csv(write("h.csv", "a,b\n1," + cell + "\n")), "'" + cell + "' is not a number");
+  }
+  auto d = load_csv(write("ok.csv", "a,b\n+1.5,-2e-3\n.5,7.\n"));
+  EXPECT_TRUE(torch::allclose(d.x, torch::tensor({{1.5f}, {0.5f}})));
+  EXPECT_TRUE(torch::allclose(d.y, torch::tensor({{-2e-3f}, {7.0f}})));
+  // Two columns of one name: --target would pick one silently.
+  EXPECT_PUSH_ERROR(load_csv(write("dup.csv", "a,a,y\n1,2,3\n"), CsvOptions{"a", std::nullopt}),
+                    "two columns named 'a'");
+}
+
+TEST_F(Csv, GarbageIsQuotedPrintablyAndLinesAreBounded) {
+  // Control bytes from the file never reach the terminal raw.
+  try {
+    load_csv(write("esc.csv", "a,b\n1,\x1b[31mred\n"));
+    ADD_FAILURE() << "loaded";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+    EXPECT_NE(message.find("'\\x1b[31mred' is not a number"), std::string::npos) << message;
+  }
+  // A file without newlines (a binary, /dev/zero) stops at the line bound, not at memory's end.
+  EXPECT_PUSH_ERROR(load_csv(write("long.csv", "a,b\n" + std::string((1 << 20) + 10, '1') + "\n")),
+                    "long.csv line 2 is longer than 1048576 bytes");
+  EXPECT_PUSH_ERROR(load_csv("/dev/zero"), "/dev/zero line 1 is longer than 1048576 bytes");
+}
+
 TEST_F(Csv, ValuesBeyondFloat32AreRejectedWithTheirPlace) {
   // 1e39 is a finite double but Inf as the float32 the networks train on.
   EXPECT_PUSH_ERROR(load_csv(write("big.csv", "a,b,y\n1,2,3\n\n4,1e39,6\n")), "big.csv line 4, column 'b': 1e+39");

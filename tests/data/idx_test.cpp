@@ -63,6 +63,22 @@ TEST_F(Idx, ReadsImagesAndLabels) {
   EXPECT_EQ(test.size(), 2);
 }
 
+TEST_F(Idx, LabelsAreClassNumbersWithEveryClassPresent) {
+  // A stray label 99 in a 3-class set would make a 100-class problem.
+  write_set("train", 6);
+  std::string bad = labels(6, 6);
+  bad[8 + 4] = 99;
+  write("train-labels-idx1-ubyte", bad);
+  EXPECT_PUSH_ERROR(load_idx(dir_, true), "its labels go up to 99 (item 4) but no item has label 3");
+  // A test label beyond the training classes is named too.
+  write_set("train", 6);
+  write_set("t10k", 2);
+  std::string test = labels(2, 2);
+  test[8 + 1] = 7;
+  write("t10k-labels-idx1-ubyte", test);
+  EXPECT_PUSH_ERROR(load_split(dir_.string(), {}, 0.2, 0), "has label 7 but the training labels are 0 to 2");
+}
+
 TEST_F(Idx, TruncatedOrInconsistentFilesNameTheProblem) {
   write_set("t10k", 2);
   // A file that announces 60000 images but holds one.

@@ -80,6 +80,10 @@ Dataset load(const std::string& spec, const CsvOptions& options = {}, uint64_t s
 /// A seeded random split: (train, test) with round(fraction * N) test rows.
 std::pair<Dataset, Dataset> split(const Dataset& all, double test_fraction, uint64_t seed);
 
+/// The IDX directory `spec` names (fashion-mnist's, or `spec` itself), or an empty path
+/// for other data. IDX data keeps its own test set.
+std::filesystem::path idx_directory(const std::string& spec);
+
 /// (train, test) of `spec`: IDX data (fashion-mnist, an IDX directory) keeps its own
 /// test set; everything else is load() then split().
 std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions& options, double test_fraction,
