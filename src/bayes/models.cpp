@@ -25,7 +25,7 @@ ModelSpec parse_model_spec(const std::string& spec) {
         used = 0;
       }
       PUSH_CHECK(used == item.size() && !item.empty() && w >= 1 && w <= 1 << 20, origin, "bad width '", item,
-                 "' in model '", spec, "' (expected positive whole numbers)");
+                 "' in model '", spec, "' (expected whole numbers from 1 to 1048576)");
       m.widths.push_back(w);
     }
     PUSH_CHECK(!m.widths.empty(), origin, "model '", spec, "' lists no widths");

@@ -6,8 +6,8 @@
 // Everything is checked before training: the input, and that --out and --save can be
 // written (core/staged_folder.h). Outputs and the checkpoint are written in staging folders
 // and published whole, only when the run succeeded (finite metrics, every write checked).
-// The parts, in the order a run takes them: train_command_line.h, train_ranks.h,
-// train_data.h, train_infer.h, train_resume.h, train_folders.h, progress_bar.h,
+// The parts, in the order a run takes them: train_command_line.h, train_folders.h,
+// train_ranks.h, train_checks.h, train_data.h, train_infer.h, train_resume.h, progress_bar.h,
 // train_report.h, train_pictures.h, train_checkpoint.h.
 #include <push/bayes.h>
 
@@ -24,6 +24,7 @@
 #include "progress_bar.h"
 #include "stopwatch.h"
 #include "train_checkpoint.h"
+#include "train_checks.h"
 #include "train_command_line.h"
 #include "train_config.h"
 #include "train_data.h"
@@ -37,27 +38,57 @@
 namespace push::cli {
 namespace {
 
+/// What a run needs before it makes its particles, every input checked: the model, the
+/// data, the likelihood and the networks' factory; the checkpoint's settings matched and
+/// the memory estimated. `ranks` (`ranks_on_host` of them on this machine) share the work.
+struct Prepared {
+  bayes::ModelSpec spec;
+  TrainData data;
+  bayes::Likelihood likelihood;
+  ModuleFactory model;
+};
+
+Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
+  check_options_apply(c);
+  Prepared p;
+  p.spec = bayes::parse_model_spec(c.model);
+  p.data = load_train_data(c);
+  p.likelihood = likelihood_of(c, p.data.classify());
+  p.model = make_train_model(c, p.spec, p.data, p.likelihood);
+  match_checkpoint(c);
+  check_memory(c, p.model, ranks, ranks_on_host);
+  return p;
+}
+
 int run_train(int argc, char** argv) {
   const Stopwatch total;
   Timings timings;
   TrainConfig c;
   if (const auto exit_status = parse_train_command_line(argc, argv, c)) return *exit_status;
-  // Several ranks: started here (--nproc), or by a launcher (its WORLD_SIZE).
-  if (starts_its_ranks(c)) return relaunch(argc, argv, c.nproc);
+  const bool starts_ranks = starts_its_ranks(c);
   // Where the results go: checked (on the rank that writes them) before the ranks meet, so
   // that a refused --out or --save ends the run at once with one line, on every rank.
-  TrainFolders folders(c, dist::WorldOptions::launched_rank().value_or(0) == 0);
+  std::optional<TrainFolders> folders(std::in_place, c, dist::WorldOptions::launched_rank().value_or(0) == 0);
+  if (starts_ranks) {
+    // Several ranks started here (--nproc): whatever would fail on every rank fails here
+    // first, as one line, before any rank starts.
+    check_data_parallel(c, c.nproc);
+    TrainConfig checked = c;
+    settle_devices(checked);
+    prepare(checked, c.nproc, c.nproc);
+    folders.reset();
+    return relaunch(argc, argv, c.nproc);
+  }
   const TrainRanks ranks = join_ranks(c);
   if (!ranks.lead()) c.quiet = true;
   settle_devices(c);
+  if (ranks.lead()) warn_about_threads(c);
 
   // ---- check everything before anything is written ----
-  const auto spec = bayes::parse_model_spec(c.model);
-  const TrainData data = load_train_data(c);
+  const int on_host = ranks.world ? dist::WorldOptions::launched_local_world_size().value_or(1) : 1;
+  const Prepared prepared = prepare(c, ranks.size(), on_host);
+  const auto& [spec, data, likelihood, model] = prepared;
   timings.load_s = data.load_s;
-  const auto likelihood = likelihood_of(c, data.classify());
-  auto model = make_train_model(c, spec, data, likelihood);
-  match_checkpoint(c);
 
   ProgressBar bar(c.particles, c.quiet);
   auto options = infer_options(c, spec, likelihood, ranks.world);
@@ -86,22 +117,21 @@ int run_train(int argc, char** argv) {
   if (ranks.lead()) {
     try {
       evaluation = evaluate(pred, data.test_raw, data.test, data.scaler, infer->losses());
-      folders.out->write("predictions.csv", evaluation->predictions_csv);
-      if (band) folders.out->write("band.csv", band_csv(*band));
-      pictures = write_pictures(*folders.out, c, *evaluation, *infer, data.train_raw, band);
+      folders->out->write("predictions.csv", evaluation->predictions_csv);
+      if (band) folders->out->write("band.csv", band_csv(*band));
+      pictures = write_pictures(*folders->out, c, *evaluation, *infer, data.train_raw, band);
     } catch (...) {
       report_failed = std::current_exception();
     }
   }
-  if (const auto exit_status = save_checkpoint(c, *infer, ranks, folders.save, report_failed)) return *exit_status;
+  if (const auto exit_status = save_checkpoint(c, *infer, ranks, folders->save, report_failed)) return *exit_status;
 
   // ---- publish (rank 0) ----
   timings.total_s = total.seconds();
   const auto doc = metrics_document(c, *infer, ranks.size(), data, *evaluation, timings, pictures);
-  folders.out->write("metrics.json", doc.dump(2) + "\n");
-  if (folders.save) folders.save->publish();
-  folders.out->publish();
-  print_summary(c, *infer, data, *evaluation, timings.train_s, folders.out->target());
+  folders->out->write("metrics.json", doc.dump(2) + "\n");
+  folders->publish();
+  print_summary(c, *infer, data, *evaluation, timings.train_s, folders->out->target());
   return 0;
 }
 

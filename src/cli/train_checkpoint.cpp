@@ -5,6 +5,7 @@
 #include <string>
 
 #include "last_resort.h"
+#include "train_folders.h"
 
 namespace push::cli {
 
@@ -25,7 +26,11 @@ std::optional<int> save_checkpoint(const TrainConfig& c, bayes::Infer& infer, co
   if (!c.save.empty()) {
     Activity activity("cannot save the checkpoint to '" + c.save + "'");
     infer.save(std::filesystem::path(staged) / "checkpoint");
-    if (save) save->write("config.json", c.identity().dump(2) + "\n");
+    if (save) {
+      auto config = c.identity();
+      config["epochs"] = infer.epochs_done();  // not identity: a resumed run trains on to a new total
+      write_checkpoint_config(*save, config.dump(2) + "\n");
+    }
   }
   if (!lead) return 0;
   return std::nullopt;

@@ -3,12 +3,48 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
+
+#include "core/user_text.h"
 
 namespace push::cli {
 
 namespace {
+
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+/// A finite decimal number from `lo` to `hi` (each excluded when `open_lo`, `open_hi`):
+/// NaN and infinity are refused by name, and the message states the range as a person would.
+CLI::Validator decimal_in(double lo, double hi, bool open_lo = false, bool open_hi = false) {
+  std::string range = open_lo ? c10::str("greater than ", lo) : c10::str("at least ", lo);
+  if (hi < kNoLimit) {
+    range = open_lo || open_hi ? c10::str(range, open_hi ? " and less than " : " and at most ", hi)
+                               : c10::str("from ", lo, " to ", hi);
+  }
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const auto v = push::detail::parse_decimal(text);
+        const std::string shown = "'" + push::detail::printable(text) + "'";
+        if (!v || !std::isfinite(*v)) return shown + " is not a finite decimal number (it must be " + range + ")";
+        if ((open_lo ? *v <= lo : *v < lo) || (open_hi ? *v >= hi : *v > hi)) return shown + " must be " + range;
+        return "";
+      },
+      "");
+}
+
+/// A whole number from `lo` to `hi`.
+CLI::Validator whole(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        if (push::detail::parse_whole(text, lo, hi)) return "";
+        return c10::str("'", push::detail::printable(text), "' must be a whole number from ", lo, " to ", hi);
+      },
+      "");
+}
 
 // --devices: N lanes on what the machine has, or the device type with an optional count.
 void parse_devices(const std::string& text, TrainConfig& c) {
@@ -35,14 +71,14 @@ void parse_devices(const std::string& text, TrainConfig& c) {
 }  // namespace
 
 std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& c) {
-  const auto up_to_2_40 = CLI::Range(int64_t{1}, int64_t{1} << 40);
-  const auto up_to_100000 = CLI::Range(int64_t{1}, int64_t{100000});
+  const auto up_to_2_40 = whole(1, int64_t{1} << 40);
+  const auto up_to_100000 = whole(1, 100000);
   CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
   app.add_option("--algo", c.algo, "ensemble, mswag (MultiSWAG), svgd or mcdropout")
       ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout"}))
       ->capture_default_str();
   app.add_option("--particles", c.particles, "networks in the distribution")
-      ->check(CLI::Range(1, 100000))
+      ->check(whole(1, 100000))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--devices", [&c](const std::string& text) { parse_devices(text, c); },
@@ -50,15 +86,13 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->type_name("N|cpu[:N]|cuda[:N]");
   // Small networks gain nothing from intra-op parallelism, and on a busy machine its
   // spinning threads cost more than they give: one per lane unless asked.
-  app.add_option("--threads", c.threads, "intra-op threads per lane")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  app.add_option("--threads", c.threads, "intra-op threads per lane")->check(whole(1, 1024))->capture_default_str();
   app.add_option("--epochs", c.epochs, "training epochs (in all, counting resumed ones)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(whole(0, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "minibatch size")->check(up_to_2_40)->capture_default_str();
   app.add_option("--lr", c.lr, "learning rate (Adam; mswag collects with SGD, see --swag-lr)")
-      ->check(CLI::PositiveNumber)
+      ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
   app.add_option("--lr-schedule", c.lr_schedule,
                  "cosine: the learning rate falls as a half cosine to 0 over --epochs (mswag: over its pretraining; "
@@ -79,35 +113,48 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
                  "(fixed --noise-std)")
       ->check(CLI::IsMember({"gaussian", "heteroscedastic", "learned-noise"}));
   app.add_option("--noise-std", c.noise_std, "noise σ of the gaussian likelihood, in standardised units")
-      ->check(CLI::PositiveNumber)
+      ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
   app.add_option("--prior-std", c.prior_std, "σ of the Gaussian prior on the weights")
-      ->check(CLI::PositiveNumber)
+      ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
   app.add_option("--test-fraction", c.test_fraction, "held-out fraction (not for IDX data)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(decimal_in(0, 1, true, true))
       ->capture_default_str();
   app.add_option("--limit", c.limit, "use at most this many training and test rows (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", c.seed, "seed of the split, initialisation, shuffling and sampling")->capture_default_str();
+      ->check(whole(0, int64_t{1} << 40));
+  app.add_option_function<std::string>(
+         "--seed",
+         [&c](const std::string& text) {
+           // CLI11 would wrap -1 to 2^64-1 and clamp what is beyond: read it here.
+           uint64_t seed = 0;
+           const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
+           if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+             throw CLI::ValidationError("--seed", "'" + push::detail::printable(text) +
+                                                      "' must be a whole number from 0 to 18446744073709551615");
+           }
+           c.seed = seed;
+         },
+         "seed of the split, initialisation, shuffling and sampling (default 0)")
+      ->type_name("UINT64");
   app.add_option("--samples", c.samples, "mswag / mcdropout: samples per particle at prediction")
       ->check(up_to_100000)
       ->capture_default_str();
   app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(up_to_100000)->capture_default_str();
   app.add_option("--pretrain-epochs", c.pretrain_epochs,
                  "mswag: epochs before collecting moments (default: half of --epochs; when resuming, the checkpoint's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0, int64_t{1} << 40));
   app.add_option("--swag-lr", c.swag_lr,
                  "mswag: learning rate of the collection phase, SGD with momentum 0.9 (default: --lr x 0.1)")
-      ->check(CLI::PositiveNumber);
+      ->check(decimal_in(0, kNoLimit, true));
   app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0, int64_t{1} << 40));
   app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")
-      ->check(CLI::Range(0.0, 0.95))
+      ->check(decimal_in(0, 0.95))
       ->capture_default_str();
   app.add_flag("--bootstrap", c.bootstrap, "ensemble: train each particle on a bootstrap resample");
   app.add_option("--bandwidth", c.bandwidth, "svgd: RBF bandwidth h (default: median heuristic)")
-      ->check(CLI::PositiveNumber);
+      ->check(decimal_in(0, kNoLimit, true));
   app.add_option("--out", c.out, "output folder")->capture_default_str();
   app.add_option("--save", c.save, "write a checkpoint (particles + config) to this folder");
   app.add_option("--resume", c.resume, "continue from a checkpoint written by --save with the same configuration");
@@ -126,14 +173,19 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_option("--ranks-per-node", c.ranks_per_node,
                  "daso: ranks per node, consecutive ranks (default: LOCAL_WORLD_SIZE); a divisor of the ranks that "
                  "leaves at least 2 nodes, e.g. 2 of 4 to simulate 2 nodes on one machine")
-      ->check(CLI::Range(1, 1024));
+      ->check(whole(1, 1024));
   app.add_option("--nproc", c.nproc,
                  "start N local ranks (as push launch does) that train one distribution; under push launch, "
                  "torchrun --no-python or mpirun the job's ranks are used instead")
-      ->check(CLI::Range(1, 1024))
+      ->check(whole(1, 1024))
       ->capture_default_str();
+  app.add_flag("--allow-data-change", c.allow_data_change,
+               "with --resume: continue although the data differ from the checkpoint's (its fingerprint)");
   try {
     app.parse(argc, argv);
+    for (const auto* option : app.get_options()) {
+      if (option->count() > 0) c.given.insert(option->get_name());
+    }
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;

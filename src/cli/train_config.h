@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace push::cli {
@@ -30,6 +31,13 @@ struct TrainConfig {
   // of the rows (empty: the particles are spread over the ranks). Not part of identity.
   std::string data_parallel;
   int ranks_per_node = 0;  // daso: 0 = LOCAL_WORLD_SIZE
+  // The options given on the command line (by their long names, "--bootstrap"): an option
+  // that does not apply to the run is refused only when given.
+  std::set<std::string> given;
+  // The CRC-32C of the data as trained (train_data.h); --resume refuses another unless
+  // --allow-data-change.
+  std::string data_fingerprint;
+  bool allow_data_change = false;
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.
@@ -55,7 +63,8 @@ struct TrainConfig {
             {"bootstrap", bootstrap},
             {"bandwidth", bandwidth},
             {"noise_std", noise_std},
-            {"prior_std", prior_std}};
+            {"prior_std", prior_std},
+            {"data_fingerprint", data_fingerprint}};
   }
 };
 

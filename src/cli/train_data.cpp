@@ -3,15 +3,34 @@
 
 #include <tuple>
 
+#include "core/crc32c.h"
 #include "stopwatch.h"
 
 namespace push::cli {
+namespace {
+
+/// CRC-32C of the rows as trained and tested (after --limit), shapes included: another
+/// file, an edited row or another split give another fingerprint.
+std::string fingerprint(const TrainData& d) {
+  uint32_t crc = 0;
+  for (const auto* t : {&d.train_raw.x, &d.train_raw.y, &d.test_raw.x, &d.test_raw.y}) {
+    const auto dense = t->contiguous();
+    const auto sizes = dense.sizes().vec();
+    crc = push::detail::crc32c(sizes.data(), sizes.size() * sizeof(int64_t), crc);
+    crc = push::detail::crc32c(dense.data_ptr(), dense.numel() * dense.element_size(), crc);
+  }
+  return push::detail::crc32c_hex(crc);
+}
+
+}  // namespace
 
 TrainData load_train_data(TrainConfig& c) {
   TrainData d;
   data::CsvOptions csv;
   csv.target = c.target;
   if (!c.task.empty()) csv.task = data::parse_task(c.task);
+  PUSH_CHECK(!c.given.count("--test-fraction") || data::idx_directory(c.data).empty(), "push train",
+             "--test-fraction is not for IDX data ('", c.data, "' has its own test set)");
   const Stopwatch load;
   std::tie(d.train_raw, d.test_raw) = data::load_split(c.data, csv, c.test_fraction, c.seed);
   if (!c.task.empty()) {
@@ -21,6 +40,7 @@ TrainData load_train_data(TrainConfig& c) {
   d.train_raw = data::subsample(d.train_raw, c.limit, c.seed);
   d.test_raw = data::subsample(d.test_raw, c.limit, c.seed + 1);
   d.load_s = load.seconds();
+  c.data_fingerprint = fingerprint(d);
   if (c.likelihood.empty()) c.likelihood = d.classify() ? "categorical" : "heteroscedastic";
   PUSH_CHECK(!d.classify() || c.likelihood == "categorical", "push train", "--likelihood ", c.likelihood,
              " is for regression; ", c.data, " is a classification data set");

@@ -16,8 +16,18 @@ class TrainFolders {
   /// push::Error "[push train] ..." naming the folder and the reason otherwise.
   TrainFolders(const TrainConfig& c, bool lead);
 
+  /// Marks --out as push train's and publishes it, with --save, together: both or neither
+  /// (core/staged_folder.h's publish_together).
+  void publish();
+
   std::optional<push::detail::StagedFolder> out;   // on the lead rank
   std::optional<push::detail::StagedFolder> save;  // on the lead rank, with --save
 };
+
+/// Writes `config` as the checkpoint's config.json, and the marker that covers it.
+void write_checkpoint_config(const push::detail::StagedFolder& save, const std::string& config);
+/// The config.json of the checkpoint at `dir`, checked against its marker: push::Error
+/// "[push train] ..." when `dir` is not a checkpoint of push train or the file changed.
+std::string read_checkpoint_config(const std::string& dir);
 
 }  // namespace push::cli

@@ -53,10 +53,12 @@ std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, c
   };
   std::ostringstream loss;
   for (size_t i = 0; i < infer.losses().size(); ++i) loss << i + 1 << ' ' << infer.losses()[i] << "\n";
-  picture("loss", "$loss << EOD\n" + loss.str() +
-                      "EOD\nset xlabel 'epoch'\nset ylabel 'training loss (nll per point)'\n"
-                      "plot $loss using 1:2 with lines lw 2 title " +
-                      gnuplot_quoted(c.algo) + "\n");
+  // No epoch trained (--epochs 0): no curve to draw.
+  if (!infer.losses().empty())
+    picture("loss", "$loss << EOD\n" + loss.str() +
+                        "EOD\nset xlabel 'epoch'\nset ylabel 'training loss (nll per point)'\n"
+                        "plot $loss using 1:2 with lines lw 2 title " +
+                        gnuplot_quoted(c.algo) + "\n");
   if (train_raw.task == data::Task::classification) {
     // Room above the bars (yrange to 1.1) for each bin's count of test points.
     const std::string script =

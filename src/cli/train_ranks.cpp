@@ -12,12 +12,9 @@
 #include "command.h"
 
 namespace push::cli {
-namespace {
-
-/// --data-parallel and --ranks-per-node, against the ranks there are.
-void check_data_parallel(const TrainConfig& c, const std::optional<dist::World>& world) {
+void check_data_parallel(const TrainConfig& c, int ranks) {
   const bool is_data_parallel = !c.data_parallel.empty();
-  PUSH_CHECK(!is_data_parallel || world, "push train", "--data-parallel ", c.data_parallel,
+  PUSH_CHECK(!is_data_parallel || ranks >= 2, "push train", "--data-parallel ", c.data_parallel,
              " needs several ranks: add --nproc N (N >= 2), or start push train under a launcher");
   PUSH_CHECK(c.ranks_per_node == 0 || c.data_parallel == "daso", "push train",
              "--ranks-per-node is for --data-parallel daso");
@@ -31,19 +28,18 @@ void check_data_parallel(const TrainConfig& c, const std::optional<dist::World>&
   PUSH_CHECK(!is_data_parallel || !c.fuse.value_or(false), "push train",
              "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
   if (c.data_parallel == "daso") {
-    const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node, world->size());
-    const char* source = c.ranks_per_node > 0 ? ""
-                         : dist::WorldOptions::launched_local_world_size()
-                             ? " (the launcher's ranks per node)"
-                             : " (all of them: LOCAL_WORLD_SIZE is unset)";
-    PUSH_CHECK(world->size() % per_node == 0 && world->size() / per_node >= 2, "push train",
-               "--data-parallel daso needs at least 2 nodes of equal size: ", world->size(), " ranks with ", per_node,
-               " ranks per node", source, " do not make them; set --ranks-per-node (e.g. ",
-               std::max(1, world->size() / 2), ") to simulate nodes on one machine");
+    const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node, ranks);
+    const char* source =
+        c.ranks_per_node > 0                              ? ""
+        : !dist::WorldOptions::launched_world_size()      ? " (all of them: --nproc starts them on one machine)"
+        : dist::WorldOptions::launched_local_world_size() ? " (the launcher's ranks per node)"
+                                                          : " (all of them: LOCAL_WORLD_SIZE is unset)";
+    PUSH_CHECK(ranks % per_node == 0 && ranks / per_node >= 2, "push train",
+               "--data-parallel daso needs at least 2 nodes of equal size: ", ranks, " ranks with ", per_node,
+               " ranks per node", source, " do not make them; set --ranks-per-node (e.g. ", std::max(1, ranks / 2),
+               ") to simulate nodes on one machine");
   }
 }
-
-}  // namespace
 
 bool starts_its_ranks(const TrainConfig& c) {
   return c.nproc > 1 && !dist::WorldOptions::launched_world_size().has_value();
@@ -79,7 +75,7 @@ TrainRanks join_ranks(const TrainConfig& c) {
                *world_size, " ranks (the launcher's WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)");
   }
   if (world_size && *world_size > 1) ranks.world.emplace(dist::World::from_env());
-  check_data_parallel(c, ranks.world);
+  check_data_parallel(c, ranks.size());
   return ranks;
 }
 

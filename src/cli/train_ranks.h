@@ -18,6 +18,9 @@ struct TrainRanks {
   int size() const { return world ? world->size() : 1; }
 };
 
+/// --data-parallel and --ranks-per-node against the job's `ranks`: push::Error
+/// "[push train] --data-parallel ..." when they do not fit.
+void check_data_parallel(const TrainConfig& c, int ranks);
 /// Whether this run starts its ranks itself: --nproc N > 1 outside a job.
 bool starts_its_ranks(const TrainConfig& c);
 /// Runs `push launch --nproc N -- <this program> train ...` (the same arguments without

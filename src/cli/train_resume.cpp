@@ -6,17 +6,18 @@
 #include <filesystem>
 #include <fstream>
 
+#include "train_folders.h"
+
 namespace push::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-/// The config.json of the checkpoint at `dir`.
-json read_checkpoint_config(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "config.json");
-  PUSH_CHECK(in, "push train", "no checkpoint to resume at '", dir, "' (missing config.json)");
+/// The config.json of the checkpoint at `dir`, checked.
+json read_checkpoint_json(const std::string& dir) {
+  const std::string text = read_checkpoint_config(dir);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception&) {
     throw Error(c10::str("[push train] '", dir, "/config.json' is not valid JSON"));
   }
@@ -25,26 +26,32 @@ json read_checkpoint_config(const std::string& dir) {
 }  // namespace
 
 void match_checkpoint(TrainConfig& c) {
-  const json saved = c.resume.empty() ? json() : read_checkpoint_config(c.resume);
+  const json saved = c.resume.empty() ? json() : read_checkpoint_json(c.resume);
   if (c.pretrain_epochs < 0) {
     const bool kept = saved.contains("pretrain_epochs") && saved["pretrain_epochs"].is_number_integer();
     c.pretrain_epochs = kept ? saved["pretrain_epochs"].get<int64_t>() : c.epochs / 2;
   }
-  // Checkpoints written before --lr-schedule trained at a constant rate.
-  json have = saved;
-  if (!c.resume.empty() && !have.contains("lr_schedule")) have["lr_schedule"] = "constant";
   if (c.lr_schedule.empty()) {
-    const bool kept = have.contains("lr_schedule") && have["lr_schedule"].is_string();
-    c.lr_schedule = kept ? have["lr_schedule"].get<std::string>() : c.algo == "mswag" ? "constant" : "cosine";
+    const bool kept = saved.contains("lr_schedule") && saved["lr_schedule"].is_string();
+    c.lr_schedule = kept ? saved["lr_schedule"].get<std::string>() : c.algo == "mswag" ? "constant" : "cosine";
     PUSH_CHECK(c.lr_schedule == "cosine" || c.lr_schedule == "constant", "push train", "cannot resume from '", c.resume,
                "': its config.json has lr_schedule=\"", c.lr_schedule, "\" (cosine or constant)");
   }
   if (c.resume.empty()) return;
+  const int64_t done = saved.value("epochs", int64_t{0});
+  PUSH_CHECK(c.epochs >= done, "push train", "--epochs ", c.epochs, " is fewer than the ", done,
+             " epochs the checkpoint '", c.resume, "' has trained (--epochs counts them all, resumed ones included)");
   const auto want = c.identity();  // items() refers to it: it must outlive the loop
   for (const auto& [key, value] : want.items()) {
-    PUSH_CHECK(have.contains(key) && have[key] == value, "push train", "cannot resume from '", c.resume,
-               "': it was trained with ", key, "=", have.contains(key) ? have[key].dump() : "(unset)",
-               ", this run has ", key, "=", value.dump());
+    const bool same = saved.contains(key) && saved[key] == value;
+    if (key == "data_fingerprint") {
+      PUSH_CHECK(same || c.allow_data_change, "push train", "cannot resume from '", c.resume,
+                 "': the data differ from those it was trained on (fingerprint ", saved.value(key, "(none)"), ", now ",
+                 c.data_fingerprint, "); add --allow-data-change to train it on these");
+      continue;
+    }
+    PUSH_CHECK(same, "push train", "cannot resume from '", c.resume, "': it was trained with ", key, "=",
+               saved.contains(key) ? saved[key].dump() : "(unset)", ", this run has ", key, "=", value.dump());
   }
 }
 

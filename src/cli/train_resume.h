@@ -6,10 +6,11 @@ namespace push::cli {
 
 /// Settles MultiSWAG's default pre-training in `c` (half of --epochs of the run that
 /// starts training; with --resume, the checkpoint's) and the default --lr-schedule (cosine,
-/// mswag constant; with --resume, the checkpoint's: constant for one written before the
-/// option) and, with --resume, checks that every
-/// setting of TrainConfig::identity() matches the checkpoint's config.json. push::Error
-/// "[push train] cannot resume from 'DIR': it was trained with KEY=..., this run has KEY=...".
+/// mswag constant; with --resume, the checkpoint's) and, with --resume, checks the
+/// checkpoint's config.json (its checksum, train_folders.h): --epochs at least the epochs
+/// it has trained, and every setting of TrainConfig::identity() the same, the data's
+/// fingerprint too unless --allow-data-change. push::Error "[push train] cannot resume
+/// from 'DIR': it was trained with KEY=..., this run has KEY=..." otherwise.
 void match_checkpoint(TrainConfig& c);
 
 }  // namespace push::cli

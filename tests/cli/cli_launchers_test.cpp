@@ -8,7 +8,7 @@
 namespace {
 using namespace push::testing;
 
-constexpr const char* kArgs = "--algo ensemble --particles 4 --epochs 3 --samples 3 --devices 1 --quiet --out ";
+constexpr const char* kArgs = "--algo ensemble --particles 4 --epochs 3 --devices 1 --quiet --out ";
 
 class Launchers : public Cli {
  protected:

@@ -19,7 +19,7 @@ using push::detail::Clock;
 
 TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
   for (const std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
-    const std::string common = "--algo " + algo + " --particles 4 --epochs 3 --samples 3 --quiet --out ";
+    const std::string common = "--algo " + algo + " --particles 4 --epochs 3" + samples(algo, 3) + " --quiet --out ";
     auto one = run(common + algo + "-1x1 --devices 1");
     ASSERT_EQ(one.code, 0) << one.err;
     auto lanes = run(common + algo + "-1x2 --devices 2");

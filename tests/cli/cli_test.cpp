@@ -41,7 +41,8 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
 
 TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
   for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
-    auto r = run("--algo " + algo + " --particles 3 --devices 2 --epochs 4 --samples 3 --quiet --out " + algo);
+    auto r =
+        run("--algo " + algo + " --particles 3 --devices 2 --epochs 4" + samples(algo, 3) + " --quiet --out " + algo);
     ASSERT_EQ(r.code, 0) << algo << ": " << r.err;
     auto m = metrics(algo);
     EXPECT_EQ(m["algorithm"], algo);
@@ -53,7 +54,7 @@ TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
 
 TEST_F(Cli, FusesMlpsByDefaultWithTheUnfusedNumbers) {
   for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
-    const std::string common = "--algo " + algo + " --particles 3 --epochs 3 --samples 3 --quiet ";
+    const std::string common = "--algo " + algo + " --particles 3 --epochs 3" + samples(algo, 3) + " --quiet ";
     auto fused = run(common + "--out f"), plain = run(common + "--no-fuse --out u");
     ASSERT_EQ(fused.code, 0) << algo << ": " << fused.err;
     ASSERT_EQ(plain.code, 0) << algo << ": " << plain.err;
@@ -73,12 +74,12 @@ TEST_F(Cli, AlgorithmOptionsReachTheRun) {
   const std::pair<std::string, json> cases[] = {
       {"--algo ensemble --bootstrap", json{{"bootstrap", true}}},
       {"--algo svgd --bandwidth 0.5", json{{"bandwidth", 0.5}}},
-      {"--algo mswag --pretrain-epochs 2 --rank 3 --collect-every 2 --swag-lr 0.005",
+      {"--algo mswag --pretrain-epochs 2 --rank 3 --collect-every 2 --swag-lr 0.005 --samples 2",
        json{{"pretrain_epochs", 2}, {"rank", 3}, {"collect_every", 2}, {"swag_lr", 0.005}}},
-      {"--algo mcdropout --dropout 0.3", json{{"dropout", 0.3}}},
+      {"--algo mcdropout --dropout 0.3 --samples 2", json{{"dropout", 0.3}}},
   };
   for (const auto& [args, expected] : cases) {
-    auto r = run(args + " --particles 2 --epochs 4 --samples 2 --quiet --out o");
+    auto r = run(args + " --particles 2 --epochs 4 --quiet --out o");
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     auto config = metrics("o")["config"];
     for (const auto& [key, value] : expected.items()) EXPECT_EQ(config[key], value) << args << " " << key;
@@ -121,25 +122,14 @@ TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
   ASSERT_NO_FATAL_FAILURE(save_then_resume("--particles 2 --quiet", 3, 5));
   EXPECT_EQ(metrics("b")["config"]["lr_schedule"], "cosine");
   EXPECT_LT(metrics("b")["metrics"]["rmse"].get<double>(), 1.0);
-  // A checkpoint written before --lr-schedule existed trained at a constant rate: it
-  // resumes so by default, and refuses a cosine.
-  ASSERT_EQ(run(constant + " --epochs 3 --save old --out e").code, 0);
-  auto config = json::parse(slurp(dir_ / "old" / "config.json"));
-  config.erase("lr_schedule");
-  write("old/config.json", config.dump(2) + "\n");
-  auto old = run("--particles 2 --epochs 4 --quiet --resume old --out f");
-  ASSERT_EQ(old.code, 0) << old.err;
-  EXPECT_EQ(metrics("f")["config"]["lr_schedule"], "constant");
-  auto cosine = run("--particles 2 --epochs 4 --lr-schedule cosine --quiet --resume old --out g");
-  EXPECT_NE(cosine.err.find("lr_schedule=\"constant\", this run has lr_schedule=\"cosine\""), std::string::npos)
-      << cosine.err;
-  // An edited schedule is named, not taken for a cosine.
+  // An edited config.json (here: its schedule) fails its checksum: it is named, not
+  // taken for another run's settings.
+  auto config = json::parse(slurp(dir_ / "ck" / "config.json"));
   config["lr_schedule"] = "sometimes";
-  write("old/config.json", config.dump(2) + "\n");
-  auto edited = run("--particles 2 --epochs 4 --quiet --resume old --out h");
+  write("ck/config.json", config.dump(2) + "\n");
+  auto edited = run("--particles 2 --epochs 6 --quiet --resume ck --out h");
   EXPECT_NE(edited.code, 0);
-  EXPECT_NE(edited.err.find("its config.json has lr_schedule=\"sometimes\" (cosine or constant)"), std::string::npos)
-      << edited.err;
+  EXPECT_NE(edited.err.find("its config.json fails its checksum"), std::string::npos) << edited.err;
   EXPECT_FALSE(fs::exists(dir_ / "h"));
 }
 
@@ -217,7 +207,7 @@ TEST_F(Cli, DevicesNamesTheDeviceTypeAndCudaWithoutAGpuIsOneLine) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "should-not-exist"));
   }
-  auto r = run("--devices cpu:2 --particles 2 --epochs 2 --samples 2 --quiet --out cpu");
+  auto r = run("--devices cpu:2 --particles 2 --epochs 2 --quiet --out cpu");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(metrics("cpu")["run"]["devices"], 2);
   EXPECT_EQ(metrics("cpu")["run"]["device_type"], "cpu");

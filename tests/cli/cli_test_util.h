@@ -63,6 +63,12 @@ inline std::vector<std::string> staging_folders(const std::vector<std::string>& 
   return staged;
 }
 
+/// " --samples N" for the algorithms that sample at prediction (mswag, mcdropout); nothing
+/// for the others, which refuse it.
+inline std::string samples(const std::string& algo, int n) {
+  return algo == "mswag" || algo == "mcdropout" ? " --samples " + std::to_string(n) : "";
+}
+
 /// What must not depend on how the particles are spread over lanes and ranks, or how the
 /// ranks were started: a run's metrics.json without its timings and its layout.
 inline json comparable(json m) {

@@ -1,0 +1,108 @@
+// Every option of push train is checked, and refused with one line that names it: NaN and
+// infinity, numbers out of range, options that would be ignored, a run that cannot fit in
+// memory, data that is no table at all; with --nproc, still one line.
+#include "cli_test_util.h"
+
+#include <thread>
+
+namespace {
+using namespace push::testing;
+
+/// Runs `args` and expects a refusal: a non-zero exit, one line on stderr holding `needle`,
+/// no control byte in it, and nothing written.
+#define EXPECT_REFUSED(args, needle)                                                \
+  do {                                                                              \
+    const std::string a = (args);                                                   \
+    auto r = run(a + " --quiet --out should-not-exist");                            \
+    EXPECT_NE(r.code, 0) << a;                                                      \
+    EXPECT_NE(r.err.find(needle), std::string::npos) << a << " -> " << r.err;       \
+    EXPECT_EQ(lines_of(r.err), 1) << a << " -> " << r.err;                          \
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << a << ": a raw escape byte"; \
+    EXPECT_EQ(r.err.find("ETA"), std::string::npos) << a << ": trained first";      \
+    EXPECT_FALSE(fs::exists(dir_ / "should-not-exist")) << a;                       \
+  } while (false)
+
+TEST_F(Cli, NonFiniteAndOutOfRangeNumbersAreRefusedByName) {
+  for (const std::string option :
+       {"--lr", "--noise-std", "--prior-std", "--swag-lr", "--bandwidth", "--dropout", "--test-fraction"}) {
+    for (const std::string value : {"nan", "inf", "-inf", "0x1p-3"}) {
+      EXPECT_REFUSED(option + " " + value, option + ": '" + value + "' is not a finite decimal number");
+    }
+  }
+  EXPECT_REFUSED("--lr 0", "--lr: '0' must be greater than 0");
+  EXPECT_REFUSED("--dropout 0.99", "--dropout: '0.99' must be from 0 to 0.95");
+  EXPECT_REFUSED("--test-fraction 1", "--test-fraction: '1' must be greater than 0 and less than 1");
+  EXPECT_REFUSED("--seed -1", "--seed: '-1' must be a whole number from 0 to 18446744073709551615");
+  EXPECT_REFUSED("--seed 18446744073709551616", "--seed: '18446744073709551616' must be a whole number");
+  EXPECT_REFUSED("--limit -1", "--limit: '-1' must be a whole number from 0 to 1099511627776");
+  EXPECT_REFUSED("--epochs 1.5", "--epochs: '1.5' must be a whole number");
+  EXPECT_REFUSED("--particles 100001", "--particles: '100001' must be a whole number from 1 to 100000");
+  EXPECT_REFUSED("--model mlp:99999999",
+                 "bad width '99999999' in model 'mlp:99999999' (expected whole numbers "
+                 "from 1 to 1048576)");
+  // The largest seed is a seed.
+  auto big = run("--seed 18446744073709551615 --epochs 1 --particles 2 --quiet --out o");
+  ASSERT_EQ(big.code, 0) << big.err;
+  EXPECT_EQ(metrics("o")["config"]["seed"], 18446744073709551615ull);
+}
+
+TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
+  EXPECT_REFUSED("--algo svgd --bootstrap", "--bootstrap is for --algo ensemble, not svgd");
+  EXPECT_REFUSED("--samples 5", "--samples is for --algo mswag or mcdropout, not ensemble");
+  EXPECT_REFUSED("--algo ensemble --rank 3", "--rank is for --algo mswag, not ensemble");
+  EXPECT_REFUSED("--algo mswag --dropout 0.2", "--dropout is for --algo mcdropout, not mswag");
+  EXPECT_REFUSED("--algo mcdropout --bandwidth 1", "--bandwidth is for --algo svgd, not mcdropout");
+  EXPECT_REFUSED("--noise-std 0.5", "--noise-std is for --likelihood gaussian");
+  // IDX data has its own test set: a directory with IDX files is recognised before loading.
+  fs::create_directories(dir_ / "idx");
+  EXPECT_REFUSED("--data idx --test-fraction 0.3", "--test-fraction is not for IDX data");
+}
+
+TEST_F(Cli, MessagesNameTheRealProblem) {
+  EXPECT_REFUSED("--epochs 1 --save ''", "--save is empty");
+  for (const auto& [out, needle] : {std::pair<std::string, std::string>{"''", "--out is empty"},
+                                    {std::string(240, 'x'), "its name has 240 characters; at most 223"}}) {
+    auto r = run("--epochs 1 --particles 2 --quiet --out " + out);
+    EXPECT_NE(r.code, 0) << out;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_EQ(lines_of(r.err), 1) << r.err;
+    EXPECT_EQ(entries(), std::vector<std::string>{}) << out;
+  }
+  // Garbage in a data file is quoted with its control bytes escaped.
+  write("esc.csv", "a,b\n1,\x1b[31mred\r\n");
+  EXPECT_REFUSED("--data esc.csv", "'\\x1b[31mred' is not a number");
+  write("hex.csv", "a,b\n0x10,1\n2,3\n");
+  EXPECT_REFUSED("--data hex.csv", "'0x10' is not a number");
+  // A file without lines stops at the bound, at once, not when memory runs out.
+  EXPECT_REFUSED("--data /dev/zero", "/dev/zero line 1 is longer than 1048576 bytes");
+  // No epoch trained: no loss curve to draw, and nothing said about gnuplot.
+  auto none = run("--epochs 0 --particles 2 --quiet --out o");
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(none.err, "");
+  EXPECT_FALSE(fs::exists(dir_ / "o" / "loss.png"));
+}
+
+TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
+  // 100,000 networks of a million parameters: terabytes. Refused with the estimate.
+  EXPECT_REFUSED("--particles 100000 --model mlp:1024,1024", "--particles 100000 of 1053698 parameters need about");
+  EXPECT_REFUSED("--particles 100000 --model mlp:1024,1024", "GiB available");
+}
+
+TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  auto r = run("--devices cpu:1 --threads " + std::to_string(cores + 1) + " --epochs 1 --particles 2 --quiet --out o");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("push train: warning: --threads " + std::to_string(cores + 1)), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err), 1) << r.err;
+}
+
+TEST_F(Cli, WithSeveralRanksABadRunIsStillOneLine) {
+  write("hex.csv", "a,b\n0x10,1\n2,3\n");
+  EXPECT_REFUSED("--nproc 2 --data hex.csv", "'0x10' is not a number");
+  EXPECT_REFUSED("--nproc 2 --data-parallel daso", "--data-parallel daso needs at least 2 nodes");
+  EXPECT_REFUSED("--nproc 2 --algo svgd --data-parallel blocking", "--data-parallel does not train svgd");
+  write("mine/notes.txt", "mine");
+  EXPECT_REFUSED("--nproc 2 --save mine", "--save 'mine' is not a push train checkpoint");
+}
+
+}  // namespace
