@@ -37,16 +37,25 @@ ModelSpec parse_model_spec(const std::string& spec) {
   return m;
 }
 
-ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
-                         double dropout) {
+namespace {
+
+/// What make_model and parameter_count take: push::Error naming what does not fit.
+void check_inputs(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs) {
   const char* origin = "push::bayes::make_model";
   PUSH_CHECK(outputs >= 1, origin, "outputs must be >= 1, got ", outputs);
-  int64_t features = 1;
-  for (int64_t d : input_shape) features *= d;
   if (spec.kind == "cnn") {
     PUSH_CHECK(input_shape.size() == 3 && input_shape[1] >= 4 && input_shape[2] >= 4, origin,
                "cnn needs image inputs [C, H, W] of at least 4x4, got ", c10::IntArrayRef(input_shape));
   }
+}
+
+}  // namespace
+
+ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
+                         double dropout) {
+  check_inputs(spec, input_shape, outputs);
+  int64_t features = 1;
+  for (int64_t d : input_shape) features *= d;
   return [=]() -> torch::nn::AnyModule {
     namespace nn = torch::nn;
     nn::Sequential seq;
@@ -82,6 +91,27 @@ ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& inpu
 ModuleFactory make_model(const std::string& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
                          double dropout) {
   return make_model(parse_model_spec(spec), input_shape, outputs, dropout);
+}
+
+double parameter_count(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs) {
+  check_inputs(spec, input_shape, outputs);
+  auto linear = [](double in, double out) { return in * out + out; };
+  double features = 1;
+  for (int64_t d : input_shape) features *= static_cast<double>(d);
+  double count = 0;
+  if (spec.kind == "mlp") {
+    double in = features;
+    for (int64_t w : spec.widths) {
+      count += linear(in, static_cast<double>(w));
+      in = static_cast<double>(w);
+    }
+    return count + linear(in, static_cast<double>(outputs));
+  }
+  // cnn: two 3x3 convolutions (with biases), then dense 64 over the twice-pooled map.
+  const double c0 = static_cast<double>(input_shape.at(0)), c1 = static_cast<double>(spec.widths.at(0)),
+               c2 = static_cast<double>(spec.widths.at(1));
+  const double pooled = static_cast<double>((input_shape.at(1) / 4) * (input_shape.at(2) / 4));
+  return c0 * c1 * 9 + c1 + c1 * c2 * 9 + c2 + linear(c2 * pooled, 64) + linear(64, static_cast<double>(outputs));
 }
 
 }  // namespace push::bayes

@@ -54,9 +54,9 @@ Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
   p.spec = bayes::parse_model_spec(c.model);
   p.data = load_train_data(c);
   p.likelihood = likelihood_of(c, p.data.classify());
-  p.model = make_train_model(c, p.spec, p.data, p.likelihood);
   match_checkpoint(c);
-  check_memory(c, p.model, ranks, ranks_on_host);
+  check_memory(c, train_model_parameters(p.spec, p.data, p.likelihood), ranks, ranks_on_host);
+  p.model = make_train_model(c, p.spec, p.data, p.likelihood);
   return p;
 }
 

@@ -47,7 +47,7 @@ uint64_t available_bytes() {
   return available;
 }
 
-std::string gib(uint64_t bytes) { return c10::str(static_cast<double>(bytes) / (1 << 30), " GiB"); }
+std::string gib(double bytes) { return c10::str(bytes / (1 << 30), " GiB"); }
 
 }  // namespace
 
@@ -62,28 +62,33 @@ void check_options_apply(const TrainConfig& c) {
   }
   PUSH_CHECK(!c.given.count("--noise-std") || c.likelihood == "gaussian", "push train",
              "--noise-std is for --likelihood gaussian (it would be ignored)");
+  PUSH_CHECK(!c.allow_data_change || !c.resume.empty(), "push train",
+             "--allow-data-change is for --resume (it would be ignored)");
+  PUSH_CHECK(!c.given.count("--pretrain-epochs") || c.pretrain_epochs < c.epochs, "push train", "--pretrain-epochs ",
+             c.pretrain_epochs, " leaves none of the ", c.epochs,
+             " epochs (--epochs) for collecting: MultiSWAG would be an ensemble");
 }
 
-uint64_t particle_bytes(const TrainConfig& c, int64_t parameters, int ranks) {
+double particle_bytes(const TrainConfig& c, double parameters, int ranks) {
   // Copies of the parameters per particle: weights, gradients and Adam's two moments;
   // MultiSWAG adds its mean, its mean of squares and --rank deviation columns.
-  int64_t copies = 4;
-  if (c.algo == "mswag") copies += 2 + c.rank;
-  const uint64_t per_particle = static_cast<uint64_t>(parameters) * 4 * copies + kParticleOverheadBytes;
+  double copies = 4;
+  if (c.algo == "mswag") copies += 2 + static_cast<double>(c.rank);
+  const double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);
   // The particles are spread over the ranks, unless each rank trains them all.
   const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
-  return per_particle * static_cast<uint64_t>(here);
+  return per_particle * static_cast<double>(here);
 }
 
-void check_memory(const TrainConfig& c, const ModuleFactory& model, int ranks, int ranks_on_host) {
-  int64_t parameters = 0;
-  for (const auto& p : model().ptr()->parameters()) parameters += p.numel();
-  const uint64_t need = particle_bytes(c, parameters, ranks);
-  // Ranks of one host share its memory: count what all of this host's ranks need.
-  const uint64_t host_need = need * static_cast<uint64_t>(ranks_on_host);
-  const uint64_t available = available_bytes();
-  PUSH_CHECK(host_need <= available, "push train", "--particles ", c.particles, " of ", parameters,
-             " parameters need about ", gib(host_need), " of memory to train, more than the ", gib(available),
+void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host) {
+  // Ranks of one host share its memory: count what all of this host's ranks need. On GPU
+  // lanes the particles live in device memory, which this does not check.
+  if (c.device_type == "cuda") return;
+  const double need = particle_bytes(c, parameters, ranks) * ranks_on_host;
+  const double available = static_cast<double>(available_bytes());
+  PUSH_CHECK(need <= available, "push train", "--particles ", c.particles, " of ",
+             static_cast<uint64_t>(std::min(parameters, 1e19)), " parameters need about ", gib(need),
+             " of memory to train, more than the ", gib(available),
              " available: use fewer particles or a smaller --model");
 }
 

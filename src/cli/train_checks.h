@@ -2,8 +2,6 @@
 // What push train checks of a run before it trains, beyond each option's own range: that
 // every option given applies to the run, that the particles fit in memory, and whether
 // the threads asked for exceed the cores.
-#include <push/runtime/types.h>
-
 #include <cstdint>
 
 #include "train_config.h"
@@ -17,11 +15,12 @@ void check_options_apply(const TrainConfig& c);
 /// The host memory one rank's particles need, in bytes: `parameters` per network, in
 /// float32, times the copies training keeps (weights, gradients, Adam's two moments,
 /// MultiSWAG's moments and deviation columns), plus each particle's fixed cost.
-uint64_t particle_bytes(const TrainConfig& c, int64_t parameters, int ranks);
+double particle_bytes(const TrainConfig& c, double parameters, int ranks);
 /// push::Error naming the estimate and the memory available when the `ranks_on_host` ranks
-/// of this host (of `ranks`) cannot fit: checked before any particle is made (a run of
-/// 100,000 particles would otherwise grow until the kernel kills it).
-void check_memory(const TrainConfig& c, const ModuleFactory& model, int ranks, int ranks_on_host);
+/// of this host (of `ranks`) cannot fit on CPU lanes: checked before any network is built
+/// (a run of 100,000 particles would otherwise grow until the kernel kills it). GPU lanes
+/// are not checked.
+void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host);
 
 /// One warning line on stderr when --threads x lanes exceed the machine's cores.
 void warn_about_threads(const TrainConfig& c);

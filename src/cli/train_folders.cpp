@@ -5,36 +5,21 @@
 
 #include <push/core/errors.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/files.h"
 #include "core/sealed_text.h"
 #include "core/user_text.h"
+#include "train_marker.h"
 
 namespace push::cli {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kOutputs = "push train outputs";
-constexpr const char* kCheckpoint = "push train checkpoint";
-
-/// The marker push train leaves in every folder it publishes (core/sealed_text.h): its
-/// first line names the kind of folder; a checkpoint's adds the checksum of config.json.
-/// A folder is push train's to replace only when it holds a valid marker of its kind.
-constexpr const char* kMarker = ".push-train";
-
-std::string marker_kind(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(dir / kMarker, ec)) return "";
-  try {
-    const std::string body = push::detail::unseal(push::detail::read_file(dir / kMarker, nullptr), kMarker);
-    return body.substr(0, body.find('\n'));
-  } catch (const Error&) {
-    return "";
-  }
-}
 
 /// The first name in `dir` (sorted), to name what a refused folder holds.
 std::string first_entry(const fs::path& dir) {
@@ -46,36 +31,63 @@ std::string first_entry(const fs::path& dir) {
   return push::detail::printable(first);
 }
 
-/// What --out may hold to be replaced: push train's marker and its own outputs only.
+/// What --out may hold to be replaced: push train's marker and the files it lists, as it
+/// wrote them.
 std::string replaceable_outputs(const fs::path& dir) {
-  static const std::set<std::string> ours = {kMarker,    "metrics.json",   "predictions.csv", "band.csv",
-                                             "loss.png", "predictive.png", "reliability.png"};
   if (fs::is_empty(dir)) return "";
-  if (marker_kind(dir) != kOutputs) {
+  const auto marker = read_marker(dir);
+  if (!marker || marker->kind != kOutputsKind) {
     return "holds '" + first_entry(dir) +
            "' but was not written by push train (it has no valid .push-train marker; push train replaces --out as "
            "a whole)";
   }
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (!ours.count(name) || !entry.is_regular_file()) {
-      return "holds '" + name + "', which push train does not write (it replaces --out as a whole)";
+    if (name != kMarkerName && !marker->files.count(name)) {
+      return "holds '" + push::detail::printable(name) +
+             "', which push train did not write there (it replaces --out as a whole)";
     }
+  }
+  const std::string changed = changed_file(*marker, dir);
+  if (!changed.empty()) {
+    return "holds '" + push::detail::printable(changed) +
+           "', changed since push train wrote it (it replaces --out as a whole)";
   }
   return "";
 }
 
-/// What --save may replace: an empty folder or a push train checkpoint.
+/// Whether `relative` is a file a push train checkpoint holds besides those its marker
+/// lists: a particle file of the manifest's folder.
+bool particle_file(const std::string& relative) {
+  const std::string prefix = "checkpoint/particles/particle-", suffix = ".pt";
+  if (relative.size() <= prefix.size() + suffix.size() || relative.rfind(prefix, 0) != 0 ||
+      relative.compare(relative.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string digits = relative.substr(prefix.size(), relative.size() - prefix.size() - suffix.size());
+  return digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
+/// What --save may replace: an empty folder or a push train checkpoint, holding nothing
+/// push train did not write (at any depth).
 std::string replaceable_checkpoint(const fs::path& dir) {
   if (fs::is_empty(dir)) return "";
-  if (marker_kind(dir) != kCheckpoint) {
+  const auto marker = read_marker(dir);
+  if (!marker || marker->kind != kCheckpointKind) {
     return "is not a push train checkpoint (it holds '" + first_entry(dir) + "' but no valid .push-train marker)";
   }
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    const bool ours = (name == kMarker || name == "config.json") ? entry.is_regular_file()
-                                                                 : name == "checkpoint" && entry.is_directory();
-    if (!ours) return "is not a push train checkpoint (it holds '" + name + "')";
+  static const std::set<std::string> folders = {"checkpoint", "checkpoint/particles"};
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
+    const std::string relative = fs::relative(it->path(), dir).generic_string();
+    const auto type = it->symlink_status().type();
+    const bool ours = type == fs::file_type::directory
+                          ? folders.count(relative) > 0
+                          : type == fs::file_type::regular &&
+                                (relative == kMarkerName || marker->files.count(relative) || particle_file(relative));
+    if (!ours) {
+      return "is a push train checkpoint that also holds '" + push::detail::printable(relative) +
+             "', which push train did not write (it replaces --save as a whole)";
+    }
   }
   return "";
 }
@@ -101,7 +113,10 @@ TrainFolders::TrainFolders(const TrainConfig& c, bool lead) {
 }
 
 void TrainFolders::publish() {
-  out->write(kMarker, push::detail::seal(std::string(kOutputs) + "\n"));
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(out->path())) files.push_back(entry.path().filename().string());
+  std::sort(files.begin(), files.end());
+  out->write(kMarkerName, marker_text(kOutputsKind, out->path(), files));
   if (save) {
     push::detail::StagedFolder::publish_together(*save, *out);
   } else {
@@ -111,20 +126,20 @@ void TrainFolders::publish() {
 
 void write_checkpoint_config(const push::detail::StagedFolder& save, const std::string& config) {
   save.write("config.json", config);
-  save.write(kMarker, push::detail::seal(c10::str(kCheckpoint, "\nconfig.json ", push::detail::crc_hex(config), "\n")));
+  save.write(kMarkerName, marker_text(kCheckpointKind, save.path(),
+                                      {"config.json", "checkpoint/infer.meta", "checkpoint/particles/push.manifest"}));
 }
 
 std::string read_checkpoint_config(const std::string& dir) {
   const fs::path d(dir);
   PUSH_CHECK(fs::is_directory(d), "push train", "no checkpoint to resume at '", dir, "'");
-  PUSH_CHECK(marker_kind(d) == kCheckpoint, "push train", "'", dir,
+  const auto marker = read_marker(d);
+  PUSH_CHECK(marker && marker->kind == kCheckpointKind, "push train", "'", dir,
              "' is not a push train checkpoint, or its marker was changed (no valid .push-train)");
-  const std::string body = push::detail::unseal(push::detail::read_file(d / kMarker, nullptr), kMarker);
-  PUSH_CHECK(fs::exists(d / "config.json"), "push train", "cannot resume from '", dir, "': it has no config.json");
-  const std::string config = push::detail::read_file(d / "config.json", "push train");
-  PUSH_CHECK(body.find("\nconfig.json " + push::detail::crc_hex(config) + "\n") != std::string::npos, "push train",
-             "cannot resume from '", dir, "': its config.json fails its checksum (it changed after it was saved)");
-  return config;
+  const std::string changed = changed_file(*marker, d);
+  PUSH_CHECK(changed.empty(), "push train", "cannot resume from '", dir, "': its ", changed,
+             " fails its checksum (it changed after it was saved, or comes from another checkpoint)");
+  return push::detail::read_file(d / "config.json", "push train");
 }
 
 }  // namespace push::cli

@@ -33,10 +33,20 @@ bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify) {
                                            : bayes::Likelihood::heteroscedastic;
 }
 
+namespace {
+int64_t output_units(const TrainData& d, bayes::Likelihood likelihood) {
+  return bayes::output_units(likelihood, d.classify() ? d.train.num_classes : d.train.y.size(1));
+}
+}  // namespace
+
 ModuleFactory make_train_model(const TrainConfig& c, const bayes::ModelSpec& spec, const TrainData& d,
                                bayes::Likelihood likelihood) {
-  const int64_t outputs = bayes::output_units(likelihood, d.classify() ? d.train.num_classes : d.train.y.size(1));
-  return bayes::make_model(spec, d.train.input_shape(), outputs, c.algo == "mcdropout" ? c.dropout : 0.0);
+  return bayes::make_model(spec, d.train.input_shape(), output_units(d, likelihood),
+                           c.algo == "mcdropout" ? c.dropout : 0.0);
+}
+
+double train_model_parameters(const bayes::ModelSpec& spec, const TrainData& d, bayes::Likelihood likelihood) {
+  return bayes::parameter_count(spec, d.train.input_shape(), output_units(d, likelihood));
 }
 
 bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& spec, bayes::Likelihood likelihood,

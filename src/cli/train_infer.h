@@ -24,6 +24,9 @@ bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify);
 ModuleFactory make_train_model(const TrainConfig& c, const bayes::ModelSpec& spec, const TrainData& d,
                                bayes::Likelihood likelihood);
 
+/// The parameters of one of those networks, counted without building one.
+double train_model_parameters(const bayes::ModelSpec& spec, const TrainData& d, bayes::Likelihood likelihood);
+
 /// The options of the run's distribution and training. `world`: the job's ranks, shared
 /// by the particles or, with --data-parallel, by every particle's rows.
 bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& spec, bayes::Likelihood likelihood,

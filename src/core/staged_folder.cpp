@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "core/files.h"
 
@@ -207,7 +208,6 @@ void StagedFolder::check_publishable() const {
 void StagedFolder::swap_in() {
   const char* origin = origin_.c_str();
   check_publishable();
-  sync_tree(staging_, origin);
   std::error_code ec;
   replaced_ = fs::exists(target_, ec);
   const unsigned flags = replaced_ ? RENAME_EXCHANGE : RENAME_NOREPLACE;
@@ -243,15 +243,21 @@ void StagedFolder::finish() {
 }
 
 void StagedFolder::publish() {
+  check_publishable();
+  sync_tree(staging_, origin_.c_str());
   swap_in();
   finish();
 }
 
 void StagedFolder::publish_together(StagedFolder& first, StagedFolder& second) {
-  // Both are checked before either moves: what can be known in advance fails with nothing
-  // published. A failure of the second swap itself puts the first folder back.
+  // Both are checked and synced before either moves: what can be known in advance fails
+  // with nothing published, and the two swaps follow each other at once (a kill between
+  // them, two system calls apart, is the one moment that leaves one folder new and the
+  // other old). A failure of the second swap itself puts the first folder back.
   first.check_publishable();
   second.check_publishable();
+  sync_tree(first.staging_, first.origin_.c_str());
+  sync_tree(second.staging_, second.origin_.c_str());
   first.swap_in();
   try {
     second.swap_in();
@@ -259,8 +265,16 @@ void StagedFolder::publish_together(StagedFolder& first, StagedFolder& second) {
     first.swap_back();
     throw;
   }
-  first.finish();
-  second.finish();
+  // Both are published: each deletes its previous contents, whatever the other's fate.
+  std::exception_ptr failed;
+  for (StagedFolder* folder : {&first, &second}) {
+    try {
+      folder->finish();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 void StagedFolder::abandon_all() noexcept {

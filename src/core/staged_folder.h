@@ -55,8 +55,8 @@ class StagedFolder {
   /// Whether publish can go ahead: not yet published, the target (if any) still
   /// replaceable and writable throughout, its folder writable.
   void check_publishable() const;
-  /// Syncs the staging folder and exchanges it with the target; the previous contents (if
-  /// any) are left under the staging name, for finish() or swap_back().
+  /// Checks the target again and exchanges the (synced) staging folder with it; the
+  /// previous contents (if any) are left under the staging name, for finish() or swap_back().
   void swap_in();
   /// Undoes swap_in, best effort (the caller is already failing).
   void swap_back() noexcept;

@@ -106,7 +106,8 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
       const auto v = push::detail::parse_decimal(c);
       std::string word = c;
       std::transform(word.begin(), word.end(), word.begin(), [](unsigned char k) { return std::tolower(k); });
-      const bool nan_or_inf = word.find("nan") != std::string::npos || word.find("inf") != std::string::npos;
+      if (!word.empty() && (word[0] == '+' || word[0] == '-')) word.erase(0, 1);
+      const bool nan_or_inf = word == "nan" || word == "inf" || word == "infinity";
       PUSH_CHECK(v || nan_or_inf, origin, path.string(), " line ", lineno, ", column '", printable(t.names[i]), "': '",
                  printable(c), "' is not a number (plain decimals only: 12, -0.5, 3e-4)");
       PUSH_CHECK(v && std::isfinite(*v), origin, path.string(), " line ", lineno, ", column '", printable(t.names[i]),

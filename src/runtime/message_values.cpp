@@ -88,36 +88,36 @@ bool has_tensor_off(const Args& args, const torch::Device& device) {
 // live tensors, so the sending lane is the one to ask.
 //
 // Listing the resident particles' storages costs a walk over every particle of the lane,
-// so it is skipped when the values can share nothing with anyone: when every holder of
-// each of their tensors, and of each of their storages, is inside the values themselves
-// (a fresh result, or views of one fresh output: the common case). A particle's own
-// tensor has its module, optimizer or autograd as another holder, and a view of one has
-// the particle's tensor as another holder of its storage. Counts only overestimate (the
-// walk may copy a tensor of a list; autograd may hold one), which only sends the values
-// down the full check: results are exact either way, and a lane of N particles answering
-// N messages costs O(N), not O(N^2).
+// so it is skipped when the values can share nothing with anyone: when each is a tensor
+// (or holds none) and every holder of each tensor, and of each tensor's storage, is one
+// of the values themselves (a fresh result: the common case). A particle's own tensor has
+// its module, optimizer or autograd as another holder, and a view of one has the
+// particle's tensor (or the view's base) as another holder of its storage. Only values
+// that are tensors themselves are counted: a list, tuple or dict may appear several times
+// and hold its tensor once, so values with one always take the full check. A lane of N
+// particles answering N messages with fresh tensors costs O(N), not O(N^2).
 static bool held_only_by_themselves(const std::vector<c10::IValue>& values) {
-  std::unordered_map<const void*, size_t> impls;  // TensorImpl -> its occurrences in the values
+  std::unordered_map<const void*, size_t> impls;                              // TensorImpl -> the values that are it
   std::unordered_map<const void*, std::unordered_set<const void*>> storages;  // StorageImpl -> TensorImpls
   for (const auto& v : values) {
-    any_tensor(v, [&](const torch::Tensor& t) {
-      if (t.has_storage()) {
-        ++impls[t.unsafeGetTensorImpl()];
-        storages[t.storage().unsafeGetStorageImpl()].insert(t.unsafeGetTensorImpl());
-      }
-      return false;
-    });
+    if (!v.isTensor()) {
+      if (any_tensor(v, [](const torch::Tensor&) { return true; })) return false;
+      continue;
+    }
+    const torch::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.has_storage()) continue;
+    ++impls[t.unsafeGetTensorImpl()];
+    storages[t.storage().unsafeGetStorageImpl()].insert(t.unsafeGetTensorImpl());
   }
-  bool alone = true;
   for (const auto& v : values) {
-    any_tensor(v, [&](const torch::Tensor& t) {
-      alone = !t.has_storage() || (t.use_count() <= impls[t.unsafeGetTensorImpl()] &&
-                                   t.storage().use_count() <= storages[t.storage().unsafeGetStorageImpl()].size());
-      return !alone;
-    });
-    if (!alone) break;
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().has_storage()) continue;
+    const torch::Tensor& t = v.toTensor();
+    if (t.use_count() > impls[t.unsafeGetTensorImpl()] ||
+        t.storage().use_count() > storages[t.storage().unsafeGetStorageImpl()].size()) {
+      return false;
+    }
   }
-  return alone;
+  return true;
 }
 
 void detach_from_particles(std::vector<c10::IValue>& values, const ParticleCache& cache) {

@@ -7,8 +7,11 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numbers>
 #include <regex>
+#include <tuple>
 
 #include "test_util.h"
 
@@ -423,6 +426,15 @@ TEST(Ensemble, ReproducibleAcrossLaneCountsAndSaveLoad) {
   EXPECT_PUSH_ERROR(other.load(dir), "holds algorithm 'ensemble'");
   Ensemble fewer(make_model("mlp:8", {1}, 1), InferOptions().particles(2));
   EXPECT_PUSH_ERROR(fewer.load(dir), "holds 4 particles");
+  // infer.meta is sealed: an edited epoch count (or loss) is named, not resumed.
+  {
+    std::ifstream in(dir / "infer.meta");
+    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    meta.replace(meta.find("epochs 2"), 8, "epochs 1");
+    std::ofstream(dir / "infer.meta", std::ios::trunc) << meta;
+  }
+  auto edited = make(1);
+  EXPECT_PUSH_ERROR(edited.load(dir), "infer.meta fails its checksum");
   std::filesystem::remove_all(dir);
 }
 
@@ -519,6 +531,16 @@ TEST(Docs, ExampleRunsAndBeatsTheMean) {
   EXPECT_LT(m.rmse, 0.5 * sd);
   EXPECT_TRUE(std::isfinite(m.nll));
   EXPECT_GT((p.variance - p.aleatoric).min().item<double>(), 0.0);  // the particles disagree
+}
+
+TEST(Models, ParametersAreCountedWithoutBuildingANetwork) {
+  const std::tuple<std::string, std::vector<int64_t>, int64_t> cases[] = {
+      {"mlp:64,64", {1}, 2}, {"mlp:7", {3, 2}, 5}, {"cnn", {1, 8, 8}, 10}, {"cnn:4,6", {3, 9, 10}, 3}};
+  for (const auto& [spec, shape, outputs] : cases) {
+    int64_t built = 0;
+    for (const auto& p : make_model(spec, shape, outputs)().ptr()->parameters()) built += p.numel();
+    EXPECT_EQ(parameter_count(parse_model_spec(spec), shape, outputs), static_cast<double>(built)) << spec;
+  }
 }
 
 TEST(Models, SpecsAndErrors) {

@@ -53,6 +53,8 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--algo mswag --dropout 0.2", "--dropout is for --algo mcdropout, not mswag");
   EXPECT_REFUSED("--algo mcdropout --bandwidth 1", "--bandwidth is for --algo svgd, not mcdropout");
   EXPECT_REFUSED("--noise-std 0.5", "--noise-std is for --likelihood gaussian");
+  EXPECT_REFUSED("--allow-data-change", "--allow-data-change is for --resume");
+  EXPECT_REFUSED("--algo mswag --epochs 2 --pretrain-epochs 2", "--pretrain-epochs 2 leaves none of the 2 epochs");
   // IDX data has its own test set: a directory with IDX files is recognised before loading.
   fs::create_directories(dir_ / "idx");
   EXPECT_REFUSED("--data idx --test-fraction 0.3", "--test-fraction is not for IDX data");
@@ -86,6 +88,9 @@ TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
   // 100,000 networks of a million parameters: terabytes. Refused with the estimate.
   EXPECT_REFUSED("--particles 100000 --model mlp:1024,1024", "--particles 100000 of 1053698 parameters need about");
   EXPECT_REFUSED("--particles 100000 --model mlp:1024,1024", "GiB available");
+  // Estimated before any network is built: one network of 10^12 parameters is refused
+  // by the estimate, not by the allocator.
+  EXPECT_REFUSED("--particles 1 --model mlp:1048576,1048576", "--particles 1 of 1099516870658 parameters need about");
 }
 
 TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {

@@ -46,6 +46,36 @@ TEST_F(Cli, UserFilesNamedLikePushOutputsAreNeverReplaced) {
   auto swapped = run("--epochs 1 --particles 2 --quiet --save o --out o2");
   EXPECT_NE(swapped.code, 0);
   EXPECT_NE(swapped.err.find("not a push train checkpoint"), std::string::npos) << swapped.err;
+  // The marker lists what push train wrote, as it wrote it: an output the user edited, a
+  // file added under one of push's names (band.csv is not written for this run's data,
+  // but the marker decides, not the name), a file put inside the checkpoint's folders.
+  const std::pair<std::string, std::string> changed[] = {
+      {"o/predictions.csv", "'predictions.csv', changed since push train wrote it"},
+      {"o/notes.txt", "'notes.txt', which push train did not write there"},
+      {"ck/checkpoint/notes.txt", "also holds 'checkpoint/notes.txt'"},
+      {"ck/checkpoint/particles/u/x.txt", "also holds 'checkpoint/particles/u'"},
+  };
+  for (const auto& [file, needle] : changed) {
+    const bool existed = fs::exists(dir_ / file);
+    const std::string before = existed ? slurp(dir_ / file) : "";
+    write(file, before + "mine");
+    auto r = run("--epochs 1 --particles 2 --quiet --save ck --out o");
+    EXPECT_NE(r.code, 0) << file;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << file << ": " << r.err;
+    EXPECT_EQ(slurp(dir_ / file), before + "mine") << file;
+    if (existed) {
+      write(file, before);
+    } else {
+      fs::remove(dir_ / file);
+      fs::remove(dir_ / "ck/checkpoint/particles/u");  // the folder made for the last one, if any
+    }
+  }
+  // A marker that is a link to a real one is not a marker.
+  fs::create_directories(dir_ / "linked");
+  fs::create_symlink(dir_ / "o" / ".push-train", dir_ / "linked" / ".push-train");
+  auto linked = run("--epochs 1 --particles 2 --quiet --out linked");
+  EXPECT_NE(linked.err.find("no valid .push-train marker"), std::string::npos) << linked.err;
+  ASSERT_EQ(run("--epochs 1 --particles 2 --quiet --save ck --out o").code, 0);  // everything restored
 }
 
 TEST_F(Cli, SaveAndOutArePublishedBothOrNeither) {
@@ -106,7 +136,7 @@ TEST_F(Cli, EveryByteOfACheckpointIsCheckedBeforeTraining) {
   edit(meta, "epochs 3", "epochs 2");
   refused("the epochs", "infer.meta fails its checksum");
   write("ck/checkpoint/infer.meta", saved_meta + "epochs 1\n");
-  refused("a line appended", "infer.meta is truncated or has something after its end line");
+  refused("a line appended", "checkpoint/infer.meta fails its checksum");
   // config.json: a setting edited; the marker that covers it, removed or edited.
   edit(dir_ / "ck" / "config.json", "\"lr\": 0.01", "\"lr\": 0.02");
   refused("config.json", "its config.json fails its checksum");
@@ -119,6 +149,26 @@ TEST_F(Cli, EveryByteOfACheckpointIsCheckedBeforeTraining) {
   ASSERT_EQ(run("--epochs 3 --particles 2 --quiet --lr-schedule constant --save ck --out o").code, 0);
   edit(dir_ / "ck" / ".push-train", "config.json ", "config.json 0");
   refused("an edited marker", "is not a push train checkpoint");
+}
+
+TEST_F(Cli, FilesOfTwoCheckpointsCannotBeMixed) {
+  const std::string args = "--particles 2 --quiet --lr-schedule constant";
+  ASSERT_EQ(run(args + " --epochs 2 --save a --out o").code, 0);
+  ASSERT_EQ(run(args + " --epochs 4 --save b --out o").code, 0);
+  // Each file is whole and passes its own checksum; together they are not one checkpoint.
+  fs::remove_all(dir_ / "a" / "checkpoint" / "particles");
+  fs::copy(dir_ / "b" / "checkpoint" / "particles", dir_ / "a" / "checkpoint" / "particles");
+  auto particles = run(args + " --epochs 4 --resume a --out r");
+  EXPECT_NE(particles.code, 0);
+  EXPECT_NE(particles.err.find("its checkpoint/particles/push.manifest fails its checksum"), std::string::npos)
+      << particles.err;
+  ASSERT_EQ(run(args + " --epochs 2 --save a --out o").code, 0);
+  fs::copy_file(dir_ / "b" / "checkpoint" / "infer.meta", dir_ / "a" / "checkpoint" / "infer.meta",
+                fs::copy_options::overwrite_existing);
+  auto meta = run(args + " --epochs 3 --resume a --out r");
+  EXPECT_NE(meta.code, 0);
+  EXPECT_NE(meta.err.find("its checkpoint/infer.meta fails its checksum"), std::string::npos) << meta.err;
+  EXPECT_FALSE(fs::exists(dir_ / "r"));
 }
 
 TEST_F(Cli, ResumeRefusesFewerEpochsAndOtherData) {

@@ -59,7 +59,7 @@ TEST_F(Csv, BadInputNamesTheProblem) {
 
 TEST_F(Csv, OnlyPlainDecimalsAndNamedColumns) {
   // strtod would read 0x10 as 16 and 1e5junk partly: only plain decimals are numbers.
-  for (const std::string cell : {"0x10", "1e5x", "1.2.3", "e5", "+", "1e", "--1", "0b1"}) {
+  for (const std::string cell : {"0x10", "1e5x", "1.2.3", "e5", "+", "1e", "--1", "0b1", "Infantry", "nano"}) {
     EXPECT_PUSH_ERROR(load_csv(write("h.csv", "a,b\n1," + cell + "\n")), "'" + cell + "' is not a number");
   }
   auto d = load_csv(write("ok.csv", "a,b\n+1.5,-2e-3\n.5,7.\n"));

@@ -75,9 +75,10 @@ TEST(Messages, ResultsSurviveTheEvictionOfTheirParticle) {
 
 // A result that is one tensor, not a list: the runtime skips its check of the lane's
 // particles only for a tensor nobody else holds, so a particle's own tensor (itself,
-// detached, or a view of it, or its gradient) is still copied, and a fresh one is not.
+// detached, or a view of it, or its gradient, or nested in a repeated tuple) is still
+// copied, and a fresh one is not.
 TEST(Messages, ASingleTensorResultIsCopiedOnlyWhenAParticleHoldsIt) {
-  for (const std::string kind : {"itself", "detached", "view", "grad"}) {
+  for (const std::string kind : {"itself", "detached", "view", "grad", "nested twice"}) {
     Push dist(tiny_mlp, PushOptions().cache_size(1));
     auto opts = ParticleOptions().optimizer(testing::adam()).on("leak", [kind](Particle& p, const Args&) {
       auto x = torch::ones({2, 1});
@@ -86,11 +87,17 @@ TEST(Messages, ASingleTensorResultIsCopiedOnlyWhenAParticleHoldsIt) {
       if (kind == "itself") return c10::IValue(w);
       if (kind == "detached") return c10::IValue(w.detach());
       if (kind == "view") return c10::IValue(w.narrow(0, 0, 2));
-      return c10::IValue(w.grad());
+      if (kind == "grad") return c10::IValue(w.grad());
+      // A tuple that appears twice holds its tensor once: counting visits would match
+      // the holders (module, optimizer, tuple) and take it for a fresh tensor.
+      auto inner = c10::ivalue::Tuple::create({w});
+      return c10::IValue(c10::ivalue::Tuple::create({inner, inner, inner}));
     });
     dist.p_create(opts);
     dist.p_create(opts);
-    const auto leaked = dist.p_launch(0, "leak").wait().toTensor();
+    const auto result = dist.p_launch(0, "leak").wait();
+    const auto leaked =
+        result.isTuple() ? result.toTupleRef().elements()[0].toTupleRef().elements()[0].toTensor() : result.toTensor();
     const auto expected = kind == "grad" ? leaked.clone() : dist.p_parameters(0)[0];
     dist.p_launch(1, "leak").wait();  // evicts particle 0: its tensors are emptied
     EXPECT_EQ(dist.cache_stats(0).resident, 1);

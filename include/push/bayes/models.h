@@ -27,4 +27,9 @@ ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& inpu
 ModuleFactory make_model(const std::string& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
                          double dropout = 0.0);
 
+/// The parameters of one network make_model builds, counted without building it (a
+/// memory estimate must not allocate what it estimates). A double: a spec may ask for
+/// more than an int64_t holds.
+double parameter_count(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs);
+
 }  // namespace push::bayes
