@@ -13,6 +13,13 @@
 //                         work), measured in the same run; ratio = median_us / baseline_us.
 //   BM_LaunchRoundTrip    the same, from the main thread through p_launch + wait.
 //   BM_CacheSwap          swap_GBps vs memcpy_GBps of the same bytes; ratio (>= 0.5).
+//   BM_ManyParticles      per_particle_us of asking each of N particles on one lane for a
+//                         forward pass (p_launch, then wait for all), against plain_us: the
+//                         same forward passes over N modules in a loop on one thread;
+//                         ratio = per_particle_us / plain_us, which must not grow with N
+//                         (view=0: a fresh result). view=1 returns a view, which the runtime must
+//                         check against every particle of the lane: O(N) each, shown for
+//                         N = 1000 only (runtime/message_values.cpp).
 //   BM_EnsembleOverhead   push_s vs plain_s for 16 MLPs x 20 epochs; ratio (<= 1.10).
 //                         With L lanes the baseline is L plain threads, each training
 //                         16/L of the networks with the same intra-op threads as a lane:
@@ -185,6 +192,53 @@ void BM_CacheSwap(benchmark::State& state) {
   state.counters["ratio"] = swap_gbps / memcpy_gbps;
 }
 BENCHMARK(BM_CacheSwap)->Arg(512)->Arg(2048)->ArgName("width")->Iterations(5)->Unit(benchmark::kMillisecond);
+
+// ---- many particles ---------------------------------------------------------------------
+
+torch::nn::Sequential small_mlp() {
+  return torch::nn::Sequential(torch::nn::Linear(1, 16), torch::nn::ReLU(), torch::nn::Linear(16, 1));
+}
+
+void BM_ManyParticles(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const bool view = state.range(1) != 0;
+  const auto x = torch::randn({8, 1});
+  push::Push dist(small_mlp, push::PushOptions().devices(1).cache_size(n).intra_op_threads(1));
+  for (int i = 0; i < n; ++i) {
+    dist.p_create(push::ParticleOptions().on("forward", [view](push::Particle& p, const push::Args& a) {
+      torch::NoGradGuard no_grad;
+      auto y = p.any_module().forward(a[0].toTensor());
+      return c10::IValue(view ? y.unsqueeze(0) : y);
+    }));
+  }
+  std::vector<torch::nn::Sequential> plain;
+  for (int i = 0; i < n; ++i) plain.push_back(small_mlp());
+  double push_s = 0, plain_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    std::vector<push::PFuture> fs;
+    for (push::Pid pid = 0; pid < n; ++pid) fs.push_back(dist.p_launch(pid, "forward", x));
+    dist.p_wait(fs);
+    push_s += seconds_since(t0);
+    t0 = Clock::now();
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& m : plain) benchmark::DoNotOptimize(m->forward(x));
+    }
+    plain_s += seconds_since(t0);
+  }
+  const double per = 1e6 / (static_cast<double>(n) * state.iterations());
+  state.counters["per_particle_us"] = push_s * per;
+  state.counters["plain_us"] = plain_s * per;
+  state.counters["ratio"] = push_s / plain_s;
+}
+BENCHMARK(BM_ManyParticles)
+    ->Args({1000, 0})
+    ->Args({4000, 0})
+    ->Args({1000, 1})
+    ->ArgNames({"n", "view"})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 // ---- ensemble overhead ----------------------------------------------------------------
 

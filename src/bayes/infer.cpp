@@ -99,7 +99,16 @@ void Infer::create_particles() {
     return c10::IValue(predict_particle(p, a[0].toTensor()));
   });
   if (opts.receive().count("epoch") == 0) engine_->add_handlers(opts);
-  for (int i = 0; i < options_.particles(); ++i) dist_->p_create(opts);
+  for (int i = 0; i < options_.particles(); ++i) {
+    dist_->p_create(opts);
+    if (options_.on_progress()) {
+      Progress p;
+      p.creating = true;
+      p.particles_done = i + 1;
+      p.particles = options_.particles();
+      options_.on_progress()(p);
+    }
+  }
   // Each particle's own groups, made here, on one thread, in one order on every rank.
   if (dp) data_parallel_ = std::make_unique<detail::DataParallelTraining>(*dp, dist_->particle_ids());
 }

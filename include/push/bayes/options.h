@@ -34,6 +34,9 @@ int64_t output_units(Likelihood likelihood, int64_t targets_or_classes);
 
 /// Reported after each particle finishes an epoch (from the thread that called fit).
 struct Progress {
+  // Making the particles (before the first fit or load): particles_done of particles
+  // made so far; the other fields are 0.
+  bool creating = false;
   int64_t epoch = 0;       // epochs done by this Infer, this one included
   int64_t last_epoch = 0;  // the epoch this fit() call stops after
   int64_t particles_done = 0, particles = 0;
