@@ -1,8 +1,10 @@
 // examples/parameter_server.cpp under `push launch`: 1 server and 2 workers training
 // asynchronously through the gradient server. The training MSE (of standardised targets:
-// predicting the mean gives 1) must fall below 0.1, which the untrained model (0.94) does
-// not reach; the example prints both. On the 2-core machine with a second copy running
-// beside it, 6 runs ended between 0.027 and 0.045.
+// predicting the mean gives 1) must fall below 0.25, a quarter of the untrained model's
+// 0.94; the example prints both. On the 2-core machine with a second copy running beside
+// it, 6 runs ended between 0.027 and 0.045, and 4 more alone between 0.027 and 0.059; once,
+// inside the whole suite (whose other tests load both cores), one ended at 0.162: how stale
+// the gradients get depends on the load, so the bound leaves room for it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -25,5 +27,5 @@ TEST(ParameterServerExample, TwoWorkersTrainTheModelAsynchronously) {
   EXPECT_EQ(m[1].str(), "800");  // every gradient applied (flush applies the last ones)
   EXPECT_EQ(m[2].str(), "800");
   EXPECT_GT(std::stod(m[3].str()), 0.1) << out;
-  EXPECT_LT(std::stod(m[4].str()), 0.1) << out;
+  EXPECT_LT(std::stod(m[4].str()), 0.25) << out;
 }
