@@ -47,6 +47,11 @@ class Staged : public ::testing::Test {
   }
   std::error_code ignored_;
   static std::string anything(const fs::path&) { return ""; }
+  /// A check of the target that passes `passes` times, then fails with `why`: the target
+  /// changed between two checks. `calls` counts them.
+  static StagedFolder::Replaceable passing(int passes, const std::string& why, int& calls) {
+    return [passes, why, &calls](const fs::path&) { return ++calls <= passes ? std::string() : why; };
+  }
 };
 
 TEST_F(Staged, BothArePublishedTogether) {
@@ -66,8 +71,7 @@ TEST_F(Staged, ASecondTargetThatCannotBePublishedLeavesTheFirstUntouched) {
   // b became someone else's folder while the run worked: found before a moves.
   int calls = 0;
   StagedFolder a(dir_ / "a", "test", "a", anything);
-  StagedFolder b(dir_ / "b", "test", "b",
-                 [&calls](const fs::path&) { return ++calls == 1 ? std::string() : std::string("holds 'mine'"); });
+  StagedFolder b(dir_ / "b", "test", "b", passing(1, "holds 'mine'", calls));
   a.write("f", "new a");
   b.write("f", "new b");
   EXPECT_PUSH_ERROR(StagedFolder::publish_together(a, b), "b '");
@@ -82,8 +86,7 @@ TEST_F(Staged, AFailedSecondSwapPutsTheFirstBack) {
   // target changed in between): a, already swapped, is swapped back.
   int calls = 0;
   StagedFolder a(dir_ / "a", "test", "a", anything);
-  StagedFolder b(dir_ / "b", "test", "b",
-                 [&calls](const fs::path&) { return ++calls <= 2 ? std::string() : std::string("changed meanwhile"); });
+  StagedFolder b(dir_ / "b", "test", "b", passing(2, "changed meanwhile", calls));
   a.write("f", "new a");
   b.write("f", "new b");
   EXPECT_PUSH_ERROR(StagedFolder::publish_together(a, b), "changed meanwhile");
@@ -96,8 +99,7 @@ TEST_F(Staged, ANewFirstTargetIsRemovedAgainWhenTheSecondFails) {
   make_old("b");
   int calls = 0;
   StagedFolder a(dir_ / "a", "test", "a", anything);
-  StagedFolder b(dir_ / "b", "test", "b",
-                 [&calls](const fs::path&) { return ++calls <= 2 ? std::string() : std::string("changed meanwhile"); });
+  StagedFolder b(dir_ / "b", "test", "b", passing(2, "changed meanwhile", calls));
   a.write("f", "new a");
   EXPECT_PUSH_ERROR(StagedFolder::publish_together(a, b), "changed meanwhile");
   EXPECT_FALSE(fs::exists(dir_ / "a"));
