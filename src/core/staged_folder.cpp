@@ -243,9 +243,8 @@ void StagedFolder::finish() {
 }
 
 void StagedFolder::publish() {
-  check_publishable();
   sync_tree(staging_, origin_.c_str());
-  swap_in();
+  swap_in();  // checks the target first
   finish();
 }
 

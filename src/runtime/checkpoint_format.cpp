@@ -23,8 +23,6 @@ namespace {
 constexpr const char* kMagic = "push-checkpoint";
 constexpr int kFormat = 2;
 
-std::string hex(uint32_t crc) { return crc32c_hex(crc); }
-
 /// The manifest of a folder written by this build (or an earlier one of format 2).
 std::string checked_manifest_body(const fs::path& dir) {
   const std::string text = read_file(dir / kManifest, nullptr);
@@ -64,7 +62,7 @@ std::string manifest_text(const std::vector<ManifestEntry>& entries) {
   std::ostringstream body;
   body << kMagic << ' ' << kFormat << "\nparticles " << entries.size() << '\n';
   for (const auto& e : entries) {
-    body << e.pid << ' ' << e.lane << ' ' << e.scheduler_steps << ' ' << e.bytes << ' ' << hex(e.crc) << '\n';
+    body << e.pid << ' ' << e.lane << ' ' << e.scheduler_steps << ' ' << e.bytes << ' ' << crc32c_hex(e.crc) << '\n';
   }
   return seal(body.str());
 }
@@ -136,7 +134,7 @@ torch::serialize::InputArchive open_particle(const fs::path& dir, const Manifest
   }
   const uint32_t crc = crc32c(bytes.data(), bytes.size());
   if (crc != e.crc) {
-    throw Error(c10::str(name, " fails its checksum (crc32c ", hex(crc), ", saved ", hex(e.crc),
+    throw Error(c10::str(name, " fails its checksum (crc32c ", crc32c_hex(crc), ", saved ", crc32c_hex(e.crc),
                          "): its bytes changed after it was saved"));
   }
   torch::serialize::InputArchive archive;

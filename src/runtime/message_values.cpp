@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <unordered_map>
 #include <unordered_set>
 
 namespace push::detail {
@@ -97,25 +96,29 @@ bool has_tensor_off(const Args& args, const torch::Device& device) {
 // and hold its tensor once, so values with one always take the full check. A lane of N
 // particles answering N messages with fresh tensors costs O(N), not O(N^2).
 static bool held_only_by_themselves(const std::vector<c10::IValue>& values) {
-  std::unordered_map<const void*, size_t> impls;                              // TensorImpl -> the values that are it
-  std::unordered_map<const void*, std::unordered_set<const void*>> storages;  // StorageImpl -> TensorImpls
+  // A message has a handful of values: linear scans, nothing allocated per message.
+  auto stored = [](const c10::IValue& v) {
+    return v.isTensor() && v.toTensor().defined() && v.toTensor().has_storage();
+  };
   for (const auto& v : values) {
-    if (!v.isTensor()) {
-      if (any_tensor(v, [](const torch::Tensor&) { return true; })) return false;
-      continue;
-    }
-    const torch::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.has_storage()) continue;
-    ++impls[t.unsafeGetTensorImpl()];
-    storages[t.storage().unsafeGetStorageImpl()].insert(t.unsafeGetTensorImpl());
+    if (!v.isTensor() && any_tensor(v, [](const torch::Tensor&) { return true; })) return false;
   }
   for (const auto& v : values) {
-    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().has_storage()) continue;
+    if (!stored(v)) continue;
     const torch::Tensor& t = v.toTensor();
-    if (t.use_count() > impls[t.unsafeGetTensorImpl()] ||
-        t.storage().use_count() > storages[t.storage().unsafeGetStorageImpl()].size()) {
-      return false;
+    size_t same_impl = 0, impls_on_storage = 0;  // values that are t; distinct TensorImpls sharing its storage
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!stored(values[i])) continue;
+      const torch::Tensor& u = values[i].toTensor();
+      same_impl += u.unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
+      if (u.storage().unsafeGetStorageImpl() != t.storage().unsafeGetStorageImpl()) continue;
+      bool first = true;  // count each TensorImpl once
+      for (size_t j = 0; j < i && first; ++j) {
+        first = !(stored(values[j]) && values[j].toTensor().unsafeGetTensorImpl() == u.unsafeGetTensorImpl());
+      }
+      impls_on_storage += first;
     }
+    if (t.use_count() > same_impl || t.storage().use_count() > impls_on_storage) return false;
   }
   return true;
 }
