@@ -14,3 +14,4 @@
 #include <push/bayes/predictive.h>
 #include <push/bayes/svgd.h>
 #include <push/bayes/swag.h>
+#include <push/bayes/warnings.h>

@@ -9,6 +9,7 @@
 #include <push/bayes/models.h>
 #include <push/bayes/svgd.h>
 #include <push/bayes/swag.h>
+#include <push/bayes/warnings.h>
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -20,6 +21,46 @@ namespace py = pybind11;
 
 namespace push::python {
 namespace {
+
+/// Infer.warnings: the particles whose loss rose by more than `rise` past their best, then,
+/// with a test set, those whose test predictions are worse than the training mean's
+/// (push/bayes/warnings.h), each as a dict.
+py::list member_warnings(bayes::Infer& infer, double rise, std::optional<torch::Tensor> test_x,
+                         std::optional<torch::Tensor> test_y, std::optional<torch::Tensor> train_x,
+                         std::optional<torch::Tensor> train_y, bool classify) {
+  std::vector<bayes::MemberWarning> found;
+  {
+    py::gil_scoped_release unlocked;
+    found = bayes::loss_warnings(infer.particle_losses(), rise);
+    if (test_x) {
+      auto dataset = [classify](const torch::Tensor& x, const torch::Tensor& y) {
+        data::Dataset d;
+        d.x = x;
+        d.y = y;
+        d.task = classify ? data::Task::classification : data::Task::regression;
+        return d;
+      };
+      const auto test = dataset(*test_x, *test_y), train = dataset(*train_x, *train_y);
+      auto more = bayes::prediction_warnings(infer.predict(test.x), test, train, infer.options().particles());
+      found.insert(found.end(), more.begin(), more.end());
+    }
+  }
+  py::list out;
+  for (const auto& w : found) {
+    py::dict one;
+    one["particle"] = w.particle;
+    one["kind"] = bayes::to_string(w.kind);
+    one["value"] = w.value;
+    one["reference"] = w.reference;
+    if (w.kind == bayes::MemberWarning::Kind::loss_rose) {
+      one["epoch"] = w.epoch;
+      one["best_epoch"] = w.best_epoch;
+    }
+    one["message"] = w.describe();
+    out.append(one);
+  }
+  return out;
+}
 
 // An Infer is deleted with the GIL released: its lanes are joined.
 using InferHolder = WithoutGil<bayes::Infer>;
@@ -210,6 +251,21 @@ void bind_bayes(py::module_& parent) {
       .def_property_readonly("name", &bayes::Infer::name)
       .def_property_readonly("epochs_done", &bayes::Infer::epochs_done)
       .def_property_readonly("losses", &bayes::Infer::losses)
+      .def_property_readonly("particle_losses",
+                             [](const bayes::Infer& infer) {
+                               py::dict out;
+                               for (const auto& [pid, l] : infer.particle_losses()) {
+                                 py::dict one;
+                                 one["best"] = l.best;
+                                 one["best_epoch"] = l.best_epoch;
+                                 one["last"] = l.last;
+                                 one["last_epoch"] = l.last_epoch;
+                                 out[py::int_(pid)] = one;
+                               }
+                               return out;
+                             })
+      .def("warnings", &member_warnings, py::arg("rise"), py::arg("test_x"), py::arg("test_y"), py::arg("train_x"),
+           py::arg("train_y"), py::arg("classify"))
       // distribution() may make the particles (the factory then takes the GIL): without it.
       .def(
           "particle_ids", [](bayes::Infer& infer) { return infer.distribution().particle_ids(); },

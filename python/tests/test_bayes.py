@@ -123,3 +123,22 @@ def test_mc_dropout_and_save_load(tmp_path):
     again.load(tmp_path / "mc")
     assert again.epochs_done == 5
     assert torch.equal(again.predict(x).mean, model.predict(x).mean)
+
+
+def test_particles_that_trained_badly_are_named():
+    # The same data and model, once at a sane rate and once at one where every member's
+    # loss climbs back and its predictions end worse than the training mean.
+    x, y = data()
+    test_x, test_y = x[:64], y[:64]
+    good = bayes.Ensemble(mlp, particles=3, lr=1e-2, noise_std=0.1).fit(x, y, epochs=10)
+    assert set(good.particle_losses) == {0, 1, 2}
+    for losses in good.particle_losses.values():
+        assert losses["last_epoch"] == 10 and losses["best"] <= losses["last"]
+    assert good.warnings(test=(test_x, test_y), train=(x, y)) == []
+    bad = bayes.Ensemble(mlp, particles=3, lr=10.0, noise_std=0.1).fit(x, y, epochs=10)
+    found = bad.warnings(test=(test_x, test_y), train=(x, y))
+    assert {w["kind"] for w in found} >= {"worse_than_mean"}
+    assert all(w["message"].startswith(f"particle {w['particle']}: ") for w in found)
+    assert [w for w in bad.warnings() if w["kind"] != "loss_rose"] == []
+    with pytest.raises(ValueError, match="needs both test and train"):
+        bad.warnings(test=(test_x, test_y))

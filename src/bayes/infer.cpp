@@ -144,8 +144,17 @@ void Infer::fit(const data::Dataset& train, int64_t epochs) {
     }
     per_particle = exchange(std::move(per_particle), error, origin);
     double mean = 0;
-    for (const auto& [pid, l] : per_particle) mean += l.toDouble() / static_cast<double>(per_particle.size());
     ++epochs_done_;
+    for (const auto& [pid, value] : per_particle) {
+      const double l = value.toDouble();
+      mean += l / static_cast<double>(per_particle.size());
+      auto [it, first] = particle_losses_.try_emplace(pid, ParticleLosses{l, epochs_done_, l, epochs_done_});
+      if (first) continue;
+      auto& seen = it->second;
+      if (l < seen.best) seen.best = l, seen.best_epoch = epochs_done_;
+      seen.last = l;
+      seen.last_epoch = epochs_done_;
+    }
     losses_.push_back(mean);
   }
 }

@@ -40,6 +40,11 @@ void Infer::write_meta(const std::filesystem::path& dir) const {
       << epochs_done_ << "\nlosses";
   for (double l : losses_) out << ' ' << l;
   out << "\n";
+  // Each particle's best and last epoch: id best best_epoch last last_epoch.
+  for (const auto& [pid, l] : particle_losses_) {
+    out << "particle_losses " << pid << ' ' << l.best << ' ' << l.best_epoch << ' ' << l.last << ' ' << l.last_epoch
+        << "\n";
+  }
   // Sealed (every byte checked on load), synced and renamed into place: a crash leaves
   // the old counters or the new ones.
   push::detail::write_file_atomic(dir / "infer.meta", push::detail::seal(out.str()), "push::bayes::Infer::save");
@@ -50,9 +55,10 @@ void Infer::load(const std::filesystem::path& dir) {
   ensure_created();
   int64_t epochs = -1;
   std::vector<double> losses;
+  std::map<Pid, ParticleLosses> particle_losses;
   std::exception_ptr error;
   try {
-    read_meta(dir, epochs, losses);
+    read_meta(dir, epochs, losses, particle_losses);
   } catch (...) {
     error = std::current_exception();
   }
@@ -60,9 +66,11 @@ void Infer::load(const std::filesystem::path& dir) {
   dist_->load(dir / "particles");
   epochs_done_ = epochs;
   losses_ = std::move(losses);
+  particle_losses_ = std::move(particle_losses);
 }
 
-void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const {
+void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses,
+                      std::map<Pid, ParticleLosses>& particle_losses) const {
   const char* origin = "push::bayes::Infer::load";
   PUSH_CHECK(std::filesystem::exists(dir / "infer.meta"), origin, "no checkpoint at ", dir, " (missing infer.meta)");
   std::string body;
@@ -85,12 +93,25 @@ void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::ve
       double l;
       while (ls >> l) losses.push_back(l);
     }
+    if (key == "particle_losses") {
+      // Checkpoints written before particles' losses were kept have none: the record
+      // starts again at the next epoch.
+      Pid pid = -1;
+      ParticleLosses l;
+      ls >> pid >> l.best >> l.best_epoch >> l.last >> l.last_epoch;
+      PUSH_CHECK(ls && pid >= 0 && pid < options_.particles() && l.best_epoch >= 1 && l.best_epoch <= l.last_epoch,
+                 origin, "checkpoint ", dir, " has a damaged infer.meta (particle_losses)");
+      particle_losses[pid] = l;
+    }
   }
   PUSH_CHECK(algorithm == name(), origin, "checkpoint ", dir, " holds algorithm '", algorithm, "', not '", name(), "'");
   PUSH_CHECK(particles == options_.particles(), origin, "checkpoint ", dir, " holds ", particles, " particles, not ",
              options_.particles());
   PUSH_CHECK(epochs >= 0 && static_cast<int64_t>(losses.size()) == epochs, origin, "checkpoint ", dir,
              " has a damaged infer.meta");
+  for (const auto& [pid, l] : particle_losses) {
+    PUSH_CHECK(l.last_epoch <= epochs, origin, "checkpoint ", dir, " has a damaged infer.meta (particle_losses)");
+  }
 }
 
 }  // namespace push::bayes

@@ -8,7 +8,7 @@
 // and published whole, only when the run succeeded (finite metrics, every write checked).
 // The parts, in the order a run takes them: train_command_line.h, train_folders.h,
 // train_ranks.h, train_checks.h, train_data.h, train_infer.h, train_resume.h, progress_bar.h,
-// train_report.h, train_pictures.h, train_checkpoint.h.
+// train_report.h, train_warnings.h, train_pictures.h, train_checkpoint.h.
 #include <push/bayes.h>
 
 #include <csignal>
@@ -34,6 +34,7 @@
 #include "train_ranks.h"
 #include "train_report.h"
 #include "train_resume.h"
+#include "train_warnings.h"
 
 namespace push::cli {
 namespace {
@@ -112,11 +113,14 @@ int run_train(int argc, char** argv) {
 
   // ---- report (rank 0): nothing is written when a metric is not finite ----
   std::optional<Evaluation> evaluation;
+  std::vector<bayes::MemberWarning> warnings;
   std::vector<std::string> pictures;
   std::exception_ptr report_failed;
   if (ranks.lead()) {
     try {
       evaluation = evaluate(pred, data.test_raw, data.test, data.scaler, infer->losses());
+      warnings = member_warnings(c, *infer, pred, data);
+      report_warnings(c, *infer, warnings);  // with --strict: fails the run
       folders->out->write("predictions.csv", evaluation->predictions_csv);
       if (band) folders->out->write("band.csv", band_csv(*band));
       pictures = write_pictures(*folders->out, c, *evaluation, *infer, data.train_raw, band);
@@ -128,7 +132,9 @@ int run_train(int argc, char** argv) {
 
   // ---- publish (rank 0) ----
   timings.total_s = total.seconds();
-  const auto doc = metrics_document(c, *infer, ranks.size(), data, *evaluation, timings, pictures);
+  auto doc = metrics_document(c, *infer, ranks.size(), data, *evaluation, timings, pictures);
+  doc["warnings"] = warnings_json(c, *infer, warnings);
+  doc["particle_losses"] = particle_losses_json(*infer);
   folders->out->write("metrics.json", doc.dump(2) + "\n");
   folders->publish();
   print_summary(c, *infer, data, *evaluation, timings.train_s, folders->out->target());

@@ -181,6 +181,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->capture_default_str();
   app.add_flag("--allow-data-change", c.allow_data_change,
                "with --resume: continue although the data differ from the checkpoint's (its fingerprint)");
+  app.add_flag("--strict", c.strict,
+               "fail the run (writing nothing) when a particle trained badly: its training loss ended far above its "
+               "best, or it predicts the test set worse than the training mean (default: a warning)");
   try {
     app.parse(argc, argv);
     for (const auto* option : app.get_options()) {

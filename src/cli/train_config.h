@@ -38,6 +38,8 @@ struct TrainConfig {
   // --allow-data-change.
   std::string data_fingerprint;
   bool allow_data_change = false;
+  // --strict: a member that trained badly (train_warnings.h) fails the run instead of warning.
+  bool strict = false;
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.

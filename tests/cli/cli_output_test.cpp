@@ -7,6 +7,7 @@
 #include "cli_test_util.h"
 
 #include <chrono>
+#include <set>
 #include <tuple>
 
 #include "core/clock.h"
@@ -197,6 +198,38 @@ TEST_F(Cli, NonFiniteMetricsAreAnErrorNotAResult) {
   EXPECT_NE(r.err.find("non-finite"), std::string::npos) << r.err;
   // Not even the parent folders made for --out are left.
   EXPECT_EQ(entries(), std::vector<std::string>{});
+}
+
+TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
+  // Boston at the paper's rate 0.1, kept constant: the members' losses rise again and the
+  // test RMSE is many times the data's spread, yet every number is finite.
+  const std::string args =
+      "--data boston_house_prices --lr 0.1 --lr-schedule constant --epochs 20 --particles 4 --quiet";
+  auto r = run(args + " --out o");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("push train: warning: particle 0: its training loss ended at "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("its test predictions are worse than predicting the training data's mean"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("the learning rate (--lr 0.1) is likely too high"), std::string::npos) << r.err;
+  EXPECT_LE(lines_of(r.err), 6) << r.err;  // five lines at most, then how many more
+  const auto m = metrics("o");
+  ASSERT_GE(m["warnings"].size(), 2u) << m.dump(2);
+  std::set<std::string> kinds;
+  for (const auto& w : m["warnings"]) kinds.insert(w["kind"].get<std::string>());
+  EXPECT_EQ(kinds, (std::set<std::string>{"loss_rose", "worse_than_mean"}));
+  ASSERT_EQ(m["particle_losses"].size(), 4u);
+  for (const auto& p : m["particle_losses"]) EXPECT_LE(p["best"].get<double>(), p["last"].get<double>());
+  // --strict: one line, exit non-zero, nothing written.
+  auto s = run(args + " --strict --out s");
+  EXPECT_NE(s.code, 0);
+  EXPECT_EQ(lines_of(s.err), 1) << s.err;
+  EXPECT_NE(s.err.find("--strict: particle 0: "), std::string::npos) << s.err;
+  EXPECT_FALSE(fs::exists(dir_ / "s"));
+  // A run that trains well says nothing, --strict or not, and records no warning.
+  auto ok = run("--epochs 20 --particles 4 --quiet --strict --out ok");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(lines_of(ok.err), 0) << ok.err;
+  EXPECT_TRUE(metrics("ok")["warnings"].empty());
 }
 
 }  // namespace

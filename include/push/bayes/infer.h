@@ -47,6 +47,15 @@ class UnfusedEpochs;
 
 /// What an algorithm adds to the minibatch steps of one epoch, of one particle or of a
 /// fused group (Infer::epoch_hooks, Infer::fused_epoch_hooks). Every member is optional.
+/// One particle's training losses (mean nll per point of an epoch) as fit() saw them:
+/// its best epoch and its last. Kept across save/load.
+struct ParticleLosses {
+  double best = 0;         // the lowest epoch loss
+  int64_t best_epoch = 0;  // that epoch, counted from 1
+  double last = 0;         // the latest epoch's loss
+  int64_t last_epoch = 0;  // counted from 1
+};
+
 struct StepHooks {
   /// After every optimizer step.
   std::function<void()> after_step;
@@ -79,6 +88,8 @@ class Infer {
   int64_t epochs_done() const { return epochs_done_; }
   /// Mean training loss (nll per point) of each epoch.
   const std::vector<double>& losses() const { return losses_; }
+  /// Each particle's best and last epoch loss, by id (every particle, on every rank).
+  const std::map<Pid, ParticleLosses>& particle_losses() const { return particle_losses_; }
   const InferOptions& options() const { return options_; }
   const Objective& objective() const { return objective_; }
   /// The particle distribution (created on first use).
@@ -172,7 +183,8 @@ class Infer {
   std::map<Pid, c10::IValue> exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
                                       const char* origin);
   void write_meta(const std::filesystem::path& dir) const;
-  void read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses) const;
+  void read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses,
+                 std::map<Pid, ParticleLosses>& particle_losses) const;
 
   ModuleFactory model_;
   InferOptions options_;
@@ -186,6 +198,7 @@ class Infer {
   int64_t fit_calls_ = 0;
   int64_t epochs_done_ = 0;
   std::vector<double> losses_;
+  std::map<Pid, ParticleLosses> particle_losses_;
   std::unique_ptr<Push> dist_;  // last: destroyed (handlers joined) before the rest
 };
 

@@ -163,6 +163,27 @@ class Infer:
         """The mean training loss of each epoch."""
         return list(self._core.losses)
 
+    @property
+    def particle_losses(self) -> dict:
+        """Each particle's best and last epoch loss (mean nll per point), by particle id:
+        ``{pid: {"best", "best_epoch", "last", "last_epoch"}}``, epochs counted from 1."""
+        return dict(self._core.particle_losses)
+
+    def warnings(self, test=None, train=None, rise: float = 1.0) -> list:
+        """The particles that trained badly although every number is finite, as dicts
+        (``particle``, ``kind``, ``value``, ``reference``, ``message``): "loss_rose" when a
+        particle's last epoch loss exceeds its best by more than ``rise`` nats per point;
+        with ``test`` and ``train`` as (x, y) pairs, "worse_than_mean" when its own test
+        predictions do worse than predicting the training mean (classification: the
+        training class frequencies). See push/bayes/warnings.h."""
+        if (test is None) != (train is None):
+            raise ValueError("push.bayes: warnings needs both test and train, or neither")
+        if test is None:
+            return self._core.warnings(float(rise), None, None, None, None, False)
+        (tx, ty), (rx, ry) = _tensors(*test), _tensors(*train)
+        classify = not torch.is_floating_point(ry)
+        return self._core.warnings(float(rise), tx, ty, rx, ry, classify)
+
     def particle_ids(self):
         return list(self._core.particle_ids())
 

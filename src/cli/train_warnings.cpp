@@ -1,0 +1,89 @@
+// push train's warnings about members that trained badly.
+#include "train_warnings.h"
+
+#include <push/core/errors.h>
+
+#include <cstdio>
+#include <string>
+
+namespace push::cli {
+namespace {
+
+/// Lines printed before "... and N more".
+constexpr size_t kShown = 5;
+
+std::string decimal(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", v);
+  return text;
+}
+
+/// The warning's line with its likely cause. A loss that rose: the learning rate the
+/// particle trained at. Poor predictions from a particle whose loss was still at its best
+/// in the last epoch: too few epochs.
+std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::MemberWarning& w) {
+  const auto seen = infer.particle_losses().find(w.particle);
+  const bool still_falling =
+      seen != infer.particle_losses().end() && seen->second.best_epoch == seen->second.last_epoch;
+  if (w.kind == bayes::MemberWarning::Kind::worse_than_mean && still_falling) {
+    return w.describe() + "; its training loss was still falling: it likely needs more --epochs than " +
+           std::to_string(infer.epochs_done());
+  }
+  std::string rate = "--lr " + decimal(c.lr);
+  if (c.algo == "mswag") rate += ", --swag-lr " + decimal(c.swag_lr) + " while collecting";
+  return w.describe() + "; the learning rate (" + rate + ") is likely too high";
+}
+
+}  // namespace
+
+std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const bayes::Infer& infer,
+                                                  const bayes::Predictive& pred, const TrainData& d) {
+  auto found = bayes::loss_warnings(infer.particle_losses());
+  // A particle that has trained no epoch (--epochs 0 on new particles) is not judged: its
+  // predictions are its initialisation's.
+  for (auto& w : bayes::prediction_warnings(pred, d.test, d.train, c.particles)) {
+    if (infer.particle_losses().count(w.particle) != 0) found.push_back(std::move(w));
+  }
+  return found;
+}
+
+void report_warnings(const TrainConfig& c, const bayes::Infer& infer,
+                     const std::vector<bayes::MemberWarning>& warnings) {
+  if (warnings.empty()) return;
+  const std::string more =
+      warnings.size() > 1 ? " (and " + std::to_string(warnings.size() - 1) + " more warnings)" : std::string();
+  PUSH_CHECK(!c.strict, "push train", "--strict: ", line(c, infer, warnings.front()), more, "; nothing was written");
+  for (size_t i = 0; i < warnings.size() && i < kShown; ++i) {
+    std::fprintf(stderr, "push train: warning: %s\n", line(c, infer, warnings[i]).c_str());
+  }
+  if (warnings.size() > kShown) {
+    std::fprintf(stderr, "push train: warning: and %zu more (metrics.json lists every warning)\n",
+                 warnings.size() - kShown);
+  }
+}
+
+nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& infer,
+                                     const std::vector<bayes::MemberWarning>& warnings) {
+  auto out = nlohmann::ordered_json::array();
+  for (const auto& w : warnings) {
+    nlohmann::ordered_json one = {
+        {"particle", w.particle}, {"kind", bayes::to_string(w.kind)}, {"value", w.value}, {"reference", w.reference}};
+    if (w.kind == bayes::MemberWarning::Kind::loss_rose) {
+      one["epoch"] = w.epoch;
+      one["best_epoch"] = w.best_epoch;
+    }
+    one["message"] = line(c, infer, w);
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
+nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer) {
+  auto out = nlohmann::ordered_json::array();
+  for (const auto& [pid, l] : infer.particle_losses()) {
+    out.push_back({{"particle", pid}, {"best", l.best}, {"best_epoch", l.best_epoch}, {"last", l.last}});
+  }
+  return out;
+}
+
+}  // namespace push::cli

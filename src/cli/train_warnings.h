@@ -1,0 +1,34 @@
+#pragma once
+// push train's word on members that trained badly with finite numbers (push/bayes/warnings.h):
+// one line each on stderr naming the particle and the likely cause, the list in
+// metrics.json, and with --strict an error instead.
+#include <push/bayes.h>
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "train_config.h"
+#include "train_data.h"
+
+namespace push::cli {
+
+/// The particles whose training loss ended far above its best, then those whose test
+/// predictions are worse than the training mean's (among those that trained an epoch).
+std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const bayes::Infer& infer,
+                                                  const bayes::Predictive& pred, const TrainData& d);
+
+/// Prints each warning (at most a few, then how many more) with its likely cause: the
+/// learning rate, or too few epochs for a particle whose loss was still falling. With
+/// --strict throws push::Error instead, naming the first and the count.
+void report_warnings(const TrainConfig& c, const bayes::Infer& infer,
+                     const std::vector<bayes::MemberWarning>& warnings);
+
+/// metrics.json's "warnings": each warning's particle, kind, figures and line.
+nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& infer,
+                                     const std::vector<bayes::MemberWarning>& warnings);
+
+/// metrics.json's "particle_losses": each particle's best and last epoch loss.
+nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer);
+
+}  // namespace push::cli
