@@ -99,8 +99,8 @@ void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::ve
       Pid pid = -1;
       ParticleLosses l;
       ls >> pid >> l.best >> l.best_epoch >> l.last >> l.last_epoch;
-      PUSH_CHECK(ls && pid >= 0 && pid < options_.particles() && l.best_epoch >= 1 && l.best_epoch <= l.last_epoch,
-                 origin, "checkpoint ", dir, " has a damaged infer.meta (particle_losses)");
+      PUSH_CHECK(ls && l.best_epoch >= 1 && l.best_epoch <= l.last_epoch, origin, "checkpoint ", dir,
+                 " has a damaged infer.meta (particle_losses)");
       particle_losses[pid] = l;
     }
   }
@@ -110,7 +110,8 @@ void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::ve
   PUSH_CHECK(epochs >= 0 && static_cast<int64_t>(losses.size()) == epochs, origin, "checkpoint ", dir,
              " has a damaged infer.meta");
   for (const auto& [pid, l] : particle_losses) {
-    PUSH_CHECK(l.last_epoch <= epochs, origin, "checkpoint ", dir, " has a damaged infer.meta (particle_losses)");
+    PUSH_CHECK(pid >= 0 && pid < particles && l.last_epoch <= epochs, origin, "checkpoint ", dir,
+               " has a damaged infer.meta (particle_losses)");
   }
 }
 
