@@ -40,6 +40,7 @@ inline constexpr uint64_t kRank = 0x52414e4bULL;              // "RANK": a data-
 inline constexpr uint64_t kSample = 0x53574147ULL;            // "SWAG": SWAG's posterior samples
 inline constexpr uint64_t kLeader = 0x4c454144ULL;            // "LEAD": SVGD leader's minibatch order
 inline constexpr uint64_t kServer = 0x53525652ULL;            // "SRVR": a gradient server client's choices
+inline constexpr uint64_t kLangevin = 0x4c414e47ULL;          // "LANG": SG-MCMC's injected noise
 }  // namespace seed_purpose
 
 }  // namespace push::detail

@@ -1,0 +1,105 @@
+// SG-MCMC chains as particles (push/bayes/sgmcmc.h): the posterior they sample, fused and
+// unfused alike, their samples kept and saved, the schedule, and bad options.
+#include <push/bayes.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <unistd.h>
+#include <filesystem>
+
+#include "sgmcmc_posterior.h"
+#include "test_util.h"
+
+namespace push::bayes {
+namespace {
+
+using exact::chain_model;
+using exact::expect_posterior;
+using exact::linear_posterior;
+using exact::pooled_samples;
+
+InferOptions chain_options_for(int particles) {
+  return InferOptions().particles(particles).batch_size(100).noise_std(0.5).prior_std(1.0).distribution(
+      PushOptions().seed(3));
+}
+
+// A short version of sgmcmc_long_test.cpp's check, with wider bounds: a wrong noise scale
+// (a variance off by 2x) or a drift in the mean still fails it.
+TEST(SGMCMC, EveryMethodSamplesNearTheExactPosterior) {
+  for (const auto& c : exact::chain_cases()) exact::check_chains(c, ::push::testing::scaled(1000, 240, 4), 0.3, 0.4);
+}
+
+TEST(SGMCMC, FusedChainsTakeTheStepsOfChainsAlone) {
+  auto d = data::synthetic_gap(96, 4);
+  for (auto options : {SGMCMCOptions().preconditioned(true), SGMCMCOptions().method(SGMCMCMethod::sghmc)}) {
+    options.step_size(1e-2).thin(2).samples(3);
+    auto make = [&](bool fuse) {
+      return SGMCMC(make_model("mlp:8", {1}, 1), InferOptions().particles(3).batch_size(32).fuse(fuse), options);
+    };
+    auto alone = make(false), fused = make(true);
+    alone.fit(d, 3);
+    fused.fit(d, 3);
+    ASSERT_TRUE(fused.fused());
+    for (int pid = 0; pid < 3; ++pid) {
+      const auto a = alone.samples(pid), f = fused.samples(pid);
+      ASSERT_EQ(a.sizes(), f.sizes());
+      EXPECT_EQ(a.size(0), 3);  // 9 steps, one kept in 2 (4), the last 3 of them
+      EXPECT_TRUE(torch::allclose(a, f, 1e-4, 1e-5)) << alone.name() << " particle " << pid;
+    }
+    auto x = torch::linspace(-3, 3, 7).unsqueeze(1);
+    EXPECT_EQ(alone.predict(x).members.size(0), 3 * 3);
+  }
+}
+
+TEST(SGMCMC, SamplesAndChainStateSurviveSaveAndLoad) {
+  auto d = data::synthetic_gap(64, 5);
+  const auto options = SGMCMCOptions().method(SGMCMCMethod::sghmc).step_size(1e-2).samples(4);
+  auto make = [&] { return SGMCMC(make_model("mlp:8", {1}, 1), InferOptions().particles(2).batch_size(16), options); };
+  auto a = make();
+  a.fit(d, 2);
+  auto dir = std::filesystem::temp_directory_path() / ("push_sgmcmc_ckpt_" + std::to_string(::getpid()));
+  a.save(dir);
+  auto b = make();
+  b.load(dir);
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(torch::equal(a.samples(1), b.samples(1)));
+  a.fit(d, 1);
+  b.fit(d, 1);  // the same momentum, noise and samples: the same third epoch
+  EXPECT_TRUE(torch::equal(a.samples(0), b.samples(0)));
+  auto x = torch::linspace(-3, 3, 5).unsqueeze(1);
+  EXPECT_TRUE(torch::equal(a.predict(x).mean, b.predict(x).mean));
+  SGMCMC other(make_model("mlp:8", {1}, 1), InferOptions().particles(2), SGMCMCOptions());
+  EXPECT_PUSH_ERROR(other.load(dir), "no checkpoint");
+}
+
+TEST(SGMCMC, TheCyclicalScheduleExploresThenSamples) {
+  SGMCMC chains(chain_model(), chain_options_for(1),
+                SGMCMCOptions().step_size(0.1).cycle_epochs(4).exploration(0.5).burn_in_epochs(5));
+  const double expected[] = {0.1, 0.1 * (std::cos(M_PI / 4) + 1) / 2, 0.05, 0.1 * (std::cos(3 * M_PI / 4) + 1) / 2};
+  for (int64_t e = 0; e < 8; ++e) {
+    const auto plan = chains.plan(e);
+    EXPECT_NEAR(plan.step_size, expected[e % 4], 1e-12) << e;
+    EXPECT_EQ(plan.noisy, e % 4 >= 2) << e;
+    EXPECT_EQ(plan.keeps, e % 4 >= 2 && e >= 5) << e;
+  }
+  const auto constant = SGMCMC(chain_model(), chain_options_for(1), SGMCMCOptions().burn_in_epochs(3)).plan(2);
+  EXPECT_TRUE(constant.noisy);
+  EXPECT_FALSE(constant.keeps);
+}
+
+TEST(SGMCMC, BadOptionsAreNamed) {
+  auto make = [](SGMCMCOptions o) { SGMCMC(chain_model(), InferOptions().particles(1), o); };
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().step_size(0)), "step_size must be positive and finite, got 0");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().step_size(std::nan(""))), "step_size must be positive and finite");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().method(SGMCMCMethod::sghmc).friction(0)), "friction must be in (0, 1]");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().friction(1.5)), "friction must be in (0, 1], got 1.5");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().method(SGMCMCMethod::sghmc).preconditioned(true)), "sgld only");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().thin(0)), "thin must be >= 1");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().samples(0)), "samples must be >= 1");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().exploration(1)), "exploration must be in [0, 1)");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().temperature(-1)), "temperature must be positive");
+}
+
+}  // namespace
+}  // namespace push::bayes
