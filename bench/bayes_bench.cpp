@@ -5,6 +5,8 @@
 //   ./build/bench/push_bench_bayes
 //   ./build/bench/push_bench_bayes --benchmark_filter=SVGD
 //
+// BM_SGLD: SGLD chains (bayes::SGMCMC's defaults) against a plain loop of the same steps,
+// noise and kept samples; fused chains in the same run.
 // Counters: push_s, plain_s (means), ratio = push_s / plain_s and ratio_min (best run of
 // each; targets: ensemble <= 1.1, SVGD <= 1.3). Fused particles (InferOptions::fuse) in the
 // same run: fused_s, fused_speedup = plain_s / fused_s (targets at 1 lane x 1 thread:
@@ -183,6 +185,40 @@ double plain_svgd(const Workload& w, int workers, int threads) {
       });
 }
 
+/// SGLD chains as bayes::SGMCMC's defaults take them (step 1e-3 per point, one sample kept
+/// every step, the last 20 in a ring on the host): each network in turn, as plain_ensemble,
+/// with its noise drawn from a generator of its own.
+double plain_sgld(const Workload& w, int workers, int threads) {
+  const double eps = 1e-3, noise = std::sqrt(2 * eps / kPoints);
+  return on_workers(
+      workers, threads, [workers](int k) { return std::make_shared<Nets>(k, workers); },
+      [&](int, const std::shared_ptr<Nets>& n) {
+        std::vector<torch::Tensor> rings;
+        for (auto& net : n->nets)
+          rings.push_back(torch::zeros({20, torch::nn::utils::parameters_to_vector(net->parameters()).numel()}));
+        int64_t kept = 0;
+        for (int e = 0; e < kEpochs; ++e) {
+          for (size_t j = 0; j < n->ids.size(); ++j) {
+            const int i = n->ids[j];
+            auto order = torch::randperm(kPoints, gen(i, e, 1), torch::kLong);
+            auto langevin = gen(i, e, 4);
+            for (int b = 0; b < kPoints; b += kBatch) {
+              auto idx = order.narrow(0, b, kBatch);
+              n->nets[j]->zero_grad();
+              auto l = nll(n->nets[j]->forward(w.data.x.index_select(0, idx)), w.data.y.index_select(0, idx));
+              (l + prior(*n->nets[j]) / kPoints).backward();
+              torch::NoGradGuard no_grad;
+              for (auto& p : n->nets[j]->parameters()) {
+                p.add_(p.grad(), -eps).add_(torch::randn(p.sizes(), langevin), noise);
+              }
+              rings[j][(kept++) % 20].copy_(torch::nn::utils::parameters_to_vector(n->nets[j]->parameters()));
+              benchmark::DoNotOptimize(l.item<double>());
+            }
+          }
+        }
+      });
+}
+
 template <class Algo>
 double through_push(const Workload& w, int lanes, int threads, bool fuse = false) {
   Algo algo([] { return push::to_any_module(mlp()); }, options(lanes, threads, fuse));
@@ -245,6 +281,7 @@ void run(benchmark::State& state, double (*plain)(const Workload&, int, int)) {
 
 void BM_Ensemble(benchmark::State& state) { run<push::bayes::Ensemble>(state, plain_ensemble); }
 void BM_SVGD(benchmark::State& state) { run<push::bayes::SVGD>(state, plain_svgd); }
+void BM_SGLD(benchmark::State& state) { run<push::bayes::SGMCMC>(state, plain_sgld); }
 
 BENCHMARK(BM_Ensemble)
     ->Args({1, 1, 16})
@@ -254,6 +291,12 @@ BENCHMARK(BM_Ensemble)
     ->Iterations(3)
     ->Unit(benchmark::kSecond);
 BENCHMARK(BM_SVGD)
+    ->Args({1, 1, 16})
+    ->Args({2, 1, 16})
+    ->ArgNames({"lanes", "threads", "N"})
+    ->Iterations(3)
+    ->Unit(benchmark::kSecond);
+BENCHMARK(BM_SGLD)
     ->Args({1, 1, 16})
     ->Args({2, 1, 16})
     ->ArgNames({"lanes", "threads", "N"})

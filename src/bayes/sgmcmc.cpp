@@ -16,8 +16,19 @@ namespace {
 constexpr const char* kOrigin = "push::bayes::SGMCMC";
 constexpr const char* kMomentum = "sgmcmc_momentum";  // SGHMC's v, flat [D]
 constexpr const char* kSecond = "sgmcmc_second";      // pSGLD's V, flat [D]
-constexpr const char* kSamples = "sgmcmc_samples";    // [k, D] float32, host
+constexpr const char* kSamples = "sgmcmc_samples";    // [k, D] float32, host: a ring once full
+constexpr const char* kNext = "sgmcmc_next";          // the ring's oldest row, where the next sample goes
 constexpr const char* kSteps = "sgmcmc_steps";        // sampling steps taken
+
+/// p's samples, oldest first; undefined before the first.
+torch::Tensor held_samples(Particle& p) {
+  auto it = p.state().find(kSamples);
+  if (it == p.state().end() || !it->second.isTensor()) return {};
+  auto ring = it->second.toTensor().to(torch::kCPU, torch::kFloat32);
+  auto next = p.state().find(kNext);
+  const int64_t oldest = next == p.state().end() ? 0 : next->second.toInt();
+  return oldest == 0 ? ring : torch::roll(ring, -oldest, 0);
+}
 
 /// One step of every chain in `params` (each [rows, ...]: rows = 1 for one particle, N for
 /// a fused stack), with `buffer` [rows, D] (v or V; undefined for plain SGLD) and row r's
@@ -106,15 +117,15 @@ SGMCMC::SGMCMC(ModuleFactory model, InferOptions options, SGMCMCOptions chains)
   PUSH_CHECK(o.samples() >= 1, kOrigin, "samples must be >= 1, got ", o.samples());
 }
 
-SGMCMC::EpochPlan SGMCMC::plan(int64_t epoch) const {
+SGMCMC::EpochPlan SGMCMC::plan(const SGMCMCOptions& chains, int64_t epoch) {
   EpochPlan e;
-  e.step_size = chains_.step_size();
-  if (chains_.cycle_epochs() > 0) {
-    const double r = static_cast<double>(epoch % chains_.cycle_epochs()) / static_cast<double>(chains_.cycle_epochs());
+  e.step_size = chains.step_size();
+  if (chains.cycle_epochs() > 0) {
+    const double r = static_cast<double>(epoch % chains.cycle_epochs()) / static_cast<double>(chains.cycle_epochs());
     e.step_size *= (std::cos(std::numbers::pi * r) + 1) / 2;
-    e.noisy = r >= chains_.exploration();
+    e.noisy = r >= chains.exploration();
   }
-  e.keeps = e.noisy && epoch >= chains_.burn_in_epochs();
+  e.keeps = e.noisy && epoch >= chains.burn_in_epochs();
   return e;
 }
 
@@ -123,12 +134,25 @@ void SGMCMC::count_step(Particle& p, const std::function<torch::Tensor()>& theta
   const int64_t s = (steps.isInt() ? steps.toInt() : 0) + 1;
   steps = s;
   if (s % chains_.thin() != 0) return;
-  // On the host, whatever the lane: samples do not take device memory.
+  // On the host, whatever the lane: samples do not take device memory. Once `samples` are
+  // held, each new one overwrites the oldest in place (a checkpoint loads state onto the
+  // lane's device: it comes back to the host on the next sample).
   auto sample = theta().detach().to(torch::kCPU, torch::kFloat32).reshape({1, -1});
   auto& held = p.state()[kSamples];
-  auto all = held.isTensor() ? torch::cat({held.toTensor().to(torch::kCPU, torch::kFloat32), sample}) : sample;
-  if (all.size(0) > chains_.samples()) all = all.narrow(0, all.size(0) - chains_.samples(), chains_.samples()).clone();
-  held = all;
+  if (!held.isTensor()) {
+    held = sample;
+    p.state()[kNext] = int64_t{0};
+    return;
+  }
+  auto ring = held.toTensor().to(torch::kCPU, torch::kFloat32);
+  if (ring.size(0) < chains_.samples()) {
+    held = torch::cat({ring, sample});
+    return;
+  }
+  auto& next = p.state()[kNext];
+  ring[next.toInt()].copy_(sample[0]);
+  held = ring;
+  next = (next.toInt() + 1) % ring.size(0);
 }
 
 StepHooks SGMCMC::epoch_hooks(Particle& p, int64_t epoch) {
@@ -211,19 +235,17 @@ StepHooks SGMCMC::fused_epoch_hooks(FusedStack& stack, const std::vector<Particl
 
 ParticleOptions SGMCMC::particle_options() {
   return ParticleOptions().on("sgmcmc_samples", [](Particle& p, const Args&) {
-    auto it = p.state().find(kSamples);
-    if (it == p.state().end() || !it->second.isTensor()) return c10::IValue(torch::zeros({0, 0}));
-    return c10::IValue(it->second.toTensor().to(torch::kCPU, torch::kFloat32).clone());
+    auto held = held_samples(p);
+    return c10::IValue(held.defined() ? held.clone() : torch::zeros({0, 0}));
   });
 }
 
 torch::Tensor SGMCMC::samples(Pid pid) { return distribution().p_launch(pid, "sgmcmc_samples").wait().toTensor(); }
 
 torch::Tensor SGMCMC::predict_particle(Particle& p, const torch::Tensor& x) {
-  auto it = p.state().find(kSamples);
   // Before any sample is kept the chain's current parameters predict.
-  if (it == p.state().end() || !it->second.isTensor()) return torch::stack({forward_chunked(p, x)});
-  const auto thetas = it->second.toTensor();
+  const auto thetas = held_samples(p);
+  if (!thetas.defined()) return torch::stack({forward_chunked(p, x)});
   auto saved = torch::nn::utils::parameters_to_vector(p.module().parameters()).detach();
   std::vector<torch::Tensor> outs;
   for (int64_t s = 0; s < thetas.size(0); ++s) {

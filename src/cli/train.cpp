@@ -56,6 +56,7 @@ Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
   p.data = load_train_data(c);
   p.likelihood = likelihood_of(c, p.data.classify());
   match_checkpoint(c);
+  settle_chains(c, p.data.train.size());
   check_memory(c, train_model_parameters(p.spec, p.data, p.likelihood), ranks, ranks_on_host);
   p.model = make_train_model(c, p.spec, p.data, p.likelihood);
   return p;
@@ -157,6 +158,7 @@ int train_main(int argc, char** argv) {
 
 }  // namespace
 
-PUSH_CLI_COMMAND(train, "train a Bayesian distribution of networks (ensemble, mswag, svgd, mcdropout)", train_main);
+PUSH_CLI_COMMAND(train, "train a Bayesian distribution of networks (ensemble, mswag, svgd, mcdropout, sgld, sghmc)",
+                 train_main);
 
 }  // namespace push::cli

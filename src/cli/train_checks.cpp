@@ -1,14 +1,18 @@
 // Checks of a push train run before it trains: options that apply, memory, threads.
 #include "train_checks.h"
 
+#include "train_infer.h"
+
 #include <push/core/errors.h>
 
 #include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace push::cli {
 namespace {
@@ -26,9 +30,20 @@ struct OptionScope {
 };
 
 constexpr OptionScope kScopes[] = {
-    {"--bootstrap", "ensemble"},      {"--bandwidth", "svgd"},    {"--rank", "mswag"},
-    {"--pretrain-epochs", "mswag"},   {"--swag-lr", "mswag"},     {"--collect-every", "mswag"},
-    {"--samples", "mswag mcdropout"}, {"--dropout", "mcdropout"},
+    {"--bootstrap", "ensemble"},
+    {"--bandwidth", "svgd"},
+    {"--rank", "mswag"},
+    {"--pretrain-epochs", "mswag"},
+    {"--swag-lr", "mswag"},
+    {"--collect-every", "mswag"},
+    {"--samples", "mswag mcdropout sgld sghmc"},
+    {"--dropout", "mcdropout"},
+    {"--friction", "sghmc"},
+    {"--preconditioned", "sgld"},
+    {"--cycles", "sgld sghmc"},
+    {"--burn-in", "sgld sghmc"},
+    {"--thin", "sgld sghmc"},
+    {"--lr-schedule", "ensemble mswag svgd mcdropout"},
 };
 
 /// The bytes of host memory this process may still use: the kernel's MemAvailable, or
@@ -55,8 +70,11 @@ void check_options_apply(const TrainConfig& c) {
   for (const auto& scope : kScopes) {
     const std::string algos = std::string(" ") + scope.algos + " ";
     if (!c.given.count(scope.option) || algos.find(" " + c.algo + " ") != std::string::npos) continue;
-    std::string named = scope.algos;
-    if (const auto space = named.find(' '); space != std::string::npos) named.replace(space, 1, " or ");
+    std::vector<std::string> words;
+    std::istringstream in(scope.algos);
+    for (std::string word; in >> word;) words.push_back(word);
+    std::string named;  // "mswag, mcdropout or sgld"
+    for (size_t i = 0; i < words.size(); ++i) named += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
     throw Error(
         c10::str("[push train] ", scope.option, " is for --algo ", named, ", not ", c.algo, " (it would be ignored)"));
   }
@@ -69,11 +87,33 @@ void check_options_apply(const TrainConfig& c) {
              " epochs (--epochs) for collecting: MultiSWAG would be an ensemble");
 }
 
+void settle_chains(TrainConfig& c, int64_t train_rows) {
+  if (!c.sgmcmc()) return;
+  PUSH_CHECK(c.cycles <= c.epochs, "push train", "--cycles ", c.cycles, " is more than the ", c.epochs,
+             " epochs (--epochs): a cycle takes an epoch at least");
+  PUSH_CHECK(c.burn_in < c.epochs, "push train", "--burn-in ", c.burn_in, " leaves none of the ", c.epochs,
+             " epochs (--epochs) for sampling");
+  // The steps that keep samples over the whole run (counting resumed epochs).
+  const auto plan = sgmcmc_options(c);
+  int64_t sampling_epochs = 0;
+  for (int64_t e = 0; e < c.epochs; ++e) sampling_epochs += bayes::SGMCMC::plan(plan, e).keeps ? 1 : 0;
+  const int64_t batches = (train_rows + c.batch_size - 1) / c.batch_size;
+  const int64_t steps = sampling_epochs * batches;
+  PUSH_CHECK(steps > 0, "push train", "--burn-in ", c.burn_in, " leaves no sampling epoch of the ", c.epochs,
+             " epochs in ", c.cycles, " cycles, each half exploring (--cycles)");
+  if (c.thin == 0) c.thin = std::max<int64_t>(1, steps / c.samples);
+  PUSH_CHECK(c.thin <= steps, "push train", "--thin ", c.thin, " is more than the ", steps,
+             " steps that keep samples (", sampling_epochs, " sampling epochs x ", batches,
+             " steps): no sample would be kept");
+}
+
 double particle_bytes(const TrainConfig& c, double parameters, int ranks) {
   // Copies of the parameters per particle: weights, gradients and Adam's two moments;
   // MultiSWAG adds its mean, its mean of squares and --rank deviation columns.
   double copies = 4;
   if (c.algo == "mswag") copies += 2 + static_cast<double>(c.rank);
+  // SG-MCMC keeps --samples copies on the host and a momentum or preconditioner.
+  if (c.sgmcmc()) copies += 1 + static_cast<double>(c.samples);
   const double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);
   // The particles are spread over the ranks, unless each rank trains them all.
   const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;

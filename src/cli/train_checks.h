@@ -12,9 +12,15 @@ namespace push::cli {
 /// (--noise-std without gaussian): push::Error "[push train] --X is for ...".
 void check_options_apply(const TrainConfig& c);
 
+/// sgld / sghmc with `train_rows` training rows: --cycles, --burn-in and --thin checked
+/// against the run (push::Error naming the option when no sample would be kept), and the
+/// default --thin settled: --samples spread over the steps that keep samples.
+void settle_chains(TrainConfig& c, int64_t train_rows);
+
 /// The host memory one rank's particles need, in bytes: `parameters` per network, in
 /// float32, times the copies training keeps (weights, gradients, Adam's two moments,
-/// MultiSWAG's moments and deviation columns), plus each particle's fixed cost.
+/// MultiSWAG's moments and deviation columns, SG-MCMC's samples and buffer), plus each
+/// particle's fixed cost.
 double particle_bytes(const TrainConfig& c, double parameters, int ranks);
 /// push::Error naming the estimate and the memory available when the `ranks_on_host` ranks
 /// of this host (of `ranks`) cannot fit on CPU lanes: checked before any network is built

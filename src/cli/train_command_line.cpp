@@ -74,8 +74,10 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   const auto up_to_2_40 = whole(1, int64_t{1} << 40);
   const auto up_to_100000 = whole(1, 100000);
   CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
-  app.add_option("--algo", c.algo, "ensemble, mswag (MultiSWAG), svgd or mcdropout")
-      ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout"}))
+  app.add_option("--algo", c.algo,
+                 "ensemble, mswag (MultiSWAG), svgd, mcdropout, sgld (stochastic gradient Langevin dynamics) or "
+                 "sghmc (stochastic gradient Hamiltonian Monte Carlo): each particle one chain")
+      ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc"}))
       ->capture_default_str();
   app.add_option("--particles", c.particles, "networks in the distribution")
       ->check(whole(1, 100000))
@@ -91,7 +93,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->check(whole(0, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "minibatch size")->check(up_to_2_40)->capture_default_str();
-  app.add_option("--lr", c.lr, "learning rate (Adam; mswag collects with SGD, see --swag-lr)")
+  app.add_option("--lr", c.lr,
+                 "learning rate (Adam; mswag collects with SGD, see --swag-lr; sgld, sghmc: the step size per "
+                 "training point, default 0.001 for sghmc and --preconditioned)")
       ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
   app.add_option("--lr-schedule", c.lr_schedule,
@@ -137,7 +141,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
          },
          "seed of the split, initialisation, shuffling and sampling (default 0)")
       ->type_name("UINT64");
-  app.add_option("--samples", c.samples, "mswag / mcdropout: samples per particle at prediction")
+  app.add_option("--samples", c.samples,
+                 "mswag, mcdropout: samples per particle at prediction; sgld, sghmc: samples each chain keeps (the "
+                 "latest) and predicts with")
       ->check(up_to_100000)
       ->capture_default_str();
   app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(up_to_100000)->capture_default_str();
@@ -149,6 +155,21 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->check(decimal_in(0, kNoLimit, true));
   app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")
       ->check(whole(0, int64_t{1} << 40));
+  app.add_option("--friction", c.friction, "sghmc: the fraction of the momentum lost per step, in (0, 1]")
+      ->check(decimal_in(0, 1, true))
+      ->capture_default_str();
+  app.add_flag("--preconditioned", c.preconditioned, "sgld: precondition with RMSprop's second moment (pSGLD)");
+  app.add_option("--cycles", c.cycles,
+                 "sgld, sghmc: cycles of a cyclical step size over --epochs, each half exploring (no noise) and half "
+                 "sampling (cSG-MCMC; default 0: a constant step size)")
+      ->check(whole(0, int64_t{1} << 40));
+  app.add_option("--burn-in", c.burn_in,
+                 "sgld, sghmc: epochs before samples are kept (default: half of --epochs, 0 with --cycles; when "
+                 "resuming, the checkpoint's)")
+      ->check(whole(0, int64_t{1} << 40));
+  app.add_option("--thin", c.thin,
+                 "sgld, sghmc: keep one sample in this many steps (default: --samples spread over the sampling steps)")
+      ->check(whole(1, int64_t{1} << 40));
   app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")
       ->check(decimal_in(0, 0.95))
       ->capture_default_str();
@@ -189,6 +210,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
     for (const auto* option : app.get_options()) {
       if (option->count() > 0) c.given.insert(option->get_name());
     }
+    // SGHMC's steps add up in its momentum (about 1 / --friction of them), pSGLD's are
+    // scaled up by its preconditioner: both diverged at Adam's 0.01 on sine-gap.
+    if (!c.given.count("--lr") && (c.algo == "sghmc" || c.preconditioned)) c.lr = 1e-3;
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;

@@ -40,6 +40,14 @@ struct TrainConfig {
   bool allow_data_change = false;
   // --strict: a member that trained badly (train_warnings.h) fails the run instead of warning.
   bool strict = false;
+  // sgld / sghmc (bayes/sgmcmc.h): SGHMC's friction, pSGLD, cycles of the step size over
+  // --epochs (0: constant), burn-in epochs (-1: half of --epochs, none with cycles; when
+  // resuming, the checkpoint's) and one sample kept in `thin` steps (0: --samples spread
+  // over the sampling steps; train_checks.h settles it, not part of identity).
+  double friction = 0.1;
+  bool preconditioned = false;
+  int64_t cycles = 0, burn_in = -1, thin = 0;
+  bool sgmcmc() const { return algo == "sgld" || algo == "sghmc"; }
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.
@@ -62,6 +70,10 @@ struct TrainConfig {
             {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
             {"swag_lr", algo == "mswag" ? swag_lr : 0.0},
             {"collect_every", algo == "mswag" ? collect_every : 0},
+            {"friction", algo == "sghmc" ? friction : 0.0},
+            {"preconditioned", algo == "sgld" && preconditioned},
+            {"cycles", sgmcmc() ? cycles : 0},
+            {"burn_in", sgmcmc() ? burn_in : 0},
             {"bootstrap", bootstrap},
             {"bandwidth", bandwidth},
             {"noise_std", noise_std},

@@ -79,6 +79,18 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
   return options;
 }
 
+bayes::SGMCMCOptions sgmcmc_options(const TrainConfig& c) {
+  return bayes::SGMCMCOptions()
+      .method(c.algo == "sghmc" ? bayes::SGMCMCMethod::sghmc : bayes::SGMCMCMethod::sgld)
+      .step_size(c.lr)
+      .friction(c.friction)
+      .preconditioned(c.preconditioned)
+      .cycle_epochs(c.cycles > 0 ? (c.epochs + c.cycles - 1) / c.cycles : 0)
+      .burn_in_epochs(std::max<int64_t>(c.burn_in, 0))
+      .thin(std::max<int64_t>(c.thin, 1))
+      .samples(c.samples);
+}
+
 std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
   if (c.algo == "ensemble") {
     return std::make_unique<bayes::Ensemble>(model, options, bayes::EnsembleOptions().bootstrap(c.bootstrap));
@@ -97,6 +109,7 @@ std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory mod
     if (c.bandwidth > 0) s.bandwidth(c.bandwidth);
     return std::make_unique<bayes::SVGD>(model, options, s);
   }
+  if (c.sgmcmc()) return std::make_unique<bayes::SGMCMC>(model, options, sgmcmc_options(c));
   if (c.algo == "mcdropout") {
     return std::make_unique<bayes::MCDropout>(model, options, bayes::McDropoutOptions().samples(c.samples));
   }

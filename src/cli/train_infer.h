@@ -32,6 +32,10 @@ double train_model_parameters(const bayes::ModelSpec& spec, const TrainData& d, 
 bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& spec, bayes::Likelihood likelihood,
                                   const std::optional<dist::World>& world);
 
+/// sgld / sghmc: the chains' options (--lr the step size, --friction, --preconditioned,
+/// --cycles over --epochs, --burn-in, --thin, --samples).
+bayes::SGMCMCOptions sgmcmc_options(const TrainConfig& c);
+
 /// --algo with its own options (--bootstrap, --rank, --bandwidth, ...).
 std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options);
 

@@ -31,9 +31,15 @@ void match_checkpoint(TrainConfig& c) {
     const bool kept = saved.contains("pretrain_epochs") && saved["pretrain_epochs"].is_number_integer();
     c.pretrain_epochs = kept ? saved["pretrain_epochs"].get<int64_t>() : c.epochs / 2;
   }
+  if (c.burn_in < 0) {
+    const bool kept = saved.contains("burn_in") && saved["burn_in"].is_number_integer();
+    c.burn_in = kept ? saved["burn_in"].get<int64_t>() : c.cycles > 0 ? 0 : c.epochs / 2;
+  }
   if (c.lr_schedule.empty()) {
     const bool kept = saved.contains("lr_schedule") && saved["lr_schedule"].is_string();
-    c.lr_schedule = kept ? saved["lr_schedule"].get<std::string>() : c.algo == "mswag" ? "constant" : "cosine";
+    c.lr_schedule = kept                              ? saved["lr_schedule"].get<std::string>()
+                    : c.algo == "mswag" || c.sgmcmc() ? "constant"
+                                                      : "cosine";
     PUSH_CHECK(c.lr_schedule == "cosine" || c.lr_schedule == "constant", "push train", "cannot resume from '", c.resume,
                "': its config.json has lr_schedule=\"", c.lr_schedule, "\" (cosine or constant)");
   }

@@ -58,6 +58,14 @@ TEST(SGMCMC, SamplesAndChainStateSurviveSaveAndLoad) {
   auto make = [&] { return SGMCMC(make_model("mlp:8", {1}, 1), InferOptions().particles(2).batch_size(16), options); };
   auto a = make();
   a.fit(d, 2);
+  // One sample a step, the last 4 kept oldest first (the ring has wrapped): the newest is
+  // the chain's current parameters.
+  const auto held = a.samples(0);
+  ASSERT_EQ(held.size(0), 4);
+  std::vector<torch::Tensor> flat;
+  for (const auto& [name, t] : a.distribution().p_named_parameters(0)) flat.push_back(t.reshape(-1));
+  EXPECT_TRUE(torch::equal(held[3], torch::cat(flat)));
+  EXPECT_FALSE(torch::equal(held[2], held[3]));
   auto dir = std::filesystem::temp_directory_path() / ("push_sgmcmc_ckpt_" + std::to_string(::getpid()));
   a.save(dir);
   auto b = make();

@@ -48,13 +48,29 @@ TEST_F(Cli, NonFiniteAndOutOfRangeNumbersAreRefusedByName) {
 
 TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--algo svgd --bootstrap", "--bootstrap is for --algo ensemble, not svgd");
-  EXPECT_REFUSED("--samples 5", "--samples is for --algo mswag or mcdropout, not ensemble");
+  EXPECT_REFUSED("--samples 5", "--samples is for --algo mswag, mcdropout, sgld or sghmc, not ensemble");
+  EXPECT_REFUSED("--algo sghmc --preconditioned", "--preconditioned is for --algo sgld, not sghmc");
+  EXPECT_REFUSED("--friction 0.5", "--friction is for --algo sghmc, not ensemble");
+  EXPECT_REFUSED("--algo svgd --thin 2", "--thin is for --algo sgld or sghmc, not svgd");
+  EXPECT_REFUSED("--algo sgld --lr-schedule cosine",
+                 "--lr-schedule is for --algo ensemble, mswag, svgd or mcdropout, not sgld");
   EXPECT_REFUSED("--algo ensemble --rank 3", "--rank is for --algo mswag, not ensemble");
   EXPECT_REFUSED("--algo mswag --dropout 0.2", "--dropout is for --algo mcdropout, not mswag");
   EXPECT_REFUSED("--algo mcdropout --bandwidth 1", "--bandwidth is for --algo svgd, not mcdropout");
   EXPECT_REFUSED("--noise-std 0.5", "--noise-std is for --likelihood gaussian");
   EXPECT_REFUSED("--allow-data-change", "--allow-data-change is for --resume");
   EXPECT_REFUSED("--algo mswag --epochs 2 --pretrain-epochs 2", "--pretrain-epochs 2 leaves none of the 2 epochs");
+  // SG-MCMC: options that would keep no sample, before any training.
+  EXPECT_REFUSED("--algo sgld --epochs 4 --burn-in 4",
+                 "--burn-in 4 leaves none of the 4 epochs (--epochs) for sampling");
+  EXPECT_REFUSED("--algo sghmc --epochs 4 --cycles 5", "--cycles 5 is more than the 4 epochs");
+  EXPECT_REFUSED("--algo sgld --epochs 4 --burn-in 2 --batch-size 1000 --thin 3",
+                 "--thin 3 is more than the 2 steps that keep samples (2 sampling epochs x 1 steps)");
+  EXPECT_REFUSED("--algo sgld --epochs 5 --cycles 2 --burn-in 3",
+                 "--burn-in 3 leaves no sampling epoch of the 5 epochs in 2 cycles");
+  EXPECT_REFUSED("--algo sghmc --friction 0", "--friction");
+  EXPECT_REFUSED("--algo sghmc --friction 1.5", "--friction");
+  EXPECT_REFUSED("--algo sgld --lr -1", "--lr");
   // IDX data has its own test set: a directory with IDX files is recognised before loading.
   fs::create_directories(dir_ / "idx");
   EXPECT_REFUSED("--data idx --test-fraction 0.3", "--test-fraction is not for IDX data");

@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 using push::detail::Clock;
 
 TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
-  for (const std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
+  for (const std::string algo : {"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc"}) {
     const std::string common = "--algo " + algo + " --particles 4 --epochs 3" + samples(algo, 3) + " --quiet --out ";
     auto one = run(common + algo + "-1x1 --devices 1");
     ASSERT_EQ(one.code, 0) << one.err;

@@ -40,7 +40,7 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
 }
 
 TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
-  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
+  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc"}) {
     auto r =
         run("--algo " + algo + " --particles 3 --devices 2 --epochs 4" + samples(algo, 3) + " --quiet --out " + algo);
     ASSERT_EQ(r.code, 0) << algo << ": " << r.err;
@@ -53,7 +53,7 @@ TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
 }
 
 TEST_F(Cli, FusesMlpsByDefaultWithTheUnfusedNumbers) {
-  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout"}) {
+  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc"}) {
     const std::string common = "--algo " + algo + " --particles 3 --epochs 3" + samples(algo, 3) + " --quiet ";
     auto fused = run(common + "--out f"), plain = run(common + "--no-fuse --out u");
     ASSERT_EQ(fused.code, 0) << algo << ": " << fused.err;
@@ -77,6 +77,9 @@ TEST_F(Cli, AlgorithmOptionsReachTheRun) {
       {"--algo mswag --pretrain-epochs 2 --rank 3 --collect-every 2 --swag-lr 0.005 --samples 2",
        json{{"pretrain_epochs", 2}, {"rank", 3}, {"collect_every", 2}, {"swag_lr", 0.005}}},
       {"--algo mcdropout --dropout 0.3 --samples 2", json{{"dropout", 0.3}}},
+      {"--algo sghmc --friction 0.2 --cycles 2 --burn-in 1 --thin 3 --samples 2",
+       json{{"friction", 0.2}, {"cycles", 2}, {"burn_in", 1}, {"lr", 0.001}}},
+      {"--algo sgld --preconditioned --lr 0.002", json{{"preconditioned", true}, {"lr", 0.002}, {"burn_in", 2}}},
   };
   for (const auto& [args, expected] : cases) {
     auto r = run(args + " --particles 2 --epochs 4 --quiet --out o");

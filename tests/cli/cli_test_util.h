@@ -63,10 +63,11 @@ inline std::vector<std::string> staging_folders(const std::vector<std::string>& 
   return staged;
 }
 
-/// " --samples N" for the algorithms that sample at prediction (mswag, mcdropout); nothing
+/// " --samples N" for the algorithms that sample (mswag, mcdropout, sgld, sghmc); nothing
 /// for the others, which refuse it.
 inline std::string samples(const std::string& algo, int n) {
-  return algo == "mswag" || algo == "mcdropout" ? " --samples " + std::to_string(n) : "";
+  const bool samples = algo == "mswag" || algo == "mcdropout" || algo == "sgld" || algo == "sghmc";
+  return samples ? " --samples " + std::to_string(n) : "";
 }
 
 /// What must not depend on how the particles are spread over lanes and ranks, or how the

@@ -70,7 +70,8 @@ class SGMCMC : public Infer {
     double step_size = 0;
     bool noisy = true, keeps = true;
   };
-  EpochPlan plan(int64_t epoch) const;
+  EpochPlan plan(int64_t epoch) const { return plan(chains_, epoch); }
+  static EpochPlan plan(const SGMCMCOptions& chains, int64_t epoch);
 
  protected:
   ParticleOptions particle_options() override;
