@@ -7,6 +7,7 @@
 #include <push/bayes/ensemble.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
+#include <push/bayes/sgmcmc.h>
 #include <push/bayes/svgd.h>
 #include <push/bayes/swag.h>
 #include <push/bayes/warnings.h>
@@ -184,6 +185,22 @@ InferHolder make_infer(const std::string& kind, py::object model, py::dict kwarg
     if (auto v = o.take<int64_t>("samples")) mo.samples(*v);
     o.finish();
     infer.reset(new bayes::MCDropout(factory, io, mo));
+  } else if (kind == "SGLD" || kind == "SGHMC") {
+    bayes::SGMCMCOptions co;
+    co.method(kind == "SGHMC" ? bayes::SGMCMCMethod::sghmc : bayes::SGMCMCMethod::sgld);
+    if (auto v = o.take<double>("step_size")) co.step_size(*v);
+    if (auto v = o.take<double>("friction")) co.friction(*v);
+    if (auto v = o.take<bool>("preconditioned")) co.preconditioned(*v);
+    if (auto v = o.take<double>("precondition_decay")) co.precondition_decay(*v);
+    if (auto v = o.take<double>("precondition_eps")) co.precondition_eps(*v);
+    if (auto v = o.take<double>("temperature")) co.temperature(*v);
+    if (auto v = o.take<int64_t>("cycle_epochs")) co.cycle_epochs(*v);
+    if (auto v = o.take<double>("exploration")) co.exploration(*v);
+    if (auto v = o.take<int64_t>("burn_in_epochs")) co.burn_in_epochs(*v);
+    if (auto v = o.take<int64_t>("thin")) co.thin(*v);
+    if (auto v = o.take<int64_t>("samples")) co.samples(*v);
+    o.finish();
+    infer.reset(new bayes::SGMCMC(factory, io, co));
   } else {
     throw py::value_error("push.bayes: no algorithm named '" + kind + "'");
   }

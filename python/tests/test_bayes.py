@@ -142,3 +142,28 @@ def test_particles_that_trained_badly_are_named():
     assert [w for w in bad.warnings() if w["kind"] != "loss_rose"] == []
     with pytest.raises(ValueError, match="needs both test and train"):
         bad.warnings(test=(test_x, test_y))
+
+
+@pytest.mark.parametrize("kind,options", [
+    (bayes.SGLD, {"step_size": 1e-4}),
+    (bayes.SGLD, {"step_size": 1e-3, "preconditioned": True, "fuse": True}),
+    (bayes.SGHMC, {"step_size": 1e-3, "friction": 0.2, "cycle_epochs": 5}),
+])
+def test_sg_mcmc_chains_keep_their_samples(kind, options):
+    # The chains of the C++ model spec and of the Python Sequential take the same steps
+    # with the same noise; each keeps its last `samples` and predicts with them.
+    x, y = data()
+    common = dict(particles=2, batch_size=64, noise_std=0.1, seed=2, thin=2, samples=3, **options)
+    cpp = kind("mlp:64", input_shape=[1], outputs=1, **common).fit(x, y, epochs=10)
+    py = kind(mlp, **common).fit(x, y, epochs=10)
+    assert py.losses == cpp.losses
+    pred = py.predict(x)
+    assert pred.members.shape[0] == 2 * 3
+    assert ((pred.mean - y) ** 2).mean().item() < 0.5
+
+
+def test_sg_mcmc_options_are_checked():
+    with pytest.raises(Exception, match="friction must be in"):
+        bayes.SGHMC(mlp, friction=0.0)
+    with pytest.raises(TypeError):
+        bayes.SGLD(mlp, frictoin=0.1)

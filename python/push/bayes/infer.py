@@ -216,3 +216,20 @@ class MCDropout(Infer):
     """MC dropout (the model needs Dropout layers). Also ``samples`` (20)."""
 
     _kind = "MCDropout"
+
+
+class SGLD(Infer):
+    """Stochastic gradient Langevin dynamics: each particle a chain (push/bayes/sgmcmc.h).
+    Also ``step_size`` (1e-3, per training point), ``preconditioned`` (False: True is
+    pSGLD), ``precondition_decay`` (0.99), ``precondition_eps`` (1e-5), ``temperature`` (1),
+    ``cycle_epochs`` (0: a constant step; L: cyclical over L epochs), ``exploration`` (0.5),
+    ``burn_in_epochs`` (0), ``thin`` (1) and ``samples`` (20, kept per chain)."""
+
+    _kind = "SGLD"
+
+
+class SGHMC(Infer):
+    """Stochastic gradient Hamiltonian Monte Carlo (Chen et al. 2014): each particle a
+    chain. Also ``friction`` (0.1) and SGLD's options but the preconditioner."""
+
+    _kind = "SGHMC"
