@@ -12,6 +12,7 @@
 #include <push/bayes/objective.h>
 #include <push/bayes/options.h>
 #include <push/bayes/predictive.h>
+#include <push/bayes/randomized_prior.h>
 #include <push/bayes/sgmcmc.h>
 #include <push/bayes/svgd.h>
 #include <push/bayes/swag.h>

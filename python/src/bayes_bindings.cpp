@@ -7,6 +7,7 @@
 #include <push/bayes/ensemble.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
+#include <push/bayes/randomized_prior.h>
 #include <push/bayes/sgmcmc.h>
 #include <push/bayes/svgd.h>
 #include <push/bayes/swag.h>
@@ -151,6 +152,7 @@ InferHolder make_infer(const std::string& kind, py::object model, py::dict kwarg
   } else {
     factory = rebuilt_factory(std::move(model));
   }
+  if (auto v = o.take<double>("prior_scale"); v && *v != 0) factory = bayes::with_randomized_prior(factory, *v);
   InferHolder infer;
   if (kind == "Ensemble") {
     bayes::EnsembleOptions eo;

@@ -167,3 +167,15 @@ def test_sg_mcmc_options_are_checked():
         bayes.SGHMC(mlp, friction=0.0)
     with pytest.raises(TypeError):
         bayes.SGLD(mlp, frictoin=0.1)
+
+
+def test_a_randomized_prior_is_added_and_kept_frozen():
+    x, y = data()
+    plain = bayes.Ensemble(mlp, particles=2, lr=1e-2, noise_std=0.1, seed=4).fit(x, y, epochs=2)
+    prior = bayes.Ensemble(mlp, particles=2, lr=1e-2, noise_std=0.1, seed=4, prior_scale=3.0).fit(x, y, epochs=2)
+    far = torch.full((4, 1), 8.0)
+    assert not torch.allclose(plain.predict(far).mean, prior.predict(far).mean)
+    # Only the trained network's tensors are the particle's parameters.
+    assert len(prior.particle_parameters(0)) == len(plain.particle_parameters(0))
+    with pytest.raises(Exception, match="scale must be >= 0"):
+        bayes.Ensemble(mlp, prior_scale=-1.0)

@@ -112,6 +112,7 @@ double particle_bytes(const TrainConfig& c, double parameters, int ranks) {
   // MultiSWAG adds its mean, its mean of squares and --rank deviation columns.
   double copies = 4;
   if (c.algo == "mswag") copies += 2 + static_cast<double>(c.rank);
+  if (c.prior_scale > 0) copies += 1;  // the frozen prior network
   // SG-MCMC keeps --samples copies on the host and a momentum or preconditioner.
   if (c.sgmcmc()) copies += 1 + static_cast<double>(c.samples);
   const double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);

@@ -155,6 +155,11 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->check(decimal_in(0, kNoLimit, true));
   app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")
       ->check(whole(0, int64_t{1} << 40));
+  app.add_option("--prior-scale", c.prior_scale,
+                 "randomized prior functions: each particle adds this times the output of a frozen network of the "
+                 "same --model, initialised under its own seed (Osband et al. 2018; default 0: none)")
+      ->check(decimal_in(0, kNoLimit))
+      ->capture_default_str();
   app.add_option("--friction", c.friction, "sghmc: the fraction of the momentum lost per step, in (0, 1]")
       ->check(decimal_in(0, 1, true))
       ->capture_default_str();

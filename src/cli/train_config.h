@@ -45,6 +45,9 @@ struct TrainConfig {
   // resuming, the checkpoint's) and one sample kept in `thin` steps (0: --samples spread
   // over the sampling steps; train_checks.h settles it, not part of identity).
   double friction = 0.1;
+  // --prior-scale β > 0: each particle adds β times a frozen prior network's output
+  // (bayes/randomized_prior.h).
+  double prior_scale = 0;
   bool preconditioned = false;
   int64_t cycles = 0, burn_in = -1, thin = 0;
   bool sgmcmc() const { return algo == "sgld" || algo == "sghmc"; }
@@ -78,6 +81,7 @@ struct TrainConfig {
             {"bandwidth", bandwidth},
             {"noise_std", noise_std},
             {"prior_std", prior_std},
+            {"prior_scale", prior_scale},
             {"data_fingerprint", data_fingerprint}};
   }
 };

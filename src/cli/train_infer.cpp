@@ -41,8 +41,12 @@ int64_t output_units(const TrainData& d, bayes::Likelihood likelihood) {
 
 ModuleFactory make_train_model(const TrainConfig& c, const bayes::ModelSpec& spec, const TrainData& d,
                                bayes::Likelihood likelihood) {
-  return bayes::make_model(spec, d.train.input_shape(), output_units(d, likelihood),
-                           c.algo == "mcdropout" ? c.dropout : 0.0);
+  auto model = bayes::make_model(spec, d.train.input_shape(), output_units(d, likelihood),
+                                 c.algo == "mcdropout" ? c.dropout : 0.0);
+  if (c.prior_scale == 0) return model;
+  // The prior is deterministic: a network of the same spec without dropout.
+  return bayes::with_randomized_prior(
+      model, bayes::make_model(spec, d.train.input_shape(), output_units(d, likelihood)), c.prior_scale);
 }
 
 double train_model_parameters(const bayes::ModelSpec& spec, const TrainData& d, bayes::Likelihood likelihood) {

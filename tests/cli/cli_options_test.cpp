@@ -71,6 +71,8 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--algo sghmc --friction 0", "--friction");
   EXPECT_REFUSED("--algo sghmc --friction 1.5", "--friction");
   EXPECT_REFUSED("--algo sgld --lr -1", "--lr");
+  EXPECT_REFUSED("--prior-scale -0.5", "--prior-scale: '-0.5' must be");
+  EXPECT_REFUSED("--prior-scale inf", "--prior-scale: 'inf' is not a finite decimal number");
   // IDX data has its own test set: a directory with IDX files is recognised before loading.
   fs::create_directories(dir_ / "idx");
   EXPECT_REFUSED("--data idx --test-fraction 0.3", "--test-fraction is not for IDX data");

@@ -80,6 +80,7 @@ TEST_F(Cli, AlgorithmOptionsReachTheRun) {
       {"--algo sghmc --friction 0.2 --cycles 2 --burn-in 1 --thin 3 --samples 2",
        json{{"friction", 0.2}, {"cycles", 2}, {"burn_in", 1}, {"lr", 0.001}}},
       {"--algo sgld --preconditioned --lr 0.002", json{{"preconditioned", true}, {"lr", 0.002}, {"burn_in", 2}}},
+      {"--algo mcdropout --prior-scale 2 --samples 2", json{{"prior_scale", 2.0}}},
   };
   for (const auto& [args, expected] : cases) {
     auto r = run(args + " --particles 2 --epochs 4 --quiet --out o");
@@ -145,7 +146,7 @@ TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
       {"--data letters.csv", "'oops' is not a number"},
       {"--data nan.csv", "NaN or Inf"},
       {"--data ok.csv --target nope", "unknown target column 'nope'"},
-      {"--algo sgld", "--algo"},
+      {"--algo bogus", "--algo"},
       {"--model transformer", "unknown model 'transformer'"},
       {"--model mlp:64,abc", "bad width 'abc'"},
       {"--epochs -3", "--epochs"},

@@ -72,7 +72,9 @@ class Infer:
     epoch e the rate is lr (1 + cos(pi e / T)) / 2, 0 after T), batch_size (128), likelihood ("gaussian",
     "heteroscedastic", "categorical", "learned_noise"), noise_std (1.0), prior_std (1.0),
     fuse (False: True trains the particles as one batched computation when the model
-    fuses), seed (0), devices, device_type ("cpu", "cuda"), cache_size, intra_op_threads.
+    fuses), seed (0), devices, device_type ("cpu", "cuda"), cache_size, intra_op_threads,
+    prior_scale (0: none; beta > 0 adds beta times a frozen prior network of the same
+    architecture to each particle's output, Osband et al. 2018).
     """
 
     _kind = None
