@@ -81,6 +81,7 @@ ParticleView::Data LocalDelivery::snapshot(ParticleRecord& record, const torch::
   };
   for (const auto& p : lane.cache().parameters(record)) data.parameters.push_back(copy(p));
   for (const auto& g : lane.cache().gradients(record)) data.gradients.push_back(copy(g));
+  for (const auto& b : lane.cache().buffers(record)) data.buffers.push_back(copy(b));
   LaneStreams::finish_current(lane.device());
   return data;
 }

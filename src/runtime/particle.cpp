@@ -50,6 +50,63 @@ PFuture Particle::run_now(const char* what, const std::function<c10::IValue()>& 
   }
 }
 
+namespace {
+
+/// Puts `view`'s tensors in place of `module`'s parameters and buffers (set_data: the
+/// same tensor objects, the view's data) and puts the module's own back when it ends.
+class ViewInPlace {
+ public:
+  ViewInPlace(torch::nn::Module& module, const ParticleView& view) {
+    const char* origin = "push::Particle::forward_view";
+    auto params = module.parameters();
+    auto buffers = module.buffers();
+    PUSH_CHECK(view.parameters().size() == params.size() && view.buffers().size() == buffers.size(), origin,
+               "the view of particle ", view.pid(), " has ", view.parameters().size(), " parameters and ",
+               view.buffers().size(), " buffers, this module ", params.size(), " and ", buffers.size());
+    auto place = [&](std::vector<torch::Tensor>& own, const std::vector<torch::Tensor>& theirs, const char* kind) {
+      for (size_t i = 0; i < own.size(); ++i) {
+        PUSH_CHECK(theirs[i].sizes() == own[i].sizes() && theirs[i].scalar_type() == own[i].scalar_type() &&
+                       theirs[i].device() == own[i].device(),
+                   origin, kind, " ", i, " of the view of particle ", view.pid(), " is ", theirs[i].scalar_type(),
+                   theirs[i].sizes(), " on ", theirs[i].device(), ", this module's ", own[i].scalar_type(),
+                   own[i].sizes(), " on ", own[i].device());
+      }
+      for (size_t i = 0; i < own.size(); ++i) {
+        saved_.push_back({own[i], own[i].data()});
+        own[i].set_data(theirs[i]);
+      }
+    };
+    try {
+      place(params, view.parameters(), "parameter");
+      place(buffers, view.buffers(), "buffer");
+    } catch (...) {
+      restore();
+      throw;
+    }
+  }
+  ~ViewInPlace() { restore(); }
+  ViewInPlace(const ViewInPlace&) = delete;
+  ViewInPlace& operator=(const ViewInPlace&) = delete;
+
+ private:
+  void restore() {
+    // Backwards: a tensor listed twice (a tied weight) gets its first saved data last.
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) it->first.set_data(it->second);
+    saved_.clear();
+  }
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> saved_;
+};
+
+}  // namespace
+
+PFuture Particle::run_with_view(const ParticleView& view, const std::function<c10::IValue()>& fn) {
+  return run_now("forward_view", [&]() -> c10::IValue {
+    torch::NoGradGuard no_grad;
+    ViewInPlace in_place(module(), view);
+    return fn();
+  });
+}
+
 PFuture Particle::zero_grad() {
   return run_now("zero_grad", [&]() -> c10::IValue {
     optimizer().zero_grad();

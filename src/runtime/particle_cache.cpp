@@ -60,7 +60,8 @@ void collect_slots(ParticleRecord& r) {
   };
   auto params = r.module.ptr()->parameters();
   for (const auto& p : params) r.param_slot.push_back(add(p));
-  for (const auto& b : r.module.ptr()->buffers()) add(b);
+  r.buffer_slot.clear();
+  for (const auto& b : r.module.ptr()->buffers()) r.buffer_slot.push_back(add(b));
   for (const auto& p : params) r.grad_slot.push_back(add(p.grad()));
   if (r.optimizer) for_each_optimizer_tensor(*r.optimizer, add);
 }
@@ -197,6 +198,14 @@ std::unordered_set<const void*> ParticleCache::resident_storages() const {
     for (const auto& b : r->module.ptr()->buffers()) add(b);
     if (r->optimizer) for_each_optimizer_tensor(*r->optimizer, add);
   }
+  return out;
+}
+
+std::vector<torch::Tensor> ParticleCache::buffers(ParticleRecord& r) const {
+  if (r.resident) return r.module.ptr()->buffers();
+  r.host_ready.wait();
+  std::vector<torch::Tensor> out;
+  for (int64_t slot : r.buffer_slot) out.push_back(r.host[slot]);
   return out;
 }
 

@@ -41,6 +41,7 @@ class ParticleCache {
   /// without materializing it. Read-only: callers copy.
   std::vector<torch::Tensor> parameters(ParticleRecord& record) const;
   std::vector<torch::Tensor> gradients(ParticleRecord& record) const;
+  std::vector<torch::Tensor> buffers(ParticleRecord& record) const;
 
   /// The storages of every tensor of the resident particles (parameters, buffers,
   /// gradients, optimizer state): a tensor sharing one of them changes when its particle

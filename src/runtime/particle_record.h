@@ -46,6 +46,7 @@ struct ParticleRecord {
   // slots[grad_slot[i]] (-1: none).
   std::vector<int64_t> param_slot;
   std::vector<int64_t> grad_slot;
+  std::vector<int64_t> buffer_slot;  // buffer i, in module order
 };
 
 }  // namespace push::detail

@@ -155,6 +155,7 @@ Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& cal
       data->names = strings_of(items.at(1));
       data->parameters = tensors_of(items.at(2), device);
       data->gradients = tensors_of(items.at(3), device);
+      data->buffers = tensors_of(items.at(4), device);
       out.set_value(ParticleView(std::move(data)));
     } catch (...) {
       out.set_error(fail(std::current_exception()));
@@ -214,7 +215,7 @@ c10::IValue RemoteDelivery::serve(PeerOp op, const dist::RpcArgs& body) {
       }
       auto data = local_.parameters(record).wait();
       return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(data.version)), list_of(data.names),
-                                         list_of(data.parameters), list_of(data.gradients)});
+                                         list_of(data.parameters), list_of(data.gradients), list_of(data.buffers)});
     }
     case PeerOp::parameters: {
       ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Push::p_parameters");

@@ -67,9 +67,14 @@ ParticleOptions test_particle(push::Push*& dist) {
       .on("boom", [](Particle&, const Args&) -> c10::IValue { throw std::runtime_error("boom from the handler"); })
       .on("fill", fill)
       .on("flat", [](Particle& p, const Args&) { return c10::IValue(flat(p.module().parameters()).clone()); })
-      .on("peek", [](Particle& p, const Args& a) {
-        auto view = p.get(a.at(0).toInt()).wait();
-        return c10::IValue(view.flat_parameters());
+      .on("peek",
+          [](Particle& p, const Args& a) {
+            auto view = p.get(a.at(0).toInt()).wait();
+            return c10::IValue(view.flat_parameters());
+          })
+      .on("own", [](Particle& p, const Args& a) { return p.forward(a.at(0).toTensor()).wait(); })
+      .on("run_view", [](Particle& p, const Args& a) {
+        return p.forward_view(p.get(a.at(0).toInt()).wait(), a.at(1).toTensor()).wait();
       });
 }
 
@@ -106,6 +111,10 @@ PUSH_DIST_WORKER(ranks_messages) {
   for (Pid pid = 0; pid < n; ++pid) {
     EXPECT_TRUE(torch::equal(dist.p_launch(pid, "echo", x).wait().toTensor(), x * 2));
   }
+  // A view from another rank runs that particle's forward here.
+  const auto column = torch::linspace(-1, 1, 4).unsqueeze(1).expand({4, 2}).contiguous();
+  EXPECT_TRUE(torch::equal(dist.p_launch(a, "run_view", b, column).wait().toTensor(),
+                           dist.p_launch(b, "own", column).wait().toTensor()));
   // A handler that throws on another rank: the error names the rank, particle and message.
   Pid remote = 0;
   while (dist.rank_of(remote) == world.rank()) ++remote;

@@ -54,6 +54,18 @@ class Particle {
                    [&]() -> c10::IValue { return any_module().forward(here(x), here(std::forward<A>(args))...); });
   }
 
+  /// The forward of the particle `view` was taken of, run now on this particle's device:
+  /// this particle's module (the same architecture: one factory makes every particle)
+  /// with the view's parameters and buffers in place of its own for the call, without
+  /// copying them, and without a graph (the result is detached; gradients through another
+  /// particle's function would reach tensors that are not its). Throws push::Error when
+  /// the view's tensors do not match this module's in number, shape or type.
+  template <class... A>
+  PFuture forward_view(const ParticleView& view, const torch::Tensor& x, A&&... args) {
+    return run_with_view(
+        view, [&]() -> c10::IValue { return any_module().forward(here(x), here(std::forward<A>(args))...); });
+  }
+
   /// zero grad, forward, loss_fn(output, label), backward, optimizer step, run now;
   /// the future holds the (detached) loss. Tensors on another device are copied to this
   /// particle's first, as in forward.
@@ -109,6 +121,8 @@ class Particle {
   requires(!std::is_same_v<std::remove_cvref_t<T>, torch::Tensor>) T && here(T&& value)
   const { return std::forward<T>(value); }
   PFuture run_now(const char* what, const std::function<c10::IValue()>& fn);
+  /// run_now("forward_view", fn) with the view's tensors in this module's place.
+  PFuture run_with_view(const ParticleView& view, const std::function<c10::IValue()>& fn);
   void check_thread(const char* origin) const;
   void check_may_wait() const;
 

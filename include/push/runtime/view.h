@@ -9,9 +9,10 @@
 
 namespace push {
 
-/// A read-only copy of another particle's parameters and gradients, on the device of
-/// the particle that asked for it (Particle::get). A view never aliases live weights:
-/// it is the state of that particle at the moment it was taken.
+/// A read-only copy of another particle's parameters, gradients and buffers, on the
+/// device of the particle that asked for it (Particle::get). A view never aliases live
+/// weights: it is the state of that particle at the moment it was taken. A view runs:
+/// Particle::forward_view(view, x) is the viewed particle's forward on the caller's device.
 class ParticleView {
  public:
   struct Data {
@@ -20,6 +21,7 @@ class ParticleView {
     std::vector<std::string> names;
     std::vector<torch::Tensor> parameters;
     std::vector<torch::Tensor> gradients;  // undefined where the parameter has no grad
+    std::vector<torch::Tensor> buffers;    // in module order (running statistics, a frozen prior)
   };
 
   ParticleView() = default;
@@ -32,6 +34,7 @@ class ParticleView {
   const std::vector<std::string>& names() const { return data().names; }
   const std::vector<torch::Tensor>& parameters() const { return data().parameters; }
   const std::vector<torch::Tensor>& gradients() const { return data().gradients; }
+  const std::vector<torch::Tensor>& buffers() const { return data().buffers; }
   /// All parameters flattened and concatenated, in module order.
   torch::Tensor flat_parameters() const;
   /// All gradients flattened and concatenated (zeros where a parameter has none).
