@@ -7,6 +7,7 @@
 #include <push/bayes/ensemble.h>
 #include <push/bayes/fused.h>
 #include <push/bayes/infer.h>
+#include <push/bayes/laplace.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
 #include <push/bayes/objective.h>

@@ -41,6 +41,7 @@ inline constexpr uint64_t kSample = 0x53574147ULL;            // "SWAG": SWAG's 
 inline constexpr uint64_t kLeader = 0x4c454144ULL;            // "LEAD": SVGD leader's minibatch order
 inline constexpr uint64_t kServer = 0x53525652ULL;            // "SRVR": a gradient server client's choices
 inline constexpr uint64_t kLangevin = 0x4c414e47ULL;          // "LANG": SG-MCMC's injected noise
+inline constexpr uint64_t kLaplace = 0x4c41504cULL;           // "LAPL": a Laplace posterior's samples
 }  // namespace seed_purpose
 
 }  // namespace push::detail

@@ -166,6 +166,10 @@ class Infer {
   static torch::Tensor forward_chunked(Particle& p, const torch::Tensor& x);
   /// Reports a particle's epoch loss to on_progress.
   void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
+  /// With a world: every rank's values by particle id, or, when a rank failed, its error
+  /// thrown on every rank (this rank's own first). Without one: `mine`, or `error` rethrown.
+  std::map<Pid, c10::IValue> exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
+                                      const char* origin);
   /// Destroys the distribution now (joining its handlers): a subclass whose handlers use
   /// its own members calls it from its destructor. Collective with a world.
   void close_distribution();
@@ -178,10 +182,6 @@ class Infer {
   void ensure_created();
   /// The particles of a new distribution: their handlers, the training loop, data parallelism.
   void create_particles();
-  /// With a world: every rank's values by particle id, or, when a rank failed, its error
-  /// thrown on every rank (this rank's own first). Without one: `mine`, or `error` rethrown.
-  std::map<Pid, c10::IValue> exchange(std::map<Pid, c10::IValue> mine, const std::exception_ptr& error,
-                                      const char* origin);
   void write_meta(const std::filesystem::path& dir) const;
   void read_meta(const std::filesystem::path& dir, int64_t& epochs, std::vector<double>& losses,
                  std::map<Pid, ParticleLosses>& particle_losses) const;

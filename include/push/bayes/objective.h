@@ -26,6 +26,8 @@ class Objective {
   explicit Objective(const InferOptions& options);
 
   Likelihood likelihood() const { return likelihood_; }
+  /// σ of the gaussian likelihood.
+  double noise_std() const { return noise_std_; }
 
   /// Mean negative log-likelihood per point of network output `out` [B, o] for targets
   /// `y` [B, t]; with leading dimensions ([N, B, o] and [N, B, t]), one per leading index.
