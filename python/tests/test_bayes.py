@@ -167,6 +167,8 @@ def test_sg_mcmc_options_are_checked():
         bayes.SGHMC(mlp, friction=0.0)
     with pytest.raises(TypeError):
         bayes.SGLD(mlp, frictoin=0.1)
+    with pytest.raises(TypeError, match="step_size"):
+        bayes.SGHMC(mlp, lr=0.1)
 
 
 def test_a_randomized_prior_is_added_and_kept_frozen():

@@ -115,6 +115,8 @@ SGMCMC::SGMCMC(ModuleFactory model, InferOptions options, SGMCMCOptions chains)
   PUSH_CHECK(o.burn_in_epochs() >= 0, kOrigin, "burn_in_epochs must be >= 0, got ", o.burn_in_epochs());
   PUSH_CHECK(o.thin() >= 1, kOrigin, "thin must be >= 1, got ", o.thin());
   PUSH_CHECK(o.samples() >= 1, kOrigin, "samples must be >= 1, got ", o.samples());
+  PUSH_CHECK(this->options().cosine_epochs() == 0, kOrigin,
+             "the chains take step_size, constant or cyclical (cycle_epochs), not InferOptions' cosine schedule");
 }
 
 SGMCMC::EpochPlan SGMCMC::plan(const SGMCMCOptions& chains, int64_t epoch) {
@@ -145,6 +147,14 @@ void SGMCMC::count_step(Particle& p, const std::function<torch::Tensor()>& theta
     return;
   }
   auto ring = held.toTensor().to(torch::kCPU, torch::kFloat32);
+  auto& oldest = p.state()[kNext];
+  if (ring.size(0) > chains_.samples() || (ring.size(0) < chains_.samples() && oldest.toInt() != 0)) {
+    // Loaded with another `samples`: oldest first again, the latest `samples` kept.
+    ring = held_samples(p);
+    if (ring.size(0) > chains_.samples()) ring = ring.narrow(0, ring.size(0) - chains_.samples(), chains_.samples());
+    ring = ring.clone();
+    oldest = int64_t{0};
+  }
   if (ring.size(0) < chains_.samples()) {
     held = torch::cat({ring, sample});
     return;

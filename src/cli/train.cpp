@@ -103,6 +103,8 @@ int run_train(int argc, char** argv) {
   bar.start(first, first + todo);
   const Stopwatch training;
   infer->fit(data.train, todo);
+  // laplace: each particle's last-layer posterior, on the training set (collective).
+  if (auto* laplace = dynamic_cast<bayes::Laplace*>(infer.get())) laplace->approximate(data.train);
   timings.train_s = training.seconds();
   const Stopwatch predicting;
   auto pred = infer->predict(data.test.x);

@@ -30,20 +30,23 @@ struct OptionScope {
 };
 
 constexpr OptionScope kScopes[] = {
-    {"--bootstrap", "ensemble"},
+    {"--bootstrap", "ensemble laplace"},
+    {"--laplace-structure", "laplace"},
+    {"--laplace-predictive", "laplace"},
+    {"--laplace-prior-precision", "laplace"},
     {"--bandwidth", "svgd"},
     {"--rank", "mswag"},
     {"--pretrain-epochs", "mswag"},
     {"--swag-lr", "mswag"},
     {"--collect-every", "mswag"},
-    {"--samples", "mswag mcdropout sgld sghmc"},
+    {"--samples", "mswag mcdropout sgld sghmc laplace"},
     {"--dropout", "mcdropout"},
     {"--friction", "sghmc"},
     {"--preconditioned", "sgld"},
     {"--cycles", "sgld sghmc"},
     {"--burn-in", "sgld sghmc"},
     {"--thin", "sgld sghmc"},
-    {"--lr-schedule", "ensemble mswag svgd mcdropout"},
+    {"--lr-schedule", "ensemble mswag svgd mcdropout laplace"},
 };
 
 /// The bytes of host memory this process may still use: the kernel's MemAvailable, or
@@ -78,6 +81,10 @@ void check_options_apply(const TrainConfig& c) {
     throw Error(
         c10::str("[push train] ", scope.option, " is for --algo ", named, ", not ", c.algo, " (it would be ignored)"));
   }
+  PUSH_CHECK(!c.given.count("--samples") || c.algo != "laplace" || c.laplace_predictive == "sampling", "push train",
+             "--samples is for --laplace-predictive sampling (it would be ignored)");
+  PUSH_CHECK(c.algo != "laplace" || c.likelihood != "learned-noise", "push train",
+             "--algo laplace does not take --likelihood learned-noise");
   PUSH_CHECK(!c.given.count("--noise-std") || c.likelihood == "gaussian", "push train",
              "--noise-std is for --likelihood gaussian (it would be ignored)");
   PUSH_CHECK(!c.allow_data_change || !c.resume.empty(), "push train",
@@ -101,7 +108,7 @@ void settle_chains(TrainConfig& c, int64_t train_rows) {
   const int64_t steps = sampling_epochs * batches;
   PUSH_CHECK(steps > 0, "push train", "--burn-in ", c.burn_in, " leaves no sampling epoch of the ", c.epochs,
              " epochs in ", c.cycles, " cycles, each half exploring (--cycles)");
-  if (c.thin == 0) c.thin = std::max<int64_t>(1, steps / c.samples);
+  if (c.thin == 0) c.thin = std::max<int64_t>(1, (steps + c.samples - 1) / c.samples);
   PUSH_CHECK(c.thin <= steps, "push train", "--thin ", c.thin, " is more than the ", steps,
              " steps that keep samples (", sampling_epochs, " sampling epochs x ", batches,
              " steps): no sample would be kept");

@@ -76,8 +76,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
   app.add_option("--algo", c.algo,
                  "ensemble, mswag (MultiSWAG), svgd, mcdropout, sgld (stochastic gradient Langevin dynamics) or "
-                 "sghmc (stochastic gradient Hamiltonian Monte Carlo): each particle one chain")
-      ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc"}))
+                 "sghmc (stochastic gradient Hamiltonian Monte Carlo): each particle one chain, or laplace (each "
+                 "particle trained as an ensemble member, then a last-layer Laplace approximation)")
+      ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc", "laplace"}))
       ->capture_default_str();
   app.add_option("--particles", c.particles, "networks in the distribution")
       ->check(whole(1, 100000))
@@ -160,6 +161,16 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
                  "same --model, initialised under its own seed (Osband et al. 2018; default 0: none)")
       ->check(decimal_in(0, kNoLimit))
       ->capture_default_str();
+  app.add_option("--laplace-structure", c.laplace_structure, "laplace: the last layer's covariance, full or diagonal")
+      ->check(CLI::IsMember({"full", "diagonal"}))
+      ->capture_default_str();
+  app.add_option("--laplace-predictive", c.laplace_predictive,
+                 "laplace: linearized (closed form; probit for classes) or sampling (--samples last layers)")
+      ->check(CLI::IsMember({"linearized", "sampling"}))
+      ->capture_default_str();
+  app.add_option("--laplace-prior-precision", c.laplace_prior_precision,
+                 "laplace: the last layer's prior precision (default: the marginal likelihood's maximiser)")
+      ->check(decimal_in(0, kNoLimit, true));
   app.add_option("--friction", c.friction, "sghmc: the fraction of the momentum lost per step, in (0, 1]")
       ->check(decimal_in(0, 1, true))
       ->capture_default_str();

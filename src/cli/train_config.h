@@ -44,6 +44,10 @@ struct TrainConfig {
   // --epochs (0: constant), burn-in epochs (-1: half of --epochs, none with cycles; when
   // resuming, the checkpoint's) and one sample kept in `thin` steps (0: --samples spread
   // over the sampling steps; train_checks.h settles it, not part of identity).
+  // laplace: the last layer's covariance (full, diagonal) and the predictive (linearized,
+  // sampling with --samples).
+  std::string laplace_structure = "full", laplace_predictive = "linearized";
+  double laplace_prior_precision = 0;  // 0: the marginal likelihood's
   double friction = 0.1;
   // --prior-scale β > 0: each particle adds β times a frozen prior network's output
   // (bayes/randomized_prior.h).
@@ -74,8 +78,12 @@ struct TrainConfig {
             {"swag_lr", algo == "mswag" ? swag_lr : 0.0},
             {"collect_every", algo == "mswag" ? collect_every : 0},
             {"friction", algo == "sghmc" ? friction : 0.0},
+            {"laplace_structure", algo == "laplace" ? laplace_structure : ""},
+            {"laplace_predictive", algo == "laplace" ? laplace_predictive : ""},
+            {"laplace_prior_precision", algo == "laplace" ? laplace_prior_precision : 0.0},
             {"preconditioned", algo == "sgld" && preconditioned},
             {"cycles", sgmcmc() ? cycles : 0},
+            {"samples", sgmcmc() ? samples : 0},
             {"burn_in", sgmcmc() ? burn_in : 0},
             {"bootstrap", bootstrap},
             {"bandwidth", bandwidth},

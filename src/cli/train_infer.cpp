@@ -114,6 +114,16 @@ std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory mod
     return std::make_unique<bayes::SVGD>(model, options, s);
   }
   if (c.sgmcmc()) return std::make_unique<bayes::SGMCMC>(model, options, sgmcmc_options(c));
+  if (c.algo == "laplace") {
+    auto l = bayes::LaplaceOptions()
+                 .structure(c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
+                                                              : bayes::LaplaceStructure::full)
+                 .predictive(c.laplace_predictive == "sampling" ? bayes::LaplacePredictive::sampling
+                                                                : bayes::LaplacePredictive::linearized)
+                 .samples(c.samples);
+    if (c.laplace_prior_precision > 0) l.prior_precision(c.laplace_prior_precision);
+    return std::make_unique<bayes::Laplace>(model, options, l, bayes::EnsembleOptions().bootstrap(c.bootstrap));
+  }
   if (c.algo == "mcdropout") {
     return std::make_unique<bayes::MCDropout>(model, options, bayes::McDropoutOptions().samples(c.samples));
   }

@@ -27,10 +27,10 @@ std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::M
       seen != infer.particle_losses().end() && seen->second.best_epoch == seen->second.last_epoch;
   if (w.kind == bayes::MemberWarning::Kind::worse_than_mean && still_falling) {
     return w.describe() + "; its training loss was still falling: it likely needs more --epochs than " +
-           std::to_string(infer.epochs_done());
+           std::to_string(infer.epochs_done()) + ", or a smaller --lr if it began far off";
   }
   std::string rate = "--lr " + decimal(c.lr);
-  if (c.algo == "mswag") rate += ", --swag-lr " + decimal(c.swag_lr) + " while collecting";
+  if (c.algo == "mswag") rate += ", --swag-lr " + decimal(c.swag_lr > 0 ? c.swag_lr : c.lr * 0.1) + " while collecting";
   return w.describe() + "; the learning rate (" + rate + ") is likely too high";
 }
 
@@ -38,7 +38,9 @@ std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::M
 
 std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const bayes::Infer& infer,
                                                   const bayes::Predictive& pred, const TrainData& d) {
-  auto found = bayes::loss_warnings(infer.particle_losses());
+  // A chain samples: its loss wanders above its best by design (at T = 1 by about half a
+  // nat per parameter over N), so only its predictions are judged.
+  auto found = c.sgmcmc() ? std::vector<bayes::MemberWarning>{} : bayes::loss_warnings(infer.particle_losses());
   // A particle that has trained no epoch (--epochs 0 on new particles) is not judged: its
   // predictions are its initialisation's.
   for (auto& w : bayes::prediction_warnings(pred, d.test, d.train, c.particles)) {
@@ -50,8 +52,9 @@ std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const ba
 void report_warnings(const TrainConfig& c, const bayes::Infer& infer,
                      const std::vector<bayes::MemberWarning>& warnings) {
   if (warnings.empty()) return;
-  const std::string more =
-      warnings.size() > 1 ? " (and " + std::to_string(warnings.size() - 1) + " more warnings)" : std::string();
+  const std::string more = warnings.size() > 2   ? " (and " + std::to_string(warnings.size() - 1) + " more warnings)"
+                           : warnings.size() > 1 ? std::string(" (and 1 more warning)")
+                                                 : std::string();
   PUSH_CHECK(!c.strict, "push train", "--strict: ", line(c, infer, warnings.front()), more, "; nothing was written");
   for (size_t i = 0; i < warnings.size() && i < kShown; ++i) {
     std::fprintf(stderr, "push train: warning: %s\n", line(c, infer, warnings[i]).c_str());

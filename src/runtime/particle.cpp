@@ -102,6 +102,14 @@ class ViewInPlace {
 PFuture Particle::run_with_view(const ParticleView& view, const std::function<c10::IValue()>& fn) {
   return run_now("forward_view", [&]() -> c10::IValue {
     torch::NoGradGuard no_grad;
+    // Evaluation mode: dropout off, batch norm on the view's running statistics, which it
+    // must not update (the view is shared through the view cache).
+    struct Mode {
+      torch::nn::Module& m;
+      bool training;
+      ~Mode() { m.train(training); }
+    } mode{module(), module().is_training()};
+    module().eval();
     ViewInPlace in_place(module(), view);
     return fn();
   });

@@ -81,6 +81,31 @@ TEST(SGMCMC, SamplesAndChainStateSurviveSaveAndLoad) {
   EXPECT_PUSH_ERROR(other.load(dir), "no checkpoint");
 }
 
+TEST(SGMCMC, AChainLoadedWithAnotherSampleCountKeepsItsLatestInOrder) {
+  auto d = data::synthetic_gap(64, 8);
+  auto make = [&](int64_t samples) {
+    return SGMCMC(make_model("mlp:8", {1}, 1), InferOptions().particles(1).batch_size(16),
+                  SGMCMCOptions().step_size(1e-2).samples(samples));
+  };
+  auto a = make(3);
+  a.fit(d, 2);  // 8 steps: the ring of 3 has wrapped
+  const auto before = a.samples(0);
+  auto dir = std::filesystem::temp_directory_path() / ("push_sgmcmc_ring_" + std::to_string(::getpid()));
+  a.save(dir);
+  for (int64_t samples : {2, 5}) {
+    auto b = make(samples);
+    b.load(dir);
+    b.fit(d, 1);  // 4 more steps
+    const auto after = b.samples(0);
+    ASSERT_EQ(after.size(0), std::min<int64_t>(samples, 3 + 4)) << samples;
+    if (samples == 5) EXPECT_TRUE(torch::equal(after[0], before[2]));  // the newest of before, then 4 new
+    std::vector<torch::Tensor> flat;
+    for (const auto& [name, t] : b.distribution().p_named_parameters(0)) flat.push_back(t.reshape(-1));
+    EXPECT_TRUE(torch::equal(after[after.size(0) - 1], torch::cat(flat))) << samples;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SGMCMC, TheCyclicalScheduleExploresThenSamples) {
   SGMCMC chains(chain_model(), chain_options_for(1),
                 SGMCMCOptions().step_size(0.1).cycle_epochs(4).exploration(0.5).burn_in_epochs(5));
@@ -107,6 +132,8 @@ TEST(SGMCMC, BadOptionsAreNamed) {
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().samples(0)), "samples must be >= 1");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().exploration(1)), "exploration must be in [0, 1)");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().temperature(-1)), "temperature must be positive");
+  EXPECT_PUSH_ERROR(SGMCMC(chain_model(), InferOptions().cosine_epochs(10), SGMCMCOptions()),
+                    "not InferOptions' cosine schedule");
 }
 
 }  // namespace

@@ -47,13 +47,13 @@ TEST_F(Cli, NonFiniteAndOutOfRangeNumbersAreRefusedByName) {
 }
 
 TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
-  EXPECT_REFUSED("--algo svgd --bootstrap", "--bootstrap is for --algo ensemble, not svgd");
-  EXPECT_REFUSED("--samples 5", "--samples is for --algo mswag, mcdropout, sgld or sghmc, not ensemble");
+  EXPECT_REFUSED("--algo svgd --bootstrap", "--bootstrap is for --algo ensemble or laplace, not svgd");
+  EXPECT_REFUSED("--samples 5", "--samples is for --algo mswag, mcdropout, sgld, sghmc or laplace, not ensemble");
   EXPECT_REFUSED("--algo sghmc --preconditioned", "--preconditioned is for --algo sgld, not sghmc");
   EXPECT_REFUSED("--friction 0.5", "--friction is for --algo sghmc, not ensemble");
   EXPECT_REFUSED("--algo svgd --thin 2", "--thin is for --algo sgld or sghmc, not svgd");
   EXPECT_REFUSED("--algo sgld --lr-schedule cosine",
-                 "--lr-schedule is for --algo ensemble, mswag, svgd or mcdropout, not sgld");
+                 "--lr-schedule is for --algo ensemble, mswag, svgd, mcdropout or laplace, not sgld");
   EXPECT_REFUSED("--algo ensemble --rank 3", "--rank is for --algo mswag, not ensemble");
   EXPECT_REFUSED("--algo mswag --dropout 0.2", "--dropout is for --algo mcdropout, not mswag");
   EXPECT_REFUSED("--algo mcdropout --bandwidth 1", "--bandwidth is for --algo svgd, not mcdropout");
@@ -72,6 +72,10 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--algo sghmc --friction 1.5", "--friction");
   EXPECT_REFUSED("--algo sgld --lr -1", "--lr");
   EXPECT_REFUSED("--prior-scale -0.5", "--prior-scale: '-0.5' must be");
+  EXPECT_REFUSED("--laplace-structure diagonal", "--laplace-structure is for --algo laplace, not ensemble");
+  EXPECT_REFUSED("--algo laplace --samples 3", "--samples is for --laplace-predictive sampling");
+  EXPECT_REFUSED("--algo laplace --laplace-prior-precision 0", "--laplace-prior-precision");
+  EXPECT_REFUSED("--algo sgld --data-parallel blocking --nproc 2", "--data-parallel does not train --algo sgld");
   EXPECT_REFUSED("--prior-scale inf", "--prior-scale: 'inf' is not a finite decimal number");
   // IDX data has its own test set: a directory with IDX files is recognised before loading.
   fs::create_directories(dir_ / "idx");

@@ -40,7 +40,7 @@ TEST_F(Cli, DefaultRunFitsTheBuiltinData) {
 }
 
 TEST_F(Cli, EveryAlgorithmOnATinyConfig) {
-  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc"}) {
+  for (std::string algo : {"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc", "laplace"}) {
     auto r =
         run("--algo " + algo + " --particles 3 --devices 2 --epochs 4" + samples(algo, 3) + " --quiet --out " + algo);
     ASSERT_EQ(r.code, 0) << algo << ": " << r.err;

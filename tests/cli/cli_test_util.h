@@ -66,6 +66,7 @@ inline std::vector<std::string> staging_folders(const std::vector<std::string>& 
 /// " --samples N" for the algorithms that sample (mswag, mcdropout, sgld, sghmc); nothing
 /// for the others, which refuse it.
 inline std::string samples(const std::string& algo, int n) {
+  // Not laplace: its default predictive (linearized) takes no samples.
   const bool samples = algo == "mswag" || algo == "mcdropout" || algo == "sgld" || algo == "sghmc";
   return samples ? " --samples " + std::to_string(n) : "";
 }

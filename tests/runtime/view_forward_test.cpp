@@ -58,6 +58,29 @@ TEST(Views, RunTheViewedParticlesForwardWithItsParametersAndBuffers) {
   }
 }
 
+TEST(Views, ABatchNormViewRunsOnItsRunningStatisticsAndLeavesThemAlone) {
+  auto bn = [] {
+    return torch::nn::Sequential(torch::nn::Linear(1, 2), torch::nn::BatchNorm1d(2), torch::nn::Linear(2, 1));
+  };
+  Push dist(bn, PushOptions().seed(6));
+  auto opts = viewing()
+                  .on("train_mode", [](Particle& p, const Args& a) { return p.forward(a.at(0).toTensor()).wait(); })
+                  .on("eval_mode", [](Particle& p, const Args& a) {
+                    p.module().eval();
+                    auto out = p.forward(a.at(0).toTensor()).wait();
+                    p.module().train();
+                    return out;
+                  });
+  dist.p_create(opts);
+  dist.p_create(opts);
+  const auto x = torch::linspace(-1, 1, 6).unsqueeze(1);
+  dist.p_launch(1, "train_mode", x * 3 + 1).wait();  // moves particle 1's running statistics
+  const auto first = dist.p_launch(0, "run_view", int64_t{1}, x).wait().toTensor();
+  const auto again = dist.p_launch(0, "run_view", int64_t{1}, x).wait().toTensor();
+  EXPECT_TRUE(torch::equal(first, again));  // the view's statistics did not move
+  EXPECT_TRUE(torch::allclose(first, dist.p_launch(1, "eval_mode", x).wait().toTensor()));
+}
+
 TEST(Views, AViewOfAnotherShapeIsNamedAndChangesNothing) {
   Push dist([] { return Shifted(); }, PushOptions().seed(4));
   dist.p_create(viewing());

@@ -45,8 +45,6 @@ class FusedEpochs;
 class UnfusedEpochs;
 }  // namespace detail
 
-/// What an algorithm adds to the minibatch steps of one epoch, of one particle or of a
-/// fused group (Infer::epoch_hooks, Infer::fused_epoch_hooks). Every member is optional.
 /// One particle's training losses (mean nll per point of an epoch) as fit() saw them:
 /// its best epoch and its last. Kept across save/load.
 struct ParticleLosses {
@@ -56,6 +54,8 @@ struct ParticleLosses {
   int64_t last_epoch = 0;  // counted from 1
 };
 
+/// What an algorithm adds to the minibatch steps of one epoch, of one particle or of a
+/// fused group (Infer::epoch_hooks, Infer::fused_epoch_hooks). Every member is optional.
 struct StepHooks {
   /// After every optimizer step.
   std::function<void()> after_step;
@@ -71,7 +71,7 @@ class Infer {
   Infer(const Infer&) = delete;
   Infer& operator=(const Infer&) = delete;
 
-  /// "ensemble", "mswag", "svgd", "mcdropout".
+  /// "ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc", "laplace".
   virtual std::string name() const = 0;
 
   /// Trains `epochs` more epochs on `train` (normalised data; see data::Standardizer).

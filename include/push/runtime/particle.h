@@ -57,8 +57,9 @@ class Particle {
   /// The forward of the particle `view` was taken of, run now on this particle's device:
   /// this particle's module (the same architecture: one factory makes every particle)
   /// with the view's parameters and buffers in place of its own for the call, without
-  /// copying them, and without a graph (the result is detached; gradients through another
-  /// particle's function would reach tensors that are not its). Throws push::Error when
+  /// copying them, in evaluation mode (dropout off, batch norm on the view's running
+  /// statistics, left unchanged) and without a graph (the result is detached; gradients
+  /// through another particle's function would reach tensors that are not its). Throws push::Error when
   /// the view's tensors do not match this module's in number, shape or type.
   template <class... A>
   PFuture forward_view(const ParticleView& view, const torch::Tensor& x, A&&... args) {

@@ -229,8 +229,14 @@ class SGLD(Infer):
 
     _kind = "SGLD"
 
+    def __init__(self, model, **options):
+        for name in ("lr", "cosine_epochs"):
+            if name in options:
+                raise TypeError(f"push.bayes.{self._kind}: the chains take step_size (and cycle_epochs), not {name}")
+        super().__init__(model, **options)
 
-class SGHMC(Infer):
+
+class SGHMC(SGLD):
     """Stochastic gradient Hamiltonian Monte Carlo (Chen et al. 2014): each particle a
     chain. Also ``friction`` (0.1) and SGLD's options but the preconditioner."""
 
