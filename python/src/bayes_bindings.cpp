@@ -5,6 +5,7 @@
 #include "without_gil.h"
 
 #include <push/bayes/ensemble.h>
+#include <push/bayes/laplace.h>
 #include <push/bayes/mc_dropout.h>
 #include <push/bayes/models.h>
 #include <push/bayes/randomized_prior.h>
@@ -187,6 +188,24 @@ InferHolder make_infer(const std::string& kind, py::object model, py::dict kwarg
     if (auto v = o.take<int64_t>("samples")) mo.samples(*v);
     o.finish();
     infer.reset(new bayes::MCDropout(factory, io, mo));
+  } else if (kind == "Laplace") {
+    bayes::LaplaceOptions lo;
+    bayes::EnsembleOptions eo;
+    if (auto v = o.take<std::string>("structure")) {
+      if (*v != "full" && *v != "diagonal") throw py::value_error(o.owner() + ": structure must be full or diagonal");
+      lo.structure(*v == "full" ? bayes::LaplaceStructure::full : bayes::LaplaceStructure::diagonal);
+    }
+    if (auto v = o.take<std::string>("predictive")) {
+      if (*v != "linearized" && *v != "sampling") {
+        throw py::value_error(o.owner() + ": predictive must be linearized or sampling");
+      }
+      lo.predictive(*v == "linearized" ? bayes::LaplacePredictive::linearized : bayes::LaplacePredictive::sampling);
+    }
+    if (auto v = o.take<double>("prior_precision")) lo.prior_precision(*v);
+    if (auto v = o.take<int64_t>("samples")) lo.samples(*v);
+    if (auto v = o.take<bool>("bootstrap")) eo.bootstrap(*v);
+    o.finish();
+    infer.reset(new bayes::Laplace(factory, io, lo, eo));
   } else if (kind == "SGLD" || kind == "SGHMC") {
     bayes::SGMCMCOptions co;
     co.method(kind == "SGHMC" ? bayes::SGMCMCMethod::sghmc : bayes::SGMCMCMethod::sgld);
@@ -256,6 +275,19 @@ void bind_bayes(py::module_& parent) {
              out["members"] = maybe(p.members);
              return out;
            })
+      .def(
+          "approximate",
+          [](bayes::Infer& infer, const torch::Tensor& x, const torch::Tensor& y, bool classify) {
+            auto* laplace = dynamic_cast<bayes::Laplace*>(&infer);
+            if (laplace == nullptr) throw py::type_error("push.bayes: approximate is Laplace's");
+            data::Dataset d;
+            d.x = x;
+            d.y = y;
+            d.task = classify ? data::Task::classification : data::Task::regression;
+            py::gil_scoped_release unlocked;
+            laplace->approximate(d);
+          },
+          py::arg("x"), py::arg("y"), py::arg("classify"))
       .def("save",
            [](bayes::Infer& infer, const std::string& dir) {
              py::gil_scoped_release unlocked;

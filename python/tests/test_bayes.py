@@ -181,3 +181,15 @@ def test_a_randomized_prior_is_added_and_kept_frozen():
     assert len(prior.particle_parameters(0)) == len(plain.particle_parameters(0))
     with pytest.raises(Exception, match="scale must be >= 0"):
         bayes.Ensemble(mlp, prior_scale=-1.0)
+
+
+def test_laplace_widens_the_predictive_of_its_map_networks():
+    x, y = data()
+    model = bayes.Laplace(mlp, particles=2, lr=1e-2, noise_std=0.1, seed=3).fit(x, y, epochs=5)
+    far = torch.full((4, 1), 6.0)
+    before = model.predict(far)
+    after = model.approximate(x, y).predict(far)
+    assert torch.allclose(after.mean, before.mean, atol=1e-5)
+    assert bool((after.variance > before.variance).all())
+    with pytest.raises(ValueError, match="structure must be"):
+        bayes.Laplace(mlp, structure="banded")

@@ -56,7 +56,11 @@ void match_checkpoint(TrainConfig& c) {
                  c.data_fingerprint, "); add --allow-data-change to train it on these");
       continue;
     }
-    PUSH_CHECK(same, "push train", "cannot resume from '", c.resume, "': it was trained with ", key, "=",
+    // A setting newer than the checkpoint matches when this run leaves it off (0, false,
+    // ""): the run trains as the version that wrote it did.
+    const bool neutral = value == 0 || value == false || value == "";
+    PUSH_CHECK(same || (!saved.contains(key) && neutral), "push train", "cannot resume from '", c.resume,
+               "': it was trained with ", key, "=",
                saved.contains(key) ? saved[key].dump() : "(unset)", ", this run has ", key, "=", value.dump());
   }
 }

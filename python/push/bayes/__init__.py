@@ -1,6 +1,6 @@
 """push's Bayesian deep learning from Python.
 
-The classes here (Ensemble, MultiSWAG, SVGD, MCDropout, SGLD, SGHMC) are push's C++ algorithms: the
+The classes here (Ensemble, MultiSWAG, SVGD, MCDropout, SGLD, SGHMC, Laplace) are push's C++ algorithms: the
 model, a factory of a torch.nn.Sequential of standard layers, is rebuilt as the C++ module
 with the same weights and trains fused where it can, without the GIL.
 
@@ -9,7 +9,8 @@ push.bayes.stein_vgd.train_svgd) take any torch.nn.Module and train it as Python
 push's particles, as PusH does.
 """
 
-from push.bayes.infer import (SGHMC, SGLD, SVGD, Ensemble, Infer, MCDropout, MultiSWAG, Predictive,
+from push.bayes.infer import (SGHMC, SGLD, SVGD, Ensemble, Infer, Laplace, MCDropout, MultiSWAG, Predictive,
                               rebuild_blocker)
 
-__all__ = ["Ensemble", "Infer", "MCDropout", "MultiSWAG", "Predictive", "SGHMC", "SGLD", "SVGD", "rebuild_blocker"]
+__all__ = ["Ensemble", "Infer", "Laplace", "MCDropout", "MultiSWAG", "Predictive", "SGHMC", "SGLD", "SVGD",
+           "rebuild_blocker"]

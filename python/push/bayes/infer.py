@@ -241,3 +241,18 @@ class SGHMC(SGLD):
     chain. Also ``friction`` (0.1) and SGLD's options but the preconditioner."""
 
     _kind = "SGHMC"
+
+
+class Laplace(Infer):
+    """Ensemble members, each with a last-layer Laplace approximation (push/bayes/laplace.h):
+    ``fit`` trains the MAP networks, ``approximate(x, y)`` fits each last layer's posterior
+    on the training data, then ``predict`` uses it. Also ``structure`` ("full",
+    "diagonal"), ``predictive`` ("linearized", "sampling"), ``prior_precision`` (None: the
+    marginal likelihood's), ``samples`` (20, sampling) and ``bootstrap`` (False)."""
+
+    _kind = "Laplace"
+
+    def approximate(self, x, y=None) -> "Laplace":
+        x, y = _tensors(x, y)
+        self._core.approximate(x, y, not torch.is_floating_point(y))
+        return self
