@@ -60,8 +60,8 @@ void match_checkpoint(TrainConfig& c) {
     // ""): the run trains as the version that wrote it did.
     const bool neutral = value == 0 || value == false || value == "";
     PUSH_CHECK(same || (!saved.contains(key) && neutral), "push train", "cannot resume from '", c.resume,
-               "': it was trained with ", key, "=",
-               saved.contains(key) ? saved[key].dump() : "(unset)", ", this run has ", key, "=", value.dump());
+               "': it was trained with ", key, "=", saved.contains(key) ? saved[key].dump() : "(unset)",
+               ", this run has ", key, "=", value.dump());
   }
 }
 
