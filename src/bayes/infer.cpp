@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/flat.h"
 #include "core/seed.h"
 #include "data_parallel_training.h"
 #include "epoch_engine.h"
@@ -248,6 +249,21 @@ torch::Tensor Infer::forward_chunked(Particle& p, const torch::Tensor& x) {
     outs.push_back(p.any_module().forward(part).to(torch::kCPU));
   }
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 0);
+}
+
+torch::Tensor Infer::forward_each(Particle& p, const torch::Tensor& thetas, const torch::Tensor& x) {
+  const auto saved = torch::nn::utils::parameters_to_vector(p.module().parameters()).detach().clone();
+  struct Restore {
+    Particle& p;
+    const torch::Tensor& saved;
+    ~Restore() { push::detail::unpack(saved, p.module().parameters()); }
+  } restore{p, saved};
+  std::vector<torch::Tensor> outs;
+  for (int64_t s = 0; s < thetas.size(0); ++s) {
+    push::detail::unpack(thetas[s], p.module().parameters());  // copy_ casts and crosses devices
+    outs.push_back(forward_chunked(p, x));
+  }
+  return torch::stack(outs);
 }
 
 void Infer::check_finite(const Particle& p, int64_t epoch, double loss) const {

@@ -16,6 +16,9 @@ RandomizedPriorImpl::RandomizedPriorImpl(torch::nn::AnyModule net, torch::nn::An
   const char* origin = "push::bayes::RandomizedPrior";
   PUSH_CHECK(scale >= 0 && std::isfinite(scale), origin, "scale must be >= 0 and finite, got ", scale);
   register_module("net", net_.ptr());
+  // Frozen: always in evaluation mode (dropout off, batch norm on its running statistics);
+  // not a submodule, so train() and eval() of this module do not reach it.
+  prior_.ptr()->eval();
   // The prior is not a submodule: its tensors become this module's buffers, the very same
   // tensors (in-place moves and loads, which LibTorch and push's cache use, reach both).
   std::set<std::string> names;

@@ -256,14 +256,7 @@ torch::Tensor SGMCMC::predict_particle(Particle& p, const torch::Tensor& x) {
   // Before any sample is kept the chain's current parameters predict.
   const auto thetas = held_samples(p);
   if (!thetas.defined()) return torch::stack({forward_chunked(p, x)});
-  auto saved = torch::nn::utils::parameters_to_vector(p.module().parameters()).detach();
-  std::vector<torch::Tensor> outs;
-  for (int64_t s = 0; s < thetas.size(0); ++s) {
-    push::detail::unpack(thetas[s], p.module().parameters());  // copy_ casts and crosses devices
-    outs.push_back(forward_chunked(p, x));
-  }
-  push::detail::unpack(saved, p.module().parameters());
-  return torch::stack(outs);
+  return forward_each(p, thetas, x);
 }
 
 std::string SGMCMC::data_parallel_refusal(DataParallelMode) const {

@@ -251,14 +251,7 @@ torch::Tensor MultiSWAG::predict_particle(Particle& p, const torch::Tensor& x) {
   if (m.count == 0) return torch::stack({forward_chunked(p, x)});  // fresh, as Infer's
   auto gen = generator(static_cast<uint64_t>(p.pid()), seed_purpose::kSample);
   auto thetas = sample(m, swag_.samples(), swag_.min_variance(), gen);
-  auto saved = torch::nn::utils::parameters_to_vector(p.module().parameters()).detach();
-  std::vector<torch::Tensor> outs;
-  for (int64_t s = 0; s < thetas.size(0); ++s) {
-    push::detail::unpack(thetas[s], p.module().parameters());  // copy_ casts and crosses devices
-    outs.push_back(forward_chunked(p, x));
-  }
-  push::detail::unpack(saved, p.module().parameters());
-  return torch::stack(outs);
+  return forward_each(p, thetas, x);
 }
 
 std::string MultiSWAG::data_parallel_refusal(DataParallelMode mode) const {

@@ -6,6 +6,7 @@
 #include <push/core/errors.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -94,20 +95,39 @@ void check_options_apply(const TrainConfig& c) {
              " epochs (--epochs) for collecting: MultiSWAG would be an ensemble");
 }
 
+namespace {
+
+/// The epochs in [0, end) that keep samples when their cycle of `length` epochs keeps from
+/// its epoch `first` on (every epoch without cycles): counted, not enumerated.
+int64_t sampling_epochs_before(int64_t end, int64_t length, int64_t first) {
+  if (length == 0) return end;
+  return end / length * (length - first) + std::max<int64_t>(0, end % length - first);
+}
+
+}  // namespace
+
 void settle_chains(TrainConfig& c, int64_t train_rows) {
-  if (!c.sgmcmc()) return;
+  if (!c.sgmcmc() || c.epochs == 0) return;  // no epoch to train: nothing to sample
   PUSH_CHECK(c.cycles <= c.epochs, "push train", "--cycles ", c.cycles, " is more than the ", c.epochs,
              " epochs (--epochs): a cycle takes an epoch at least");
   PUSH_CHECK(c.burn_in < c.epochs, "push train", "--burn-in ", c.burn_in, " leaves none of the ", c.epochs,
              " epochs (--epochs) for sampling");
-  // The steps that keep samples over the whole run (counting resumed epochs).
+  // The steps that keep samples over the whole run (counting resumed epochs): with cycles,
+  // each cycle samples from its first epoch whose position plan() counts as sampling.
   const auto plan = sgmcmc_options(c);
-  int64_t sampling_epochs = 0;
-  for (int64_t e = 0; e < c.epochs; ++e) sampling_epochs += bayes::SGMCMC::plan(plan, e).keeps ? 1 : 0;
+  const int64_t length = plan.cycle_epochs();
+  int64_t first = 0;
+  if (length > 0) {
+    first = static_cast<int64_t>(std::ceil(plan.exploration() * static_cast<double>(length)));
+    while (first > 0 && bayes::SGMCMC::plan(plan, first - 1).noisy) --first;
+    while (first < length && !bayes::SGMCMC::plan(plan, first).noisy) ++first;
+  }
+  const int64_t sampling_epochs =
+      sampling_epochs_before(c.epochs, length, first) - sampling_epochs_before(c.burn_in, length, first);
   const int64_t batches = (train_rows + c.batch_size - 1) / c.batch_size;
   const int64_t steps = sampling_epochs * batches;
-  PUSH_CHECK(steps > 0, "push train", "--burn-in ", c.burn_in, " leaves no sampling epoch of the ", c.epochs,
-             " epochs in ", c.cycles, " cycles, each half exploring (--cycles)");
+  PUSH_CHECK(steps > 0, "push train", "no epoch of the ", c.epochs, " (--epochs) keeps samples: --cycles ", c.cycles,
+             " leaves each cycle's first half to exploring, and --burn-in ", c.burn_in, " the first epochs");
   if (c.thin == 0) c.thin = std::max<int64_t>(1, (steps + c.samples - 1) / c.samples);
   PUSH_CHECK(c.thin <= steps, "push train", "--thin ", c.thin, " is more than the ", steps,
              " steps that keep samples (", sampling_epochs, " sampling epochs x ", batches,

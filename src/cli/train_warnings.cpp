@@ -84,7 +84,11 @@ nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& i
 nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer) {
   auto out = nlohmann::ordered_json::array();
   for (const auto& [pid, l] : infer.particle_losses()) {
-    out.push_back({{"particle", pid}, {"best", l.best}, {"best_epoch", l.best_epoch}, {"last", l.last}});
+    out.push_back({{"particle", pid},
+                   {"best", l.best},
+                   {"best_epoch", l.best_epoch},
+                   {"last", l.last},
+                   {"last_epoch", l.last_epoch}});
   }
   return out;
 }

@@ -67,7 +67,10 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--algo sgld --epochs 4 --burn-in 2 --batch-size 1000 --thin 3",
                  "--thin 3 is more than the 2 steps that keep samples (2 sampling epochs x 1 steps)");
   EXPECT_REFUSED("--algo sgld --epochs 5 --cycles 2 --burn-in 3",
-                 "--burn-in 3 leaves no sampling epoch of the 5 epochs in 2 cycles");
+                 "no epoch of the 5 (--epochs) keeps samples: --cycles 2 leaves each cycle's first half to exploring, "
+                 "and --burn-in 3 the first epochs");
+  auto evaluate_only = run("--algo sgld --epochs 0 --particles 2 --quiet --out none");  // nothing to sample
+  EXPECT_EQ(evaluate_only.code, 0) << evaluate_only.err;
   EXPECT_REFUSED("--algo sghmc --friction 0", "--friction");
   EXPECT_REFUSED("--algo sghmc --friction 1.5", "--friction");
   EXPECT_REFUSED("--algo sgld --lr -1", "--lr");

@@ -164,6 +164,10 @@ class Infer {
   at::Generator generator(uint64_t a, uint64_t b = 0, uint64_t c = 0) const;
   /// Forward in chunks without autograd.
   static torch::Tensor forward_chunked(Particle& p, const torch::Tensor& x);
+  /// forward_chunked with each row of `thetas` [S, D] (flat parameters, any device and
+  /// type) in place of p's parameters in turn: [S, M, out]. p's own are back afterwards,
+  /// also when a forward throws.
+  static torch::Tensor forward_each(Particle& p, const torch::Tensor& thetas, const torch::Tensor& x);
   /// Reports a particle's epoch loss to on_progress.
   void report(int64_t epoch, int64_t last_epoch, int64_t done, double running_loss) const;
   /// With a world: every rank's values by particle id, or, when a rank failed, its error

@@ -18,8 +18,9 @@
 // no samples). Samples are the parameters after every thin-th step of the sampling
 // epochs (after burn_in_epochs; with cycles, in each cycle's sampling stage); each
 // particle keeps the last `samples` of them in its state, on the host, in float32, saved
-// with it. Prediction averages the particles' samples (before any, the current
-// parameters). Fused groups take the same steps with the same noise as particles alone.
+// with it (a load puts them where it puts state, the lane's device, until the next sample). Prediction averages the
+// particles' samples (before any, the current parameters). Fused groups take the same steps with the same noise as
+// particles alone.
 //
 //   push::bayes::SGMCMC chains(model, InferOptions().particles(4).batch_size(32),
 //                              SGMCMCOptions().method(SGMCMCMethod::sghmc).step_size(1e-2)
