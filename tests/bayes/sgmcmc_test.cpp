@@ -27,7 +27,7 @@ InferOptions chain_options_for(int particles) {
 // A short version of sgmcmc_long_test.cpp's check, with wider bounds: a wrong noise scale
 // (a variance off by 2x) or a drift in the mean still fails it.
 TEST(SGMCMC, EveryMethodSamplesNearTheExactPosterior) {
-  for (const auto& c : exact::chain_cases()) exact::check_chains(c, ::push::testing::scaled(1000, 240, 4), 0.3, 0.4);
+  for (const auto& c : exact::chain_cases()) exact::check_chains(c, ::push::testing::scaled(1000, 500, 2), 0.3, 0.4);
 }
 
 TEST(SGMCMC, FusedChainsTakeTheStepsOfChainsAlone) {
