@@ -47,9 +47,15 @@ void chain_step(const std::vector<torch::Tensor>& params, int64_t rows, const to
     const auto g = param.grad().view({rows, m});
     torch::Tensor z;
     if (noisy) {
-      std::vector<torch::Tensor> draws;
-      for (int64_t r = 0; r < rows; ++r) draws.push_back(torch::randn({m}, gens[r], torch::kFloat32));
-      z = torch::stack(draws).to(param.device(), param.scalar_type());
+      // One draw per row from its own generator; one chain's needs no stacking copy.
+      if (rows == 1) {
+        z = torch::randn({1, m}, gens[0], torch::kFloat32);
+      } else {
+        std::vector<torch::Tensor> draws;
+        for (int64_t r = 0; r < rows; ++r) draws.push_back(torch::randn({m}, gens[r], torch::kFloat32));
+        z = torch::stack(draws);
+      }
+      z = z.to(param.device(), param.scalar_type());
     }
     if (o.method() == SGMCMCMethod::sghmc) {
       slice.mul_(1 - o.friction()).add_(g, -eps);
