@@ -85,6 +85,22 @@ double lml_prior_part(const torch::Tensor& g, double norm2, double delta) {
 
 }  // namespace
 
+int64_t last_layer_parameters(const ModuleFactory& model) {
+  PUSH_CHECK(model != nullptr, kOrigin, "the model factory is empty");
+  auto scratch = model();
+  PUSH_CHECK(!scratch.is_empty(), kOrigin, "the model factory returned an empty module");
+  const Parts parts = parts_of(*scratch.ptr());
+  return parts.last->options.out_features() * (parts.last->options.in_features() + 1);
+}
+
+LaplaceBytes laplace_bytes(int64_t parameters, LaplaceStructure structure) {
+  const double P = static_cast<double>(parameters), f64 = 8;
+  if (structure == LaplaceStructure::diagonal) return {2 * P * f64, P * f64};
+  // Kept: the mean and the covariance. Fitting: the GGN, eigvalsh's copy of it, the
+  // precision and its Cholesky factor, live together before the inverse is taken.
+  return {(P * P + P) * f64, 4 * P * P * f64};
+}
+
 const char* to_string(LaplaceStructure s) { return s == LaplaceStructure::full ? "full" : "diagonal"; }
 const char* to_string(LaplacePredictive p) { return p == LaplacePredictive::linearized ? "linearized" : "sampling"; }
 
@@ -105,8 +121,8 @@ LastLayerPosterior last_layer_laplace(torch::nn::Module& network, const torch::T
   }
   const int64_t o = theta.size(0), h1 = theta.size(1), P = o * h1;
   const bool full = options.structure() == LaplaceStructure::full;
-  PUSH_CHECK(!full || P <= 8192, kOrigin, "a full covariance of the last layer's ", P,
-             " parameters is too large (at most 8192): use the diagonal structure");
+  PUSH_CHECK(!full || P <= kMaxFullParameters, kOrigin, "a full covariance of the last layer's ", P,
+             " parameters is too large (at most ", kMaxFullParameters, "): use the diagonal structure");
   const auto out = outputs(phi, theta);
   const auto fisher = output_fisher(out, objective, objective.noise_std());  // [N, o, o]
   // G[(k,i),(l,j)] = Σₙ Λₙ[k,l] φ̃ₙ[i] φ̃ₙ[j]: one product per pair of outputs the Fisher couples.
@@ -175,8 +191,22 @@ constexpr const char* kEvidence = "laplace_log_marginal_likelihood";
 
 }  // namespace
 
+namespace {
+
+/// `model` after a scratch network of it was checked to have a last layer the Laplace can
+/// approximate under `options`: refused at construction, before any training.
+ModuleFactory with_a_last_layer(ModuleFactory model, const LaplaceOptions& options) {
+  const int64_t P = last_layer_parameters(model);
+  PUSH_CHECK(options.structure() != LaplaceStructure::full || P <= kMaxFullParameters, kOrigin,
+             "a full covariance of the last layer's ", P, " parameters is too large (at most ", kMaxFullParameters,
+             "): use the diagonal structure");
+  return model;
+}
+
+}  // namespace
+
 Laplace::Laplace(ModuleFactory model, InferOptions options, LaplaceOptions laplace, EnsembleOptions ensemble)
-    : Ensemble(std::move(model), std::move(options), ensemble), laplace_(laplace) {
+    : Ensemble(with_a_last_layer(std::move(model), laplace), std::move(options), ensemble), laplace_(laplace) {
   PUSH_CHECK(laplace_.samples() >= 1, kOrigin, "samples must be >= 1, got ", laplace_.samples());
   if (laplace_.prior_precision()) {
     PUSH_CHECK(*laplace_.prior_precision() > 0 && std::isfinite(*laplace_.prior_precision()), kOrigin,

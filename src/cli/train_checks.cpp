@@ -3,6 +3,7 @@
 
 #include "train_infer.h"
 
+#include <push/bayes/laplace.h>
 #include <push/core/errors.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@ struct OptionScope {
 
 constexpr OptionScope kScopes[] = {
     {"--bootstrap", "ensemble laplace"},
+    {"--laplace", "ensemble laplace"},
     {"--laplace-structure", "laplace"},
     {"--laplace-predictive", "laplace"},
     {"--laplace-prior-precision", "laplace"},
@@ -86,6 +88,9 @@ void check_options_apply(const TrainConfig& c) {
              "--samples is for --laplace-predictive sampling (it would be ignored)");
   PUSH_CHECK(c.algo != "laplace" || c.likelihood != "learned-noise", "push train",
              "--algo laplace does not take --likelihood learned-noise");
+  PUSH_CHECK(c.algo != "laplace" || c.prior_scale == 0, "push train",
+             "--algo laplace does not take --prior-scale (the last-layer Laplace needs the network's own last layer, "
+             "not one summed with a prior network's)");
   PUSH_CHECK(!c.given.count("--noise-std") || c.likelihood == "gaussian", "push train",
              "--noise-std is for --likelihood gaussian (it would be ignored)");
   PUSH_CHECK(!c.allow_data_change || !c.resume.empty(), "push train",
@@ -134,7 +139,7 @@ void settle_chains(TrainConfig& c, int64_t train_rows) {
              " steps): no sample would be kept");
 }
 
-double particle_bytes(const TrainConfig& c, double parameters, int ranks) {
+double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_t last_layer) {
   // Copies of the parameters per particle: weights, gradients and Adam's two moments;
   // MultiSWAG adds its mean, its mean of squares and --rank deviation columns.
   double copies = 4;
@@ -142,22 +147,32 @@ double particle_bytes(const TrainConfig& c, double parameters, int ranks) {
   if (c.prior_scale > 0) copies += 1;  // the frozen prior network
   // SG-MCMC keeps --samples copies on the host and a momentum or preconditioner.
   if (c.sgmcmc()) copies += 1 + static_cast<double>(c.samples);
-  const double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);
+  double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);
   // The particles are spread over the ranks, unless each rank trains them all.
   const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
-  return per_particle * static_cast<double>(here);
+  // laplace: each particle keeps its last layer's posterior; each lane fits one at a time.
+  double fitting = 0;
+  if (c.algo == "laplace") {
+    const auto laplace =
+        bayes::laplace_bytes(last_layer, c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
+                                                                           : bayes::LaplaceStructure::full);
+    per_particle += laplace.kept;
+    fitting = laplace.fitting * static_cast<double>(std::min<int64_t>(c.devices, here));
+  }
+  return per_particle * static_cast<double>(here) + fitting;
 }
 
-void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host) {
+void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host, int64_t last_layer) {
   // Ranks of one host share its memory: count what all of this host's ranks need. On GPU
   // lanes the particles live in device memory, which this does not check.
   if (c.device_type == "cuda") return;
-  const double need = particle_bytes(c, parameters, ranks) * ranks_on_host;
+  const double need = particle_bytes(c, parameters, ranks, last_layer) * ranks_on_host;
   const double available = static_cast<double>(available_bytes());
   PUSH_CHECK(need <= available, "push train", "--particles ", c.particles, " of ",
              static_cast<uint64_t>(std::min(parameters, 1e19)), " parameters need about ", gib(need),
              " of memory to train, more than the ", gib(available),
-             " available: use fewer particles or a smaller --model");
+             " available: use fewer particles or a smaller --model",
+             c.algo == "laplace" && c.laplace_structure == "full" ? " (or --laplace-structure diagonal)" : "");
 }
 
 void warn_about_threads(const TrainConfig& c) {

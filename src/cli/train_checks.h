@@ -20,13 +20,14 @@ void settle_chains(TrainConfig& c, int64_t train_rows);
 /// The host memory one rank's particles need, in bytes: `parameters` per network, in
 /// float32, times the copies training keeps (weights, gradients, Adam's two moments,
 /// MultiSWAG's moments and deviation columns, SG-MCMC's samples and buffer), plus each
-/// particle's fixed cost.
-double particle_bytes(const TrainConfig& c, double parameters, int ranks);
+/// particle's fixed cost; laplace adds each particle's posterior over its `last_layer`
+/// parameters and what each lane's fit takes while it runs.
+double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_t last_layer = 0);
 /// push::Error naming the estimate and the memory available when the `ranks_on_host` ranks
 /// of this host (of `ranks`) cannot fit on CPU lanes: checked before any network is built
 /// (a run of 100,000 particles would otherwise grow until the kernel kills it). GPU lanes
 /// are not checked.
-void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host);
+void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host, int64_t last_layer = 0);
 
 /// One warning line on stderr when --threads x lanes exceed the machine's cores.
 void warn_about_threads(const TrainConfig& c);

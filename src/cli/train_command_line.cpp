@@ -161,6 +161,10 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
                  "same --model, initialised under its own seed (Osband et al. 2018; default 0: none)")
       ->check(decimal_in(0, kNoLimit))
       ->capture_default_str();
+  bool laplace = false;
+  app.add_flag("--laplace", laplace,
+               "ensemble: approximate each trained member's last layer by a Laplace (a mixture of Laplaces; the same "
+               "as --algo laplace)");
   app.add_option("--laplace-structure", c.laplace_structure, "laplace: the last layer's covariance, full or diagonal")
       ->check(CLI::IsMember({"full", "diagonal"}))
       ->capture_default_str();
@@ -229,6 +233,9 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
     // SGHMC's steps add up in its momentum (about 1 / --friction of them), pSGLD's are
     // scaled up by its preconditioner: both diverged at Adam's 0.01 on sine-gap.
     if (!c.given.count("--lr") && (c.algo == "sghmc" || c.preconditioned)) c.lr = 1e-3;
+    // --algo ensemble --laplace is --algo laplace: one algorithm, one name in metrics.json
+    // and checkpoints. With another algorithm, check_options_apply names the misfit.
+    if (laplace && c.algo == "ensemble") c.algo = "laplace";
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;

@@ -140,6 +140,19 @@ TEST(Laplace, BadModelsAndOptionsAreNamed) {
                     "does not take the learned_noise likelihood");
   EXPECT_PUSH_ERROR(Laplace(make_model("mlp:4", {1}, 1), InferOptions(), LaplaceOptions().samples(0)),
                     "samples must be >= 1");
+  // At construction, before any training: a model without a last Linear layer, one summed
+  // with a randomized prior, a last layer too large for a full covariance.
+  const ModuleFactory relu_factory = [] {
+    return torch::nn::AnyModule(SequentialNet(torch::nn::Sequential(torch::nn::Linear(1, 2), torch::nn::ReLU())));
+  };
+  EXPECT_PUSH_ERROR(Laplace(relu_factory, InferOptions()), "not a Linear layer");
+  EXPECT_PUSH_ERROR(Laplace(with_randomized_prior(make_model("mlp:4", {1}, 1), 1.0)), "needs a Sequential network");
+  EXPECT_PUSH_ERROR(Laplace(make_model("mlp:4095", {1}, 3)), "full covariance of the last layer's 12288 parameters");
+  EXPECT_NO_THROW(Laplace(make_model("mlp:4095", {1}, 3), InferOptions(),
+                          LaplaceOptions().structure(LaplaceStructure::diagonal)));
+  EXPECT_EQ(last_layer_parameters(make_model("mlp:4095", {1}, 3)), 12288);
+  EXPECT_DOUBLE_EQ(laplace_bytes(4, LaplaceStructure::full).kept, (16 + 4) * 8);
+  EXPECT_DOUBLE_EQ(laplace_bytes(4, LaplaceStructure::diagonal).kept, 2 * 4 * 8);
 }
 
 }  // namespace

@@ -78,6 +78,12 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--laplace-structure diagonal", "--laplace-structure is for --algo laplace, not ensemble");
   EXPECT_REFUSED("--algo laplace --samples 3", "--samples is for --laplace-predictive sampling");
   EXPECT_REFUSED("--algo laplace --laplace-prior-precision 0", "--laplace-prior-precision");
+  EXPECT_REFUSED("--algo svgd --laplace", "--laplace is for --algo ensemble or laplace, not svgd");
+  // Refused before training, not after it (the last layer would be a sum with the prior's).
+  EXPECT_REFUSED("--algo laplace --prior-scale 1", "--algo laplace does not take --prior-scale");
+  EXPECT_REFUSED("--laplace --model mlp:64,9000",
+                 "--model mlp:64,9000 has 18002 parameters in its last layer, too many for a full covariance (at most "
+                 "8192): use --laplace-structure diagonal");
   EXPECT_REFUSED("--algo sgld --data-parallel blocking --nproc 2", "--data-parallel does not train --algo sgld");
   EXPECT_REFUSED("--prior-scale inf", "--prior-scale: 'inf' is not a finite decimal number");
   // IDX data has its own test set: a directory with IDX files is recognised before loading.
@@ -116,6 +122,11 @@ TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
   // Estimated before any network is built: one network of 10^12 parameters is refused
   // by the estimate, not by the allocator.
   EXPECT_REFUSED("--particles 1 --model mlp:1048576,1048576", "--particles 1 of 1099516870658 parameters need about");
+  // The last-layer Laplace's covariances count: 1,000 of 8,192 x 8,192 float64 are 537 GB,
+  // where the networks alone (274,495 parameters each, with Adam) need 4.4 GB.
+  EXPECT_REFUSED("--algo laplace --particles 1000 --model mlp:64,4095",
+                 "--particles 1000 of 274495 parameters need about 50");
+  EXPECT_REFUSED("--algo laplace --particles 1000 --model mlp:64,4095", "(or --laplace-structure diagonal)");
 }
 
 TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {

@@ -31,6 +31,24 @@ enum class LaplacePredictive { linearized, sampling };
 const char* to_string(LaplaceStructure structure);
 const char* to_string(LaplacePredictive predictive);
 
+/// The largest last layer (outputs x (h + 1) parameters) whose full covariance is kept:
+/// 512 MiB of float64 per particle.
+constexpr int64_t kMaxFullParameters = 8192;
+
+/// What a last-layer posterior of `parameters` last-layer parameters keeps per particle,
+/// and what fitting one takes on top while it runs (the GGN, its eigenvalues' workspace,
+/// the precision, its Cholesky factor and inverse), in bytes.
+struct LaplaceBytes {
+  double kept = 0;
+  double fitting = 0;
+};
+LaplaceBytes laplace_bytes(int64_t parameters, LaplaceStructure structure);
+
+/// The parameters of the last Linear layer of `model`'s networks (outputs x (inputs + 1)):
+/// what the last-layer Laplace approximates. Builds one scratch network; throws push::Error
+/// naming the module when the network is not a Sequential ending in a Linear layer.
+int64_t last_layer_parameters(const ModuleFactory& model);
+
 struct LaplaceOptions {
   TORCH_ARG(LaplaceStructure, structure) = LaplaceStructure::full;
   /// δ; unset: the marginal likelihood's maximiser.
