@@ -193,3 +193,5 @@ def test_laplace_widens_the_predictive_of_its_map_networks():
     assert bool((after.variance > before.variance).all())
     with pytest.raises(ValueError, match="structure must be"):
         bayes.Laplace(mlp, structure="banded")
+    with pytest.raises(Exception, match="does not take a randomized prior"):
+        bayes.Laplace(mlp, prior_scale=1.0)

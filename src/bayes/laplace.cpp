@@ -1,6 +1,7 @@
 // Last-layer Laplace: the GGN of the last Linear layer, the prior precision by marginal
 // likelihood, and the linearised and sampling predictives (push/bayes/laplace.h).
 #include <push/bayes/laplace.h>
+#include <push/bayes/randomized_prior.h>
 
 #include <torch/torch.h>
 
@@ -21,6 +22,9 @@ struct Parts {
 
 Parts parts_of(torch::nn::Module& network) {
   Parts p;
+  PUSH_CHECK(dynamic_cast<RandomizedPriorImpl*>(&network) == nullptr, kOrigin,
+             "the last-layer Laplace does not take a randomized prior: the network's output is a sum with the prior "
+             "network's, not its last layer's");
   // A factory's Sequential arrives wrapped (push::SequentialNet, runtime/types.h).
   auto* wrapped = dynamic_cast<SequentialNetImpl*>(&network);
   p.body = wrapped ? wrapped->layers().get() : dynamic_cast<torch::nn::SequentialImpl*>(&network);

@@ -146,7 +146,8 @@ TEST(Laplace, BadModelsAndOptionsAreNamed) {
     return torch::nn::AnyModule(SequentialNet(torch::nn::Sequential(torch::nn::Linear(1, 2), torch::nn::ReLU())));
   };
   EXPECT_PUSH_ERROR(Laplace(relu_factory, InferOptions()), "not a Linear layer");
-  EXPECT_PUSH_ERROR(Laplace(with_randomized_prior(make_model("mlp:4", {1}, 1), 1.0)), "needs a Sequential network");
+  EXPECT_PUSH_ERROR(Laplace(with_randomized_prior(make_model("mlp:4", {1}, 1), 1.0)),
+                    "does not take a randomized prior");
   EXPECT_PUSH_ERROR(Laplace(make_model("mlp:4095", {1}, 3)), "full covariance of the last layer's 12288 parameters");
   EXPECT_NO_THROW(Laplace(make_model("mlp:4095", {1}, 3), InferOptions(),
                           LaplaceOptions().structure(LaplaceStructure::diagonal)));
