@@ -123,6 +123,8 @@ SGMCMC::SGMCMC(ModuleFactory model, InferOptions options, SGMCMCOptions chains)
   PUSH_CHECK(o.samples() >= 1, kOrigin, "samples must be >= 1, got ", o.samples());
   PUSH_CHECK(this->options().cosine_epochs() == 0, kOrigin,
              "the chains take step_size, constant or cyclical (cycle_epochs), not InferOptions' cosine schedule");
+  PUSH_CHECK(!this->options().optimizer(), kOrigin,
+             "the chains take their own steps (step_size), not InferOptions' optimizer: it would be ignored");
 }
 
 SGMCMC::EpochPlan SGMCMC::plan(const SGMCMCOptions& chains, int64_t epoch) {

@@ -136,6 +136,11 @@ TEST(SGMCMC, BadOptionsAreNamed) {
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().temperature(-1)), "temperature must be positive");
   EXPECT_PUSH_ERROR(SGMCMC(chain_model(), InferOptions().cosine_epochs(10), SGMCMCOptions()),
                     "not InferOptions' cosine schedule");
+  const OptimizerFactory sgd = [](std::vector<torch::Tensor> ps) {
+    return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(0.1));
+  };
+  EXPECT_PUSH_ERROR(SGMCMC(chain_model(), InferOptions().optimizer(sgd), SGMCMCOptions()),
+                    "not InferOptions' optimizer");
 }
 
 }  // namespace

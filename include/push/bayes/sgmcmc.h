@@ -36,8 +36,8 @@ const char* to_string(SGMCMCMethod method);
 
 struct SGMCMCOptions {
   TORCH_ARG(SGMCMCMethod, method) = SGMCMCMethod::sgld;
-  /// ε, per training point (above). The chains' only step size: InferOptions::lr and its
-  /// optimizer are not used, and InferOptions::cosine_epochs is refused.
+  /// ε, per training point (above). The chains' only step size: InferOptions::lr is not
+  /// used, and InferOptions::optimizer and cosine_epochs are refused.
   TORCH_ARG(double, step_size) = 1e-3;
   /// SGHMC's α in (0, 1]: the fraction of the momentum lost per step.
   TORCH_ARG(double, friction) = 0.1;
