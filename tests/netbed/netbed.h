@@ -1,0 +1,66 @@
+#pragma once
+// A test bed of several "hosts" on one machine: each host a Linux network namespace with
+// its own address, all joined by one switch (a bridge in a namespace of its own). Links can
+// be capped in rate (tbf), cut (partition), and a host's processes frozen (SIGSTOP) or
+// killed. Needs root and iproute2; unavailable() says why not, for a test to skip on.
+//
+// Addresses are link-local (169.254.10.0/24), inside namespaces that only this bed's links
+// reach: nothing leaves the machine, and two beds (two tests at once) never meet. Every
+// namespace is removed by the destructor; a bed left behind by a killed test is removed by
+// the next bed made on the machine (its names carry the pid that made it).
+//
+//   push::testing::NetBed bed(2);
+//   bed.exec_prefix(0)         // "ip netns exec pushbed-...-h0": put in front of a command
+//   bed.address(0)             // "169.254.10.1", host 0's address (MASTER_ADDR)
+//   bed.partition(1); bed.heal(1); bed.freeze(1); bed.thaw(1); bed.kill(1);
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace push::testing {
+
+class NetBed {
+ public:
+  /// Why a bed cannot be made on this machine ("needs root", "no ip"), or "" when it can.
+  static std::string unavailable();
+
+  /// `hosts` namespaces joined by a switch, each link up at full speed. Throws
+  /// std::runtime_error naming the command that failed (everything made is removed).
+  explicit NetBed(int hosts);
+  ~NetBed();
+  NetBed(const NetBed&) = delete;
+  NetBed& operator=(const NetBed&) = delete;
+
+  int hosts() const { return static_cast<int>(hosts_.size()); }
+  /// Host `h`'s IPv4 address.
+  std::string address(int h) const;
+  /// Host `h`'s namespace name.
+  const std::string& name(int h) const { return hosts_.at(static_cast<size_t>(h)); }
+  /// A command prefix that runs what follows inside host `h` (`ip netns exec NAME`, which
+  /// execs it: the process id is the command's own).
+  std::string exec_prefix(int h) const;
+
+  /// Caps host `h`'s link at `mbit` megabits per second each way (tbf on both ends of its
+  /// link); 0 removes the cap.
+  void rate(int h, double mbit);
+  /// Cuts host `h` off the switch (its link down at the switch's end): packets to and from
+  /// it are dropped, its processes see nothing (no reset, no error) until heal(h).
+  void partition(int h);
+  void heal(int h);
+  /// SIGSTOP / SIGCONT every process in host `h`'s namespace.
+  void freeze(int h);
+  void thaw(int h);
+  /// SIGKILL every process in host `h`'s namespace (the caller reaps its own children).
+  void kill(int h);
+  /// The processes in host `h`'s namespace now.
+  std::vector<pid_t> processes(int h) const;
+
+ private:
+  void signal_all(int h, int sig);
+  std::string prefix_;
+  std::string switch_;
+  std::vector<std::string> hosts_;
+};
+
+}  // namespace push::testing
