@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct WorldState {
   std::mutex mutex;     // guards the members below
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_gloo;  // built on first use
   std::map<std::string, int> group_counts;                // groups created per rank set
+  /// Ranks an RPC group lost (died, stopped, cut off) and has not heard from since: rank 0
+  /// does not wait for them to leave. Its own mutex: RPC I/O threads write it, and must not
+  /// wait behind `mutex`, which a group's creation holds for as long as it connects.
+  std::mutex lost_mutex;
+  std::set<int> lost_ranks;
 
   ~WorldState();
   /// A fresh client of the job's store (for blocking waits).

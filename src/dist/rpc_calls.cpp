@@ -3,6 +3,7 @@
 
 #include <iostream>
 #include "dist/rpc_origin.h"
+#include "world_access.h"
 
 namespace push::dist::detail {
 
@@ -142,6 +143,11 @@ void RpcState::send_to_new_holder(std::shared_ptr<Pending> moved) {
 
 void RpcState::on_peer_lost(int peer, const std::string& why) {
   const auto listeners = lost_.lose(peer, why);
+  {
+    auto& world = WorldAccess::state(world_);
+    std::lock_guard<std::mutex> lock(world.lost_mutex);
+    world.lost_ranks.insert(members_.at(static_cast<size_t>(peer)));
+  }
   for (auto& p : calls_.take_to(peer)) {
     p.promise.set_error(
         std::make_exception_ptr(Error(c10::str("[", kRpcOrigin, "] ", p.what, ": lost the connection to ",

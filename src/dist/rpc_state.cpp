@@ -77,7 +77,12 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
     on_reply(peer, h, std::move(v), std::move(e));
   };
   cb.peer_lost = [this](int peer, const std::string& why) { on_peer_lost(peer, why); };
-  cb.peer_found = [this](int peer) { lost_.found(peer); };
+  cb.peer_found = [this](int peer) {
+    lost_.found(peer);
+    auto& world = WorldAccess::state(world_);
+    std::lock_guard<std::mutex> lock(world.lost_mutex);
+    world.lost_ranks.erase(members_.at(static_cast<size_t>(peer)));
+  };
   cb.tick = [this] { return expire(); };
   transport_ = std::make_unique<Transport>(std::move(to), std::move(cb));
   const std::string address = transport_->listen(advertised_host(wo.master_addr(), wo.master_port(), wo.interface()));

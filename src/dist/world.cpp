@@ -61,15 +61,25 @@ bool is_loopback(const std::string& host) { return host == "localhost" || host.r
 
 WorldState::~WorldState() {
   // Rank 0 hosts the store: it stays until the others have left (or shutdown_timeout),
-  // so that nobody loses the store in the middle of its own shutdown.
+  // so that nobody loses the store in the middle of its own shutdown. Ranks an RPC group
+  // lost (killed, cut off) will never leave: it does not wait for them.
   if (!store || !joined) return;
   try {
-    store->add("push/world/left", 1);
+    const std::string left = "push/world/left/";
+    store->set(left + std::to_string(options.rank()), std::vector<uint8_t>{1});
     if (options.rank() != 0) return;
     using push::detail::Clock;
     const bool all_left =
-        Clock::poll_until(Clock::deadline_after(options.shutdown_timeout()), std::chrono::milliseconds(5),
-                          [&] { return store->add("push/world/left", 0) >= options.world_size(); });
+        Clock::poll_until(Clock::deadline_after(options.shutdown_timeout()), std::chrono::milliseconds(5), [&] {
+          std::vector<std::string> keys;
+          {
+            std::lock_guard<std::mutex> lock(lost_mutex);
+            for (int r = 1; r < options.world_size(); ++r) {
+              if (!lost_ranks.count(r)) keys.push_back(left + std::to_string(r));
+            }
+          }
+          return keys.empty() || store->check(keys);
+        });
     if (!all_left) {
       std::cerr << "[push::dist::World] rank 0 leaves before every rank did (waited "
                 << options.shutdown_timeout().count() << " ms)\n";

@@ -1,8 +1,14 @@
 // `push train` as one job over several hosts of the test bed (netbed.h): each host starts
 // its ranks as a batch script would on a cluster (RANK, WORLD_SIZE, MASTER_ADDR = host 0's
 // address, one shared PUSH_JOB_SECRET), and the job gives the numbers of `--nproc` on one
-// host; a host that dies or is cut off fails the others within their deadline, naming it.
+// host; a host that is killed, cut off or frozen fails the other within its deadline, naming it.
 #include <push/dist/world.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <thread>
 
 #include "cli/cli_test_util.h"
 #include "netbed/netbed.h"
@@ -50,6 +56,79 @@ TEST_F(MultiHostTrain, OneJobOverTwoHostsGivesTheNumbersOfOneHost) {
   const json m = metrics("hosts");
   EXPECT_EQ(m["run"]["ranks"], 2);
   EXPECT_EQ(comparable(m), comparable(metrics("nproc")));
+}
+
+/// Waits for `pid` at most `seconds`: its exit status, or nullopt (then it is killed).
+std::optional<int> wait_for(pid_t pid, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return std::nullopt;
+}
+
+/// What a fault to host 1 of a two-host job did to rank 0 (on host 0).
+struct Outcome {
+  std::optional<int> status;  // rank 0's exit status; nullopt: still running at the limit
+  double seconds = 0;         // from the fault to rank 0's exit
+  std::string log;            // rank 0's output
+};
+
+class HostFaults : public MultiHostTrain {
+ protected:
+  /// Starts a long job on two hosts, lets it train, does `fault` to host 1 and waits at most
+  /// `limit` seconds for rank 0 to end. Everything left in the bed is killed by it.
+  Outcome after(const std::function<void(NetBed&)>& fault, double limit) {
+    NetBed bed(2);
+    const std::string args = "--algo ensemble --particles 4 --epochs 100000 --devices 1 --quiet --out run";
+    const pid_t rank0 = start_rank(bed, 0, 0, 2, args);
+    const pid_t rank1 = start_rank(bed, 1, 1, 2, args);
+    std::this_thread::sleep_for(std::chrono::seconds(4));  // joined and training
+    const auto start = std::chrono::steady_clock::now();
+    fault(bed);
+    Outcome o;
+    o.status = wait_for(rank0, limit);
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    o.log = log(0);
+    bed.kill(1);
+    bed.thaw(1);
+    ::waitpid(rank1, nullptr, 0);
+    std::printf("rank 0 ended %.2f s after the fault: %s\n", o.seconds, o.log.c_str());
+    return o;
+  }
+  /// Rank 0 failed (not killed by the limit), with one line naming rank 1, and published
+  /// nothing.
+  void expect_failed_naming_rank_1(const Outcome& o) {
+    ASSERT_TRUE(o.status.has_value()) << "rank 0 still ran at the limit:\n" << o.log;
+    EXPECT_TRUE(WIFEXITED(*o.status) && WEXITSTATUS(*o.status) != 0) << o.log;
+    EXPECT_NE(o.log.find("rank 1"), std::string::npos) << o.log;
+    EXPECT_FALSE(fs::exists(dir_ / "run"));
+  }
+};
+
+TEST_F(HostFaults, AKilledHostFailsTheOtherAtOnceNamingIt) {
+  const auto o = after([](NetBed& bed) { bed.kill(1); }, 60);
+  expect_failed_naming_rank_1(o);
+  // The connections close with the host's processes: rank 0 need not wait out a timeout
+  // (before, it waited shutdown_timeout, 30 s, for rank 1 to leave).
+  EXPECT_LT(o.seconds, 15) << o.log;
+}
+
+TEST_F(HostFaults, APartitionedHostFailsTheOtherWithinTheHeartbeatTimeout) {
+  // Nothing closes: only silence. RPC heartbeats (30 s, found within 1.25 times that).
+  const auto o = after([](NetBed& bed) { bed.partition(1); }, 90);
+  expect_failed_naming_rank_1(o);
+  EXPECT_LT(o.seconds, 30 * 1.25 + 10) << o.log;
+}
+
+TEST_F(HostFaults, AFrozenHostFailsTheOtherWithinTheHeartbeatTimeout) {
+  const auto o = after([](NetBed& bed) { bed.freeze(1); }, 90);
+  expect_failed_naming_rank_1(o);
+  EXPECT_LT(o.seconds, 30 * 1.25 + 10) << o.log;
 }
 
 }  // namespace
