@@ -1,5 +1,7 @@
-// push launch: N local ranks of one program, with torchrun's environment.
+// push launch: N local ranks of one program, with torchrun's environment; on several hosts,
+// the same command on each with --nnodes and its --node-rank.
 //   push launch --nproc 4 [--master-addr 127.0.0.1] [--master-port 0] -- ./train --epochs 3
+//   push launch --nproc 4 --nnodes 2 --node-rank K --master-addr HOST0 --master-port P -- ...
 // Each output line is prefixed "[rank r] ", a rank's stdout going to the launcher's stdout
 // and its stderr to the launcher's stderr. SIGINT/SIGTERM are forwarded to every rank.
 // When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and the launcher exits
@@ -38,18 +40,40 @@ volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
 struct LaunchArgs {
-  int nproc = -1, port = 0;
+  int nproc = -1, port = 0, nnodes = 1, node_rank = 0;
   std::string addr = "127.0.0.1";
+  bool addr_given = false;
   std::vector<char*> program;                            // argv of the program, null-terminated
   std::vector<std::pair<std::string, std::string>> job;  // PUSH_JOB_ID, PUSH_JOB_SECRET
 };
 
 int usage() {
-  std::cerr << "usage: push launch --nproc N [--master-addr A] [--master-port P] -- PROGRAM [ARGS...]\n"
+  std::cerr << "usage: push launch --nproc N [--nnodes M --node-rank K] [--master-addr A] [--master-port P] -- "
+               "PROGRAM [ARGS...]\n"
                "  Starts N ranks of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
                "  MASTER_ADDR, MASTER_PORT set (as torchrun --no-python), and a fresh PUSH_JOB_ID and\n"
-               "  PUSH_JOB_SECRET unless set already. --master-port 0 (the default) picks a free port.\n";
+               "  PUSH_JOB_SECRET unless set already. --master-port 0 (the default) picks a free port.\n"
+               "  On M hosts: the same command on each, --node-rank 0 to M-1, --master-addr the address of\n"
+               "  node 0, a --master-port, and one PUSH_JOB_SECRET (64 hex digits) in every host's environment.\n";
   return 2;
+}
+
+/// The refusal of a job over several hosts that cannot form, or "".
+std::string check_nodes(const LaunchArgs& a) {
+  if (a.node_rank < 0 || a.node_rank >= a.nnodes) {
+    return "--node-rank " + std::to_string(a.node_rank) + " is not in 0.." + std::to_string(a.nnodes - 1) +
+           " (--nnodes " + std::to_string(a.nnodes) + ")";
+  }
+  if (a.nnodes == 1) return "";
+  if (!a.addr_given) return "--nnodes " + std::to_string(a.nnodes) + " needs --master-addr: the address of node 0";
+  if (a.port == 0) return "--nnodes " + std::to_string(a.nnodes) + " needs a --master-port (one for every host)";
+  const char* secret = std::getenv("PUSH_JOB_SECRET");
+  if (secret == nullptr || *secret == '\0') {
+    return "--nnodes " + std::to_string(a.nnodes) +
+           " needs PUSH_JOB_SECRET in the environment, the same on every host: export "
+           "PUSH_JOB_SECRET=$(openssl rand -hex 32)";
+  }
+  return "";
 }
 
 /// Fills `a` from the command line; returns the exit status when the launcher ends here
@@ -64,20 +88,30 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
     }
     if (i + 1 >= argc) return usage();
     try {
-      if (arg == "--nproc")
+      if (arg == "--nproc") {
         a.nproc = std::stoi(argv[++i]);
-      else if (arg == "--master-addr")
+      } else if (arg == "--nnodes") {
+        a.nnodes = std::stoi(argv[++i]);
+      } else if (arg == "--node-rank") {
+        a.node_rank = std::stoi(argv[++i]);
+      } else if (arg == "--master-addr") {
         a.addr = argv[++i];
-      else if (arg == "--master-port")
+        a.addr_given = true;
+      } else if (arg == "--master-port") {
         a.port = std::stoi(argv[++i]);
-      else
+      } else {
         return usage();
+      }
     } catch (const std::exception&) {
       std::cerr << "push launch: " << arg << " needs an integer, got '" << argv[i] << "'\n";
       return 2;
     }
   }
-  if (a.nproc < 1 || i >= argc || a.port < 0 || a.port > 65535) return usage();
+  if (a.nproc < 1 || a.nnodes < 1 || i >= argc || a.port < 0 || a.port > 65535) return usage();
+  if (const auto why = check_nodes(a); !why.empty()) {
+    std::cerr << "push launch: " << why << "\n";
+    return 2;
+  }
   a.program.assign(argv + i, argv + argc);
   a.program.push_back(nullptr);
   return std::nullopt;
@@ -100,13 +134,14 @@ std::vector<std::string> rank_environment(int r, const LaunchArgs& a) {
   for (const auto& [k, v] : a.job) {
     if (std::getenv(k.c_str()) == nullptr) env.push_back(k + "=" + v);
   }
-  for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"RANK", std::to_string(r)},
-                                                                      {"LOCAL_RANK", std::to_string(r)},
-                                                                      {"WORLD_SIZE", std::to_string(a.nproc)},
-                                                                      {"LOCAL_WORLD_SIZE", std::to_string(a.nproc)},
-                                                                      {"GROUP_RANK", "0"},
-                                                                      {"MASTER_ADDR", a.addr},
-                                                                      {"MASTER_PORT", std::to_string(a.port)}}) {
+  for (auto [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"RANK", std::to_string(a.node_rank * a.nproc + r)},
+                                                        {"LOCAL_RANK", std::to_string(r)},
+                                                        {"WORLD_SIZE", std::to_string(a.nnodes * a.nproc)},
+                                                        {"LOCAL_WORLD_SIZE", std::to_string(a.nproc)},
+                                                        {"GROUP_RANK", std::to_string(a.node_rank)},
+                                                        {"MASTER_ADDR", a.addr},
+                                                        {"MASTER_PORT", std::to_string(a.port)}}) {
     env.push_back(k + "=" + v);
   }
   return env;
@@ -147,9 +182,9 @@ ssize_t read_some(Stream& s) {
   return got;
 }
 
-/// Forwards what the ranks wrote within `timeout`; a stream that ended (or failed) is
-/// flushed and closed.
-void forward_output(Ranks& ranks, std::chrono::milliseconds timeout) {
+/// Forwards what the ranks wrote within `timeout`, labelled with their job ranks (the
+/// first is `first`); a stream that ended (or failed) is flushed and closed.
+void forward_output(Ranks& ranks, int first, std::chrono::milliseconds timeout) {
   std::vector<pollfd> fds;
   std::vector<std::pair<int, size_t>> owners;  // (rank, stream)
   for (int r = 0; r < ranks.size(); ++r) {
@@ -171,9 +206,9 @@ void forward_output(Ranks& ranks, std::chrono::milliseconds timeout) {
     auto& stream = ranks[r].streams[which];
     const ssize_t got = read_some(stream);
     if (got > 0) {
-      flush_lines(r, stream, false, destination(which));
+      flush_lines(first + r, stream, false, destination(which));
     } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-      flush_lines(r, stream, true, destination(which));
+      flush_lines(first + r, stream, true, destination(which));
       close(stream.fd);
       stream.fd = -1;
     }
@@ -181,14 +216,14 @@ void forward_output(Ranks& ranks, std::chrono::milliseconds timeout) {
 }
 
 /// Forwards what is left in the ranks' streams once every rank has exited, and closes them.
-void drain_output(Ranks& ranks) {
+void drain_output(Ranks& ranks, int first) {
   for (int r = 0; r < ranks.size(); ++r) {
     for (size_t which = 0; which < ranks[r].streams.size(); ++which) {
       auto& stream = ranks[r].streams[which];
       if (stream.fd < 0) continue;
       while (read_some(stream) > 0) {
       }
-      flush_lines(r, stream, true, destination(which));
+      flush_lines(first + r, stream, true, destination(which));
       close(stream.fd);
       stream.fd = -1;
     }
@@ -196,8 +231,9 @@ void drain_output(Ranks& ranks) {
 }
 
 /// Forwards the ranks' output until every rank has exited, and stops them all when one
-/// fails or the launcher is signalled. Returns the launcher's exit status.
-int supervise(Ranks& ranks) {
+/// fails or the launcher is signalled. Returns the launcher's exit status. `first`: the job
+/// rank of local rank 0.
+int supervise(Ranks& ranks, int first) {
   int first_failure = 0;
   int forwarded = 0;  // the signal the launcher got and passed on
   std::optional<Clock::time_point> kill_at;
@@ -212,7 +248,7 @@ int supervise(Ranks& ranks) {
       forwarded = g_signal;
       stop_all(forwarded);
     }
-    forward_output(ranks, std::chrono::milliseconds(50));
+    forward_output(ranks, first, std::chrono::milliseconds(50));
     bool any_running = false;
     for (int r = 0; r < ranks.size(); ++r) {
       int status = 0;
@@ -220,7 +256,7 @@ int supervise(Ranks& ranks) {
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (code != 0 && first_failure == 0 && !forwarded) {
           first_failure = code;
-          std::cerr << "push launch: rank " << r
+          std::cerr << "push launch: rank " << first + r
                     << (WIFEXITED(status) ? " exited with code " : " was killed by signal ")
                     << (WIFEXITED(status) ? code : WTERMSIG(status)) << "; stopping the other ranks\n";
           stop_all(SIGTERM);
@@ -231,7 +267,7 @@ int supervise(Ranks& ranks) {
     if (!any_running) break;
     if (kill_at && Clock::now() > *kill_at) stop_all(SIGKILL);
   }
-  drain_output(ranks);
+  drain_output(ranks, first);
   if (forwarded) return 128 + forwarded;
   return first_failure;
 }
@@ -244,7 +280,9 @@ int launch_main(int argc, char** argv) {
   if (a.port == 0) a.port = push::dist::free_port("0.0.0.0");
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  a.job = {{"PUSH_JOB_ID", std::string("push-launch:") + host + ":" + std::to_string(getpid())},
+  // One job id for every host of the job (their launchers share only the command line).
+  a.job = {{"PUSH_JOB_ID", a.nnodes > 1 ? "push-launch:" + a.addr + ":" + std::to_string(a.port)
+                                        : std::string("push-launch:") + host + ":" + std::to_string(getpid())},
            {"PUSH_JOB_SECRET", push::dist::new_job_secret()}};
 
   struct sigaction action {};
@@ -262,7 +300,7 @@ int launch_main(int argc, char** argv) {
     envp.push_back(nullptr);
     ranks.start(r, a.program.data(), envp.data());
   }
-  return supervise(ranks);
+  return supervise(ranks, a.node_rank * a.nproc);
 }
 
 }  // namespace

@@ -74,19 +74,22 @@ int run_train(int argc, char** argv) {
   Timings timings;
   TrainConfig c;
   if (const auto exit_status = parse_train_command_line(argc, argv, c)) return *exit_status;
+  check_nodes(c);
   const bool starts_ranks = starts_its_ranks(c);
-  // Where the results go: checked (on the rank that writes them) before the ranks meet, so
-  // that a refused --out or --save ends the run at once with one line, on every rank.
-  std::optional<TrainFolders> folders(std::in_place, c, dist::WorldOptions::launched_rank().value_or(0) == 0);
+  // Where the results go: checked (on the rank that writes them: rank 0, on node 0) before
+  // the ranks meet, so that a refused --out or --save ends the run at once with one line,
+  // on every rank.
+  std::optional<TrainFolders> folders(std::in_place, c,
+                                      dist::WorldOptions::launched_rank().value_or(c.node_rank * c.nproc) == 0);
   if (starts_ranks) {
-    // Several ranks started here (--nproc): whatever would fail on every rank fails here
-    // first, as one line, before any rank starts.
-    check_data_parallel(c, c.nproc);
+    // Several ranks started here (--nproc, --nnodes): whatever would fail on every rank
+    // fails here first, as one line, before any rank starts.
+    check_data_parallel(c, started_ranks(c));
     TrainConfig checked = c;
     settle_devices(checked);
-    prepare(checked, c.nproc, c.nproc);
+    prepare(checked, started_ranks(c), c.nproc);
     folders.reset();
-    return relaunch(argc, argv, c.nproc);
+    return relaunch(argc, argv, c);
   }
   const TrainRanks ranks = join_ranks(c);
   if (!ranks.lead()) c.quiet = true;

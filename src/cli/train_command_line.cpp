@@ -220,6 +220,17 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
                  "torchrun --no-python or mpirun the job's ranks are used instead")
       ->check(whole(1, 1024))
       ->capture_default_str();
+  app.add_option("--nnodes", c.nnodes,
+                 "hosts of one job: run the same push train on each with its --node-rank, node 0's --master-addr, "
+                 "a --master-port, and one PUSH_JOB_SECRET in every host's environment (each host starts --nproc "
+                 "ranks)")
+      ->check(whole(1, 1024))
+      ->capture_default_str();
+  app.add_option("--node-rank", c.node_rank, "with --nnodes: this host's place, 0 to --nnodes - 1")
+      ->check(whole(0, 1023));
+  app.add_option("--master-addr", c.master_addr, "with --nnodes: the address of node 0, which hosts the job's store");
+  app.add_option("--master-port", c.master_port, "with --nnodes: the port of the job's store on node 0")
+      ->check(whole(1, 65535));
   app.add_flag("--allow-data-change", c.allow_data_change,
                "with --resume: continue although the data differ from the checkpoint's (its fingerprint)");
   app.add_flag("--strict", c.strict,

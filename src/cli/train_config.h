@@ -20,6 +20,10 @@ struct TrainConfig {
   int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
   std::string device_type;                      // --devices cpu|cuda[:N]; empty: GPUs if any
   int nproc = 1;  // local ranks push train starts itself (not part of identity: any count resumes)
+  // Hosts of a job push train starts itself (--nnodes, this one's --node-rank, node 0's
+  // --master-addr and a --master-port): push launch's, passed on. Not part of identity.
+  int nnodes = 1, node_rank = 0, master_port = 0;
+  std::string master_addr;
   int64_t epochs = 150, batch_size = 64, samples = 20, rank = 10, pretrain_epochs = -1, limit = 0, collect_every = 0;
   double lr = 1e-2, swag_lr = 0, test_fraction = 0.2, dropout = 0.1, noise_std = 1.0, prior_std = 1.0, bandwidth = 0;
   uint64_t seed = 0;

@@ -30,9 +30,14 @@ void check_data_parallel(const TrainConfig& c, int ranks) {
   PUSH_CHECK(!is_data_parallel || !c.fuse.value_or(false), "push train",
              "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
   if (c.data_parallel == "daso") {
-    const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node, ranks);
+    const bool own_nodes = !dist::WorldOptions::launched_world_size() && c.nnodes > 1;  // --nnodes: --nproc each
+    const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node > 0 ? c.ranks_per_node
+                                                                           : own_nodes          ? c.nproc
+                                                                                                : 0,
+                                                                           ranks);
     const char* source =
         c.ranks_per_node > 0                              ? ""
+        : own_nodes                                       ? " (--nproc on each of --nnodes hosts)"
         : !dist::WorldOptions::launched_world_size()      ? " (all of them: --nproc starts them on one machine)"
         : dist::WorldOptions::launched_local_world_size() ? " (the launcher's ranks per node)"
                                                           : " (all of them: LOCAL_WORLD_SIZE is unset)";
@@ -43,23 +48,64 @@ void check_data_parallel(const TrainConfig& c, int ranks) {
   }
 }
 
-bool starts_its_ranks(const TrainConfig& c) {
-  return c.nproc > 1 && !dist::WorldOptions::launched_world_size().has_value();
+namespace {
+
+/// The options that say where push train's own ranks run: push launch's, passed on to it.
+constexpr const char* kLaunchOptions[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+
+}  // namespace
+
+void check_nodes(const TrainConfig& c) {
+  const bool launched = dist::WorldOptions::launched_world_size().has_value();
+  for (const char* option : kLaunchOptions) {
+    if (std::string(option) == "--nproc" || !c.given.count(option)) continue;
+    PUSH_CHECK(!launched, "push train", option,
+               " is for a job push train starts itself; under a launcher, its variables (WORLD_SIZE, RANK, "
+               "MASTER_ADDR, MASTER_PORT) say where the ranks are");
+  }
+  PUSH_CHECK(c.node_rank < c.nnodes, "push train", "--node-rank ", c.node_rank, " is not in 0..", c.nnodes - 1,
+             " (--nnodes ", c.nnodes, ")");
+  if (c.nnodes == 1) {
+    for (const char* option : {"--master-addr", "--master-port"}) {
+      PUSH_CHECK(!c.given.count(option), "push train", option,
+                 " is for --nnodes M > 1 (one host picks its own store address)");
+    }
+    return;
+  }
+  PUSH_CHECK(!c.master_addr.empty(), "push train", "--nnodes ", c.nnodes,
+             " needs --master-addr: the address of node 0");
+  PUSH_CHECK(c.master_port > 0, "push train", "--nnodes ", c.nnodes, " needs a --master-port (the same on every host)");
+  const char* secret = std::getenv("PUSH_JOB_SECRET");
+  PUSH_CHECK(secret != nullptr && *secret != '\0', "push train", "--nnodes ", c.nnodes,
+             " needs PUSH_JOB_SECRET in the environment, the same on every host: export "
+             "PUSH_JOB_SECRET=$(openssl rand -hex 32)");
 }
 
-int relaunch(int argc, char** argv, int nproc) {
+bool starts_its_ranks(const TrainConfig& c) {
+  return (c.nproc > 1 || c.nnodes > 1) && !dist::WorldOptions::launched_world_size().has_value();
+}
+
+int relaunch(int argc, char** argv, const TrainConfig& c) {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   PUSH_CHECK(!ec, "push train", "cannot find this program to start its ranks: ", ec.message());
-  std::vector<std::string> args = {"launch", "--nproc", std::to_string(nproc), "--", self.string(), "train"};
+  std::vector<std::string> args = {"launch", "--nproc", std::to_string(c.nproc)};
+  if (c.nnodes > 1) {
+    args.insert(args.end(), {"--nnodes", std::to_string(c.nnodes), "--node-rank", std::to_string(c.node_rank),
+                             "--master-addr", c.master_addr, "--master-port", std::to_string(c.master_port)});
+  }
+  args.insert(args.end(), {"--", self.string(), "train"});
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--nproc") {
-      ++i;
-      continue;
+    bool launch_option = false;
+    for (const std::string option : kLaunchOptions) {
+      if (a == option) {
+        ++i;  // its value
+        launch_option = true;
+      }
+      launch_option = launch_option || a.rfind(option + "=", 0) == 0;
     }
-    if (a.rfind("--nproc=", 0) == 0) continue;
-    args.push_back(a);
+    if (!launch_option) args.push_back(a);
   }
   std::vector<char*> pointers;
   for (auto& a : args) pointers.push_back(a.data());

@@ -3,6 +3,7 @@
 #include "core/clock.h"
 #include "core/torch_compat.h"
 #include "store_deadline.h"
+#include "transport.h"
 #include "world_access.h"
 #include "world_join.h"
 
@@ -54,8 +55,6 @@ int store_listen_fd(const std::string& host, int port) {
              " (is MASTER_ADDR an address of this host, and MASTER_PORT free?)");
   return fd;
 }
-
-bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 }  // namespace
 
@@ -288,10 +287,12 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
   try {
     if (!options.interface().empty()) {
       s.device = c10d::ProcessGroupGloo::createDeviceForInterface(options.interface());
-    } else if (detail::is_loopback(options.master_addr())) {
-      s.device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
     } else {
-      s.device = c10d::ProcessGroupGloo::createDefaultDevice();
+      // Where the other ranks reach this one: 127.0.0.1 for a local MASTER_ADDR, else this
+      // host's address on the route to it, as for RPC. (Gloo's default, the address the
+      // host name resolves to, can be a loopback one that no other host can reach.)
+      s.device = c10d::ProcessGroupGloo::createDeviceForHostname(
+          detail::advertised_host(options.master_addr(), options.master_port(), ""));
     }
   } catch (const std::exception&) {
     throw Error(c10::str("[", origin, "] cannot open a Gloo device (interface '", options.interface(),

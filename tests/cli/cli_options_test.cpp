@@ -139,6 +139,20 @@ TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {
   EXPECT_EQ(lines_of(r.err), 1) << r.err;
 }
 
+TEST_F(Cli, AJobOverSeveralHostsNamesWhatItLacks) {
+  EXPECT_REFUSED("--nnodes 2", "--nnodes 2 needs --master-addr: the address of node 0");
+  EXPECT_REFUSED("--nnodes 2 --master-addr 127.0.0.1", "--nnodes 2 needs a --master-port");
+  EXPECT_REFUSED("--nnodes 2 --master-addr 127.0.0.1 --master-port 29999",
+                 "--nnodes 2 needs PUSH_JOB_SECRET in the environment, the same on every host");
+  EXPECT_REFUSED("--nnodes 2 --node-rank 2 --master-addr 127.0.0.1 --master-port 29999",
+                 "--node-rank 2 is not in 0..1 (--nnodes 2)");
+  EXPECT_REFUSED("--master-port 29999", "--master-port is for --nnodes M > 1");
+  // Under a launcher its variables say where the ranks are.
+  auto launched = run("--nnodes 2 --quiet --out o", -1, "", {"WORLD_SIZE=1", "RANK=0"});
+  EXPECT_NE(launched.code, 0);
+  EXPECT_NE(launched.err.find("--nnodes is for a job push train starts itself"), std::string::npos) << launched.err;
+}
+
 TEST_F(Cli, WithSeveralRanksABadRunIsStillOneLine) {
   write("hex.csv", "a,b\n0x10,1\n2,3\n");
   EXPECT_REFUSED("--nproc 2 --data hex.csv", "'0x10' is not a number");

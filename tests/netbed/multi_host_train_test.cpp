@@ -39,6 +39,25 @@ class MultiHostTrain : public Cli {
     return pid;
   }
   std::string log(int rank) { return slurp(dir_ / ("rank" + std::to_string(rank) + ".log")); }
+  /// Runs `push train ARGS --nnodes N --node-rank K ...` on each host of `bed` (node K on host
+  /// K), as a user would on a cluster, and expects each to succeed; node K's output is in
+  /// node<K>.log.
+  void run_nodes(const NetBed& bed, const std::string& args) {
+    std::vector<pid_t> nodes;
+    for (int k = 0; k < bed.hosts(); ++k) {
+      launcher_ = bed.exec_prefix(k);
+      nodes.push_back(start(args + " --nnodes " + std::to_string(bed.hosts()) + " --node-rank " + std::to_string(k) +
+                                " --master-addr " + bed.address(0) + " --master-port 29500",
+                            dir_ / ("node" + std::to_string(k) + ".log"), {"PUSH_JOB_SECRET=" + secret_}));
+      launcher_.clear();
+    }
+    for (int k = 0; k < bed.hosts(); ++k) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(nodes[static_cast<size_t>(k)], &status, 0), nodes[static_cast<size_t>(k)]);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "node " << k << ":\n"
+                                                                 << slurp(dir_ / ("node" + std::to_string(k) + ".log"));
+    }
+  }
   std::string secret_ = push::dist::new_job_secret();
 };
 
@@ -56,6 +75,29 @@ TEST_F(MultiHostTrain, OneJobOverTwoHostsGivesTheNumbersOfOneHost) {
   const json m = metrics("hosts");
   EXPECT_EQ(m["run"]["ranks"], 2);
   EXPECT_EQ(comparable(m), comparable(metrics("nproc")));
+}
+
+TEST_F(MultiHostTrain, NprocOnEachOfTwoHostsIsOneJobWithTheNumbersOfOneHost) {
+  // 2 hosts x 2 ranks, started by `push train --nproc 2 --nnodes 2 --node-rank K` on each.
+  auto reference = run(std::string(kArgs) + "one --nproc 4");
+  ASSERT_EQ(reference.code, 0) << reference.err;
+  NetBed bed(2);
+  ASSERT_NO_FATAL_FAILURE(run_nodes(bed, std::string(kArgs) + "two --nproc 2"));
+  EXPECT_EQ(metrics("two")["run"]["ranks"], 4);
+  EXPECT_EQ(comparable(metrics("two")), comparable(metrics("one")));
+  // Rank 0 alone reports: node 0's output has the table, labelled with its rank.
+  EXPECT_NE(slurp(dir_ / "node0.log").find("[rank 0] test metric"), std::string::npos) << slurp(dir_ / "node0.log");
+  EXPECT_EQ(slurp(dir_ / "node1.log").find("test metric"), std::string::npos) << slurp(dir_ / "node1.log");
+}
+
+TEST_F(MultiHostTrain, DasoAcrossTwoHostsGivesTheNumbersOfTwoSimulatedNodes) {
+  // Its nodes are the hosts (each --nproc 2); on one host --ranks-per-node 2 simulates them.
+  const std::string args = "--particles 2 --epochs 3 --devices 1 --quiet --data-parallel daso --out ";
+  auto reference = run(args + "one --nproc 4 --ranks-per-node 2");
+  ASSERT_EQ(reference.code, 0) << reference.err;
+  NetBed bed(2);
+  ASSERT_NO_FATAL_FAILURE(run_nodes(bed, args + "two --nproc 2"));
+  EXPECT_EQ(comparable(metrics("two")), comparable(metrics("one")));
 }
 
 /// Waits for `pid` at most `seconds`: its exit status, or nullopt (then it is killed).
