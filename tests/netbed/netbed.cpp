@@ -2,6 +2,7 @@
 #include "netbed.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -108,6 +110,13 @@ void remove_stale_beds() {
     if (owner > 0 && (::kill(owner, 0) == 0 || errno != ESRCH)) continue;
     remove_namespace(name);
   }
+  // The user-space switch's settings files of dead beds.
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0 || e.path().extension() != ".links") continue;
+    const pid_t owner = static_cast<pid_t>(std::atol(name.substr(std::string(kPrefix).size()).c_str()));
+    if (owner > 0 && ::kill(owner, 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
 }
 
 /// Host `h`'s port on the switch. (Built by append: GCC 12 warns, wrongly, of an overflow
@@ -142,6 +151,8 @@ NetBed::NetBed(int hosts) {
     for (int h = 0; h < hosts; ++h) {
       const std::string host = prefix_ + "-h" + std::to_string(h), port = port_of(h);
       hosts_.push_back(host);
+      links_.emplace_back();
+      down_.push_back(false);
       must({"ip", "netns", "add", host});
       must({"ip", "-n", host, "link", "set", "lo", "up"});
       must({"ip", "-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", switch_});
@@ -158,7 +169,52 @@ NetBed::NetBed(int hosts) {
 
 NetBed::~NetBed() {
   for (const auto& host : hosts_) remove_namespace(host);
-  remove_namespace(switch_);
+  remove_namespace(switch_);  // kills the user-space switch too
+  if (switch_pid_ > 0) ::waitpid(switch_pid_, nullptr, 0);
+  if (!links_file_.empty()) ::unlink(links_file_.c_str());
+}
+
+void NetBed::write_links() {
+  {
+    std::ofstream out(links_file_ + ".new");
+    for (int h = 0; h < hosts(); ++h) {
+      const auto& l = links_[static_cast<size_t>(h)];
+      out << port_of(h) << ' ' << l.delay_ms << ' ' << l.jitter_ms << ' ' << l.loss << ' ' << l.stalled << ' '
+          << (down_[static_cast<size_t>(h)] ? 1 : 0) << '\n';
+    }
+  }
+  if (::rename((links_file_ + ".new").c_str(), links_file_.c_str()) != 0) {
+    throw std::runtime_error("netbed: cannot write " + links_file_);
+  }
+  if (switch_pid_ > 0) ::kill(switch_pid_, SIGHUP);
+}
+
+void NetBed::link(int h, const LinkSpec& spec) {
+  links_.at(static_cast<size_t>(h)) = spec;
+  if (!links_file_.empty()) return write_links();
+  // First call: the user-space switch takes over from the bridge.
+  links_file_ = (fs::temp_directory_path() / (prefix_ + ".links")).string();
+  write_links();
+  for (int p = 0; p < hosts(); ++p) must({"ip", "-n", switch_, "link", "set", port_of(p), "nomaster"});
+  int ready[2];
+  if (::pipe(ready) != 0) throw std::runtime_error("netbed: pipe failed");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(ready[1], STDOUT_FILENO);
+    ::close(ready[0]);
+    const int ns = ::open((std::string(kNetnsDir) + "/" + switch_).c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) ::_exit(100);
+    ::execl(PUSH_NETBED_SWITCH, PUSH_NETBED_SWITCH, links_file_.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(ready[1]);
+  char word[6] = {};
+  const ssize_t got = ::read(ready[0], word, 5);
+  ::close(ready[0]);
+  switch_pid_ = pid;
+  if (got != 5 || std::string(word) != "ready") {
+    throw std::runtime_error("netbed: the user-space switch (" PUSH_NETBED_SWITCH ") did not start");
+  }
 }
 
 std::string NetBed::address(int h) const { return "169.254.10." + std::to_string(h + 1); }
@@ -177,9 +233,17 @@ void NetBed::rate(int h, double mbit) {
   }
 }
 
-void NetBed::partition(int h) { must({"ip", "-n", switch_, "link", "set", port_of(h), "nomaster"}); }
+void NetBed::partition(int h) {
+  down_.at(static_cast<size_t>(h)) = true;
+  if (!links_file_.empty()) return write_links();
+  must({"ip", "-n", switch_, "link", "set", port_of(h), "nomaster"});
+}
 
-void NetBed::heal(int h) { must({"ip", "-n", switch_, "link", "set", port_of(h), "master", "br0"}); }
+void NetBed::heal(int h) {
+  down_.at(static_cast<size_t>(h)) = false;
+  if (!links_file_.empty()) return write_links();
+  must({"ip", "-n", switch_, "link", "set", port_of(h), "master", "br0"});
+}
 
 std::vector<pid_t> NetBed::processes(int h) const { return processes_in(name(h)); }
 

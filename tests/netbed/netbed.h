@@ -20,6 +20,14 @@
 
 namespace push::testing {
 
+/// What the user-space switch does to the frames of one host's link, each way.
+struct LinkSpec {
+  double delay_ms = 0;   // one way
+  double jitter_ms = 0;  // up to this much more, uniform, frames kept in order
+  double loss = 0;       // probability a frame is dropped
+  bool stalled = false;  // every frame held until the stall ends (then all go at once)
+};
+
 class NetBed {
  public:
   /// Why a bed cannot be made on this machine ("needs root", "no ip"), or "" when it can.
@@ -44,8 +52,12 @@ class NetBed {
   /// Caps host `h`'s link at `mbit` megabits per second each way (tbf on both ends of its
   /// link); 0 removes the cap.
   void rate(int h, double mbit);
-  /// Cuts host `h` off the switch (its link down at the switch's end): packets to and from
-  /// it are dropped, its processes see nothing (no reset, no error) until heal(h).
+  /// Delay, jitter, loss or a stall on host `h`'s link (netem is not in these kernels). The
+  /// first call moves every link from the kernel's bridge to the user-space switch
+  /// (push_netbed_switch, link_switch.cpp), for the rest of the bed's life.
+  void link(int h, const LinkSpec& spec);
+  /// Cuts host `h` off the switch: packets to and from it are dropped, its processes see
+  /// nothing (no reset, no error) until heal(h).
   void partition(int h);
   void heal(int h);
   /// SIGSTOP / SIGCONT every process in host `h`'s namespace.
@@ -58,9 +70,15 @@ class NetBed {
 
  private:
   void signal_all(int h, int sig);
+  /// Writes every link's settings for the user-space switch and tells it (SIGHUP).
+  void write_links();
   std::string prefix_;
   std::string switch_;
   std::vector<std::string> hosts_;
+  std::vector<LinkSpec> links_;
+  std::vector<bool> down_;
+  std::string links_file_;  // the switch's settings; empty until link() is first called
+  pid_t switch_pid_ = -1;
 };
 
 }  // namespace push::testing

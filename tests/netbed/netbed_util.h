@@ -6,12 +6,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <fstream>
@@ -131,6 +133,62 @@ inline pid_t serve_once(const NetBed& bed, int h, int port, int64_t bytes) {
   ::close(ready[0]);
   if (got != 1) throw std::runtime_error("the server in the bed did not start");
   return pid;
+}
+
+/// A child in host `h` that listens on its address:port, echoes one byte `rounds` times to
+/// one connection and exits; returns once it listens. Reap it with reap().
+inline pid_t serve_echo(const NetBed& bed, int h, int port, int rounds) {
+  int ready[2];
+  if (::pipe(ready) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    if (!enter(bed, h)) ::_exit(100);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, bed.address(h).c_str(), &at.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 || ::listen(fd, 4) != 0) ::_exit(101);
+    ::write(ready[1], "r", 1);
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) ::_exit(102);
+    const int c = ::accept(fd, nullptr, nullptr);
+    ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char b = 0;
+    for (int i = 0; i < rounds; ++i) {
+      if (::read(c, &b, 1) != 1 || ::write(c, &b, 1) != 1) ::_exit(103);
+    }
+    ::close(c);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char r = 0;
+  const ssize_t got = ::read(ready[0], &r, 1);
+  ::close(ready[0]);
+  if (got != 1) throw std::runtime_error("the echo server in the bed did not start");
+  return pid;
+}
+
+/// Round trips of one byte to an echo server (serve_echo) at address:port, in
+/// milliseconds, sorted; empty when the connection fails.
+inline std::vector<double> round_trips(const std::string& address, int port, int rounds) {
+  std::vector<double> ms;
+  const int fd = dial(address, port, 5000);
+  if (fd < 0) return ms;
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  char b = 'x';
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    if (::write(fd, &b, 1) != 1 || ::read(fd, &b, 1) != 1) break;
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  ::close(fd);
+  std::sort(ms.begin(), ms.end());
+  return ms;
 }
 
 /// Waits for child `pid` and expects it exited 0.
