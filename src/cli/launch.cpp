@@ -27,6 +27,7 @@
 
 #include "command.h"
 #include "core/clock.h"
+#include "launch_nodes.h"
 #include "launch_ranks.h"
 
 extern char** environ;
@@ -56,24 +57,6 @@ int usage() {
                "  On M hosts: the same command on each, --node-rank 0 to M-1, --master-addr the address of\n"
                "  node 0, a --master-port, and one PUSH_JOB_SECRET (64 hex digits) in every host's environment.\n";
   return 2;
-}
-
-/// The refusal of a job over several hosts that cannot form, or "".
-std::string check_nodes(const LaunchArgs& a) {
-  if (a.node_rank < 0 || a.node_rank >= a.nnodes) {
-    return "--node-rank " + std::to_string(a.node_rank) + " is not in 0.." + std::to_string(a.nnodes - 1) +
-           " (--nnodes " + std::to_string(a.nnodes) + ")";
-  }
-  if (a.nnodes == 1) return "";
-  if (!a.addr_given) return "--nnodes " + std::to_string(a.nnodes) + " needs --master-addr: the address of node 0";
-  if (a.port == 0) return "--nnodes " + std::to_string(a.nnodes) + " needs a --master-port (one for every host)";
-  const char* secret = std::getenv("PUSH_JOB_SECRET");
-  if (secret == nullptr || *secret == '\0') {
-    return "--nnodes " + std::to_string(a.nnodes) +
-           " needs PUSH_JOB_SECRET in the environment, the same on every host: export "
-           "PUSH_JOB_SECRET=$(openssl rand -hex 32)";
-  }
-  return "";
 }
 
 /// Fills `a` from the command line; returns the exit status when the launcher ends here
@@ -108,7 +91,7 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
     }
   }
   if (a.nproc < 1 || a.nnodes < 1 || i >= argc || a.port < 0 || a.port > 65535) return usage();
-  if (const auto why = check_nodes(a); !why.empty()) {
+  if (const auto why = nodes_refusal(a.nnodes, a.node_rank, a.addr_given ? a.addr : "", a.port); !why.empty()) {
     std::cerr << "push launch: " << why << "\n";
     return 2;
   }

@@ -57,15 +57,18 @@ Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
   p.likelihood = likelihood_of(c, p.data.classify());
   match_checkpoint(c);
   settle_chains(c, p.data.train.size());
+  // The networks first, before any is built; then (laplace) one scratch network tells the
+  // last layer, whose covariances count too.
+  const double parameters = train_model_parameters(p.spec, p.data, p.likelihood);
+  check_memory(c, parameters, ranks, ranks_on_host);
   p.model = make_train_model(c, p.spec, p.data, p.likelihood);
-  int64_t last_layer = 0;
   if (c.algo == "laplace") {
-    last_layer = bayes::last_layer_parameters(p.model);
+    const int64_t last_layer = bayes::last_layer_parameters(p.model);
     PUSH_CHECK(c.laplace_structure == "diagonal" || last_layer <= bayes::kMaxFullParameters, "push train", "--model ",
                c.model, " has ", last_layer, " parameters in its last layer, too many for a full covariance (at most ",
                bayes::kMaxFullParameters, "): use --laplace-structure diagonal");
+    check_memory(c, parameters, ranks, ranks_on_host, last_layer);
   }
-  check_memory(c, train_model_parameters(p.spec, p.data, p.likelihood), ranks, ranks_on_host, last_layer);
   return p;
 }
 

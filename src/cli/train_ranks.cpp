@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "launch_nodes.h"
 
 namespace push::cli {
 void check_data_parallel(const TrainConfig& c, int ranks) {
@@ -63,22 +64,14 @@ void check_nodes(const TrainConfig& c) {
                " is for a job push train starts itself; under a launcher, its variables (WORLD_SIZE, RANK, "
                "MASTER_ADDR, MASTER_PORT) say where the ranks are");
   }
-  PUSH_CHECK(c.node_rank < c.nnodes, "push train", "--node-rank ", c.node_rank, " is not in 0..", c.nnodes - 1,
-             " (--nnodes ", c.nnodes, ")");
   if (c.nnodes == 1) {
     for (const char* option : {"--master-addr", "--master-port"}) {
       PUSH_CHECK(!c.given.count(option), "push train", option,
                  " is for --nnodes M > 1 (one host picks its own store address)");
     }
-    return;
   }
-  PUSH_CHECK(!c.master_addr.empty(), "push train", "--nnodes ", c.nnodes,
-             " needs --master-addr: the address of node 0");
-  PUSH_CHECK(c.master_port > 0, "push train", "--nnodes ", c.nnodes, " needs a --master-port (the same on every host)");
-  const char* secret = std::getenv("PUSH_JOB_SECRET");
-  PUSH_CHECK(secret != nullptr && *secret != '\0', "push train", "--nnodes ", c.nnodes,
-             " needs PUSH_JOB_SECRET in the environment, the same on every host: export "
-             "PUSH_JOB_SECRET=$(openssl rand -hex 32)");
+  const auto why = nodes_refusal(c.nnodes, c.node_rank, c.master_addr, c.master_port);
+  PUSH_CHECK(why.empty(), "push train", why);
 }
 
 bool starts_its_ranks(const TrainConfig& c) {

@@ -38,8 +38,9 @@ struct WorldState {
   std::mutex mutex;     // guards the members below
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_gloo;  // built on first use
   std::map<std::string, int> group_counts;                // groups created per rank set
-  /// Ranks an RPC group lost (died, stopped, cut off) and has not heard from since: rank 0
-  /// does not wait for them to leave. Its own mutex: RPC I/O threads write it, and must not
+  /// Ranks an RPC group lost (died, stopped, cut off; not a member closing its connections
+  /// after the group's shutdown barrier) and has not heard from since: rank 0 does not
+  /// wait for them to leave. Its own mutex: RPC I/O threads write it, and must not
   /// wait behind `mutex`, which a group's creation holds for as long as it connects.
   std::mutex lost_mutex;
   std::set<int> lost_ranks;

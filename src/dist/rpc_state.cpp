@@ -142,6 +142,7 @@ void RpcState::shutdown() {
   if (stopped_) return;
   stopped_ = true;
   if (!started_) return;
+  leaving_ = true;
   std::exception_ptr error;
   // A lost member never reaches the barrier: it opens when the others have arrived
   // (asking again while it waits: another member may learn of a loss before this one).

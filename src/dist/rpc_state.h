@@ -121,6 +121,10 @@ class RpcState {
   LostMembers lost_;
 
   std::atomic<bool> stopping_{false};
+  // Set as this member enters shutdown's barrier: every member has entered it before any
+  // leaves it and closes its connections, so a connection that closes from then on is a
+  // member leaving, not lost (the World is not told: rank 0 waits for it to leave).
+  std::atomic<bool> leaving_{false};
   std::mutex shutdown_mutex_;
   bool started_ = false;  // false when construction failed half-way: nothing to stop
   bool stopped_ = false;

@@ -289,10 +289,18 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
       s.device = c10d::ProcessGroupGloo::createDeviceForInterface(options.interface());
     } else {
       // Where the other ranks reach this one: 127.0.0.1 for a local MASTER_ADDR, else this
-      // host's address on the route to it, as for RPC. (Gloo's default, the address the
-      // host name resolves to, can be a loopback one that no other host can reach.)
-      s.device = c10d::ProcessGroupGloo::createDeviceForHostname(
-          detail::advertised_host(options.master_addr(), options.master_port(), ""));
+      // host's IPv4 address on the route to it, as for RPC. (Gloo's default, the address
+      // the host name resolves to, can be a loopback one no other host reaches.) With no
+      // IPv4 route (an IPv6 MASTER_ADDR), Gloo's default.
+      std::string here = options.master_addr() == "::1" ? "127.0.0.1" : "";
+      if (here.empty()) {
+        try {
+          here = detail::advertised_host(options.master_addr(), options.master_port(), "");
+        } catch (const Error&) {
+        }
+      }
+      s.device = here.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                              : c10d::ProcessGroupGloo::createDeviceForHostname(here);
     }
   } catch (const std::exception&) {
     throw Error(c10::str("[", origin, "] cannot open a Gloo device (interface '", options.interface(),

@@ -141,11 +141,14 @@ TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {
 
 TEST_F(Cli, AJobOverSeveralHostsNamesWhatItLacks) {
   EXPECT_REFUSED("--nnodes 2", "--nnodes 2 needs --master-addr: the address of node 0");
-  EXPECT_REFUSED("--nnodes 2 --master-addr 127.0.0.1", "--nnodes 2 needs a --master-port");
-  EXPECT_REFUSED("--nnodes 2 --master-addr 127.0.0.1 --master-port 29999",
+  // 192.0.2.1: a documentation address, never dialed (each is refused before).
+  EXPECT_REFUSED("--nnodes 2 --master-addr 192.0.2.1", "--nnodes 2 needs a --master-port");
+  EXPECT_REFUSED("--nnodes 2 --master-addr 192.0.2.1 --master-port 29999",
                  "--nnodes 2 needs PUSH_JOB_SECRET in the environment, the same on every host");
-  EXPECT_REFUSED("--nnodes 2 --node-rank 2 --master-addr 127.0.0.1 --master-port 29999",
+  EXPECT_REFUSED("--nnodes 2 --node-rank 2 --master-addr 192.0.2.1 --master-port 29999",
                  "--node-rank 2 is not in 0..1 (--nnodes 2)");
+  EXPECT_REFUSED("--nnodes 2 --master-addr 127.0.0.1 --master-port 29999",
+                 "--nnodes 2 needs a --master-addr the other hosts reach, not the loopback 127.0.0.1");
   EXPECT_REFUSED("--master-port 29999", "--master-port is for --nnodes M > 1");
   // Under a launcher its variables say where the ranks are.
   auto launched = run("--nnodes 2 --quiet --out o", -1, "", {"WORLD_SIZE=1", "RANK=0"});

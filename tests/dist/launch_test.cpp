@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <thread>
@@ -213,4 +214,49 @@ TEST(DistLaunch, CarriageReturnUpdatesAreForwardedAsTheyComeAndLongLinesInPieces
   EXPECT_EQ(::waitpid(big.pid, &status, WNOHANG), 0) << "the pieces came only once the rank ended";
   EXPECT_EQ(wait_launcher(big.pid, 10s), 0);
   close(big.out);
+}
+
+TEST(DistLaunch, EachOfSeveralHostsStartsItsRanksOfOneJob) {
+  // The secret comes from the environment the launchers share; none at first.
+  const char* had = std::getenv("PUSH_JOB_SECRET");
+  const std::string saved = had ? had : "";
+  unsetenv("PUSH_JOB_SECRET");
+  const std::vector<std::string> node1 = {"--nproc",       "2",         "--nnodes",      "2",    "--node-rank", "1",
+                                          "--master-addr", "192.0.2.1", "--master-port", "29999"};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const std::vector<std::string> program = {
+      "--", "/bin/sh", "-c", "echo env=$RANK,$WORLD_SIZE,$LOCAL_RANK,$LOCAL_WORLD_SIZE,$GROUP_RANK,$PUSH_JOB_ID"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {with(node1, program), "--nnodes 2 needs PUSH_JOB_SECRET in the environment"},
+      {with({"--nproc", "2", "--nnodes", "2", "--node-rank", "1", "--master-port", "29999"}, program),
+       "--nnodes 2 needs --master-addr"},
+      {with({"--nproc", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "192.0.2.1", "--master-port", "1"},
+            program),
+       "--node-rank 2 is not in 0..1"},
+      {with({"--nproc", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "1"}, program),
+       "not the loopback 127.0.0.1"},
+  };
+  for (const auto& [args, needle] : refused) {
+    const auto l = start_launcher(args);
+    const std::string out = read_output(l.out, 1, 5s);
+    close(l.out);
+    EXPECT_EQ(wait_launcher(l.pid, 5s), 2) << out;
+    EXPECT_NE(out.find(needle), std::string::npos) << out;
+  }
+  // Node 1 of 2, two ranks each: ranks 2 and 3 of 4, node 0's address in the job id.
+  setenv("PUSH_JOB_SECRET", std::string(64, 'a').c_str(), 1);
+  const auto l = start_launcher(with(node1, program));
+  const std::string out = read_output(l.out, 2, 20s);
+  close(l.out);
+  EXPECT_EQ(wait_launcher(l.pid, 20s), 0) << out;
+  EXPECT_NE(out.find("[rank 2] env=2,4,0,2,1,push-launch:192.0.2.1:29999"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 3] env=3,4,1,2,1,push-launch:192.0.2.1:29999"), std::string::npos) << out;
+  if (had) {
+    setenv("PUSH_JOB_SECRET", saved.c_str(), 1);
+  } else {
+    unsetenv("PUSH_JOB_SECRET");
+  }
 }

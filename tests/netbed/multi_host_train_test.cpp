@@ -2,64 +2,20 @@
 // its ranks as a batch script would on a cluster (RANK, WORLD_SIZE, MASTER_ADDR = host 0's
 // address, one shared PUSH_JOB_SECRET), and the job gives the numbers of `--nproc` on one
 // host; a host that is killed, cut off or frozen fails the other within its deadline, naming it.
-#include <push/dist/world.h>
-
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <optional>
 #include <thread>
 
-#include "cli/cli_test_util.h"
-#include "netbed/netbed.h"
+#include "netbed/train_on_hosts.h"
 
 namespace {
 using namespace push::testing;
 
 constexpr const char* kArgs = "--algo ensemble --particles 4 --epochs 3 --devices 1 --quiet --out ";
 
-class MultiHostTrain : public Cli {
- protected:
-  void SetUp() override {
-    if (const auto why = NetBed::unavailable(); !why.empty()) GTEST_SKIP() << "no test bed here: " << why;
-    Cli::SetUp();
-  }
-  /// Starts rank `rank` of `world` on host `host` of `bed`: `push train ARGS`, its output to
-  /// rank<R>.log in the test's folder.
-  pid_t start_rank(const NetBed& bed, int host, int rank, int world, const std::string& args,
-                   const std::vector<std::string>& env = {}) {
-    launcher_ = bed.exec_prefix(host);
-    std::vector<std::string> vars = {
-        "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=0",
-        "LOCAL_WORLD_SIZE=1",           "MASTER_ADDR=" + bed.address(0),       "MASTER_PORT=29500",
-        "PUSH_JOB_ID=netbed",           "PUSH_JOB_SECRET=" + secret_};
-    vars.insert(vars.end(), env.begin(), env.end());
-    const pid_t pid = start(args, dir_ / ("rank" + std::to_string(rank) + ".log"), vars);
-    launcher_.clear();
-    return pid;
-  }
-  std::string log(int rank) { return slurp(dir_ / ("rank" + std::to_string(rank) + ".log")); }
-  /// Runs `push train ARGS --nnodes N --node-rank K ...` on each host of `bed` (node K on host
-  /// K), as a user would on a cluster, and expects each to succeed; node K's output is in
-  /// node<K>.log.
-  void run_nodes(const NetBed& bed, const std::string& args) {
-    std::vector<pid_t> nodes;
-    for (int k = 0; k < bed.hosts(); ++k) {
-      launcher_ = bed.exec_prefix(k);
-      nodes.push_back(start(args + " --nnodes " + std::to_string(bed.hosts()) + " --node-rank " + std::to_string(k) +
-                                " --master-addr " + bed.address(0) + " --master-port 29500",
-                            dir_ / ("node" + std::to_string(k) + ".log"), {"PUSH_JOB_SECRET=" + secret_}));
-      launcher_.clear();
-    }
-    for (int k = 0; k < bed.hosts(); ++k) {
-      int status = 0;
-      ASSERT_EQ(::waitpid(nodes[static_cast<size_t>(k)], &status, 0), nodes[static_cast<size_t>(k)]);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "node " << k << ":\n"
-                                                                 << slurp(dir_ / ("node" + std::to_string(k) + ".log"));
-    }
-  }
-  std::string secret_ = push::dist::new_job_secret();
-};
+using MultiHostTrain = TrainOnHosts;
 
 TEST_F(MultiHostTrain, OneJobOverTwoHostsGivesTheNumbersOfOneHost) {
   auto reference = run(std::string(kArgs) + "nproc --nproc 2");
@@ -82,7 +38,7 @@ TEST_F(MultiHostTrain, NprocOnEachOfTwoHostsIsOneJobWithTheNumbersOfOneHost) {
   auto reference = run(std::string(kArgs) + "one --nproc 4");
   ASSERT_EQ(reference.code, 0) << reference.err;
   NetBed bed(2);
-  ASSERT_NO_FATAL_FAILURE(run_nodes(bed, std::string(kArgs) + "two --nproc 2"));
+  ASSERT_TRUE(run_nodes(bed, std::string(kArgs) + "two --nproc 2"));
   EXPECT_EQ(metrics("two")["run"]["ranks"], 4);
   EXPECT_EQ(comparable(metrics("two")), comparable(metrics("one")));
   // Rank 0 alone reports: node 0's output has the table, labelled with its rank.
@@ -96,7 +52,7 @@ TEST_F(MultiHostTrain, DasoAcrossTwoHostsGivesTheNumbersOfTwoSimulatedNodes) {
   auto reference = run(args + "one --nproc 4 --ranks-per-node 2");
   ASSERT_EQ(reference.code, 0) << reference.err;
   NetBed bed(2);
-  ASSERT_NO_FATAL_FAILURE(run_nodes(bed, args + "two --nproc 2"));
+  ASSERT_TRUE(run_nodes(bed, args + "two --nproc 2"));
   EXPECT_EQ(comparable(metrics("two")), comparable(metrics("one")));
 }
 
@@ -129,7 +85,14 @@ class HostFaults : public MultiHostTrain {
     const std::string args = "--algo ensemble --particles 4 --epochs 100000 --devices 1 --quiet --out run";
     const pid_t rank0 = start_rank(bed, 0, 0, 2, args);
     const pid_t rank1 = start_rank(bed, 1, 1, 2, args);
-    std::this_thread::sleep_for(std::chrono::seconds(4));  // joined and training
+    // Joined (connected to host 1), then a second into training. A fixed wait would be too
+    // short on a loaded machine: a fault before the join costs init_timeout (120 s).
+    const auto joining = std::chrono::steady_clock::now();
+    while (!connected_to(rank0, bed.address(1)) &&
+           std::chrono::steady_clock::now() - joining < std::chrono::seconds(120)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     const auto start = std::chrono::steady_clock::now();
     fault(bed);
     Outcome o;

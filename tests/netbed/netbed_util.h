@@ -97,9 +97,10 @@ inline int64_t receive(const std::string& address, int port, int64_t bytes, int 
   return total;
 }
 
-/// A child in host `h` that listens on its address:port, serves one connection `bytes`
-/// bytes and exits; returns once it listens. Reap it with reap().
-inline pid_t serve_once(const NetBed& bed, int h, int port, int64_t bytes) {
+/// A child in host `h` that listens on its address:port, accepts one connection, runs
+/// `serve(connection)` (its return value is the child's exit code) and exits; returns once
+/// it listens. Reap it with reap().
+inline pid_t serve_one_connection(const NetBed& bed, int h, int port, const std::function<int(int)>& serve) {
   int ready[2];
   if (::pipe(ready) != 0) throw std::runtime_error("pipe");
   const pid_t pid = ::fork();
@@ -118,14 +119,9 @@ inline pid_t serve_once(const NetBed& bed, int h, int port, int64_t bytes) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 20000) != 1) ::_exit(102);
     const int c = ::accept(fd, nullptr, nullptr);
-    std::vector<char> block(1 << 16, 'x');
-    for (int64_t sent = 0; sent < bytes;) {
-      const ssize_t put = ::write(c, block.data(), static_cast<size_t>(std::min<int64_t>(bytes - sent, 1 << 16)));
-      if (put <= 0) ::_exit(103);
-      sent += put;
-    }
+    const int code = serve(c);
     ::close(c);
-    ::_exit(0);
+    ::_exit(code);
   }
   ::close(ready[1]);
   char r = 0;
@@ -135,41 +131,30 @@ inline pid_t serve_once(const NetBed& bed, int h, int port, int64_t bytes) {
   return pid;
 }
 
-/// A child in host `h` that listens on its address:port, echoes one byte `rounds` times to
-/// one connection and exits; returns once it listens. Reap it with reap().
+/// Serves one connection `bytes` bytes (serve_one_connection).
+inline pid_t serve_once(const NetBed& bed, int h, int port, int64_t bytes) {
+  return serve_one_connection(bed, h, port, [bytes](int c) {
+    std::vector<char> block(1 << 16, 'x');
+    for (int64_t sent = 0; sent < bytes;) {
+      const ssize_t put = ::write(c, block.data(), static_cast<size_t>(std::min<int64_t>(bytes - sent, 1 << 16)));
+      if (put <= 0) return 103;
+      sent += put;
+    }
+    return 0;
+  });
+}
+
+/// Echoes one byte `rounds` times to one connection (serve_one_connection).
 inline pid_t serve_echo(const NetBed& bed, int h, int port, int rounds) {
-  int ready[2];
-  if (::pipe(ready) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    if (!enter(bed, h)) ::_exit(100);
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  return serve_one_connection(bed, h, port, [rounds](int c) {
     const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in at{};
-    at.sin_family = AF_INET;
-    at.sin_port = htons(static_cast<uint16_t>(port));
-    ::inet_pton(AF_INET, bed.address(h).c_str(), &at.sin_addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 || ::listen(fd, 4) != 0) ::_exit(101);
-    ::write(ready[1], "r", 1);
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 20000) != 1) ::_exit(102);
-    const int c = ::accept(fd, nullptr, nullptr);
     ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     char b = 0;
     for (int i = 0; i < rounds; ++i) {
-      if (::read(c, &b, 1) != 1 || ::write(c, &b, 1) != 1) ::_exit(103);
+      if (::read(c, &b, 1) != 1 || ::write(c, &b, 1) != 1) return 103;
     }
-    ::close(c);
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  char r = 0;
-  const ssize_t got = ::read(ready[0], &r, 1);
-  ::close(ready[0]);
-  if (got != 1) throw std::runtime_error("the echo server in the bed did not start");
-  return pid;
+    return 0;
+  });
 }
 
 /// Round trips of one byte to an echo server (serve_echo) at address:port, in

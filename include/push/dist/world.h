@@ -56,8 +56,9 @@ struct WorldOptions {
   TORCH_ARG(Milliseconds, rpc_timeout) = std::chrono::seconds(60);
   /// How long rank 0 waits, when it leaves, for the others to leave (it hosts the store).
   TORCH_ARG(Milliseconds, shutdown_timeout) = std::chrono::seconds(30);
-  /// Network interface Gloo binds to (GLOO_SOCKET_IFNAME); empty: loopback when the
-  /// master is local, else the address this host's name resolves to.
+  /// Network interface Gloo and RPC bind to (GLOO_SOCKET_IFNAME); empty: loopback when the
+  /// master is local, else this host's address on its route to the master (an IPv6
+  /// master: Gloo's default, the address the host name resolves to).
   TORCH_ARG(std::string, interface) = "";
   /// Gloo's worker threads per process group.
   TORCH_ARG(int, gloo_threads) = 2;

@@ -1,0 +1,28 @@
+// The checks of a job over several hosts (launch_nodes.h).
+#include "launch_nodes.h"
+
+#include <cstdlib>
+
+namespace push::cli {
+
+std::string nodes_refusal(int nnodes, int node_rank, const std::string& master_addr, int master_port) {
+  const std::string m = "--nnodes " + std::to_string(nnodes);
+  if (node_rank < 0 || node_rank >= nnodes) {
+    return "--node-rank " + std::to_string(node_rank) + " is not in 0.." + std::to_string(nnodes - 1) + " (" + m + ")";
+  }
+  if (nnodes == 1) return "";
+  if (master_addr.empty()) return m + " needs --master-addr: the address of node 0";
+  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1") {
+    return m + " needs a --master-addr the other hosts reach, not the loopback " + master_addr;
+  }
+  if (master_port <= 0) return m + " needs a --master-port (the same on every host)";
+  const char* secret = std::getenv("PUSH_JOB_SECRET");
+  if (secret == nullptr || *secret == '\0') {
+    return m +
+           " needs PUSH_JOB_SECRET in the environment, the same on every host: export "
+           "PUSH_JOB_SECRET=$(openssl rand -hex 32)";
+  }
+  return "";
+}
+
+}  // namespace push::cli
