@@ -149,8 +149,8 @@ TEST(Laplace, BadModelsAndOptionsAreNamed) {
   EXPECT_PUSH_ERROR(Laplace(with_randomized_prior(make_model("mlp:4", {1}, 1), 1.0)),
                     "does not take a randomized prior");
   EXPECT_PUSH_ERROR(Laplace(make_model("mlp:4095", {1}, 3)), "full covariance of the last layer's 12288 parameters");
-  EXPECT_NO_THROW(Laplace(make_model("mlp:4095", {1}, 3), InferOptions(),
-                          LaplaceOptions().structure(LaplaceStructure::diagonal)));
+  EXPECT_NO_THROW(
+      Laplace(make_model("mlp:4095", {1}, 3), InferOptions(), LaplaceOptions().structure(LaplaceStructure::diagonal)));
   EXPECT_EQ(last_layer_parameters(make_model("mlp:4095", {1}, 3)), 12288);
   EXPECT_DOUBLE_EQ(laplace_bytes(4, LaplaceStructure::full).kept, (16 + 4) * 8);
   EXPECT_DOUBLE_EQ(laplace_bytes(4, LaplaceStructure::diagonal).kept, 2 * 4 * 8);

@@ -56,8 +56,9 @@ class TrainOnHosts : public Cli {
       int status = 0;
       const bool exited = ::waitpid(nodes[static_cast<size_t>(k)], &status, 0) == nodes[static_cast<size_t>(k)];
       ok = ok && exited && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "node " << k << ":\n"
-                                                                 << slurp(dir_ / ("node" + std::to_string(k) + ".log"));
+      EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "node " << k << ":\n"
+          << slurp(dir_ / ("node" + std::to_string(k) + ".log"));
     }
     return ok;
   }
