@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -52,6 +53,7 @@ Ran run(const std::vector<std::string>& argv) {
     if (got < 0 && errno != EINTR) break;
   }
   ::close(pipe_fds[0]);
+  while (!r.output.empty() && std::isspace(static_cast<unsigned char>(r.output.back()))) r.output.pop_back();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -133,7 +135,17 @@ std::string NetBed::unavailable() {
   if (::geteuid() != 0) return "network namespaces need root";
   if (run({"ip", "-V"}).code != 0) return "iproute2's `ip` is not installed (apt-get install iproute2)";
   if (run({"tc", "-V"}).code != 0) return "iproute2's `tc` is not installed (apt-get install iproute2)";
-  return "";
+  // Root without the capabilities (a container without CAP_SYS_ADMIN / CAP_NET_ADMIN): try.
+  static const std::string probed = [] {
+    const std::string probe = std::string(kPrefix) + std::to_string(::getpid()) + "-probe";
+    const Ran made = run({"ip", "netns", "add", probe});
+    if (made.code != 0) return "cannot make a network namespace (" + made.output + ")";
+    const Ran bridge = run({"ip", "-n", probe, "link", "add", "br0", "type", "bridge"});
+    run({"ip", "netns", "del", probe});
+    if (bridge.code != 0) return "cannot make a bridge in a network namespace (" + bridge.output + ")";
+    return std::string();
+  }();
+  return probed;
 }
 
 NetBed::NetBed(int hosts) {
