@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "netbed/train_on_hosts.h"
@@ -44,6 +45,38 @@ TEST_F(MultiHostTrain, NprocOnEachOfTwoHostsIsOneJobWithTheNumbersOfOneHost) {
   // Rank 0 alone reports: node 0's output has the table, labelled with its rank.
   EXPECT_NE(slurp(dir_ / "node0.log").find("[rank 0] test metric"), std::string::npos) << slurp(dir_ / "node0.log");
   EXPECT_EQ(slurp(dir_ / "node1.log").find("test metric"), std::string::npos) << slurp(dir_ / "node1.log");
+}
+
+TEST_F(MultiHostTrain, OverA50MsLinkTheJobCompletesWithTheSameNumbers) {
+  // 25 ms on each host's link: 50 ms one way between the hosts, 100 ms a round trip.
+  auto reference = run(std::string(kArgs) + "one --nproc 4");
+  ASSERT_EQ(reference.code, 0) << reference.err;
+  NetBed bed(2);
+  for (int h = 0; h < 2; ++h) bed.link(h, LinkSpec{.delay_ms = 25});
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(run_nodes(bed, std::string(kArgs) + "slow --nproc 2"));
+  std::printf("2 hosts x 2 ranks over a 50 ms link: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EXPECT_EQ(comparable(metrics("slow")), comparable(metrics("one")));
+}
+
+TEST_F(MultiHostTrain, ALinkThatStallsForASecondAtRandomDelaysTheJobButNotItsNumbers) {
+  auto reference = run(std::string(kArgs) + "one --nproc 4");
+  ASSERT_EQ(reference.code, 0) << reference.err;
+  NetBed bed(2);
+  bed.link(1, LinkSpec{});  // host 1's link through the user-space switch, which can stall it
+  std::mt19937 random(std::random_device{}());
+  const auto stall_at = std::chrono::milliseconds(std::uniform_int_distribution<int>(500, 2500)(random));
+  std::thread staller([&] {
+    std::this_thread::sleep_for(stall_at);
+    bed.link(1, LinkSpec{.stalled = true});
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    bed.link(1, LinkSpec{});
+  });
+  const bool ok = run_nodes(bed, std::string(kArgs) + "stalled --nproc 2");
+  staller.join();
+  ASSERT_TRUE(ok) << "stalled for 1 s at " << stall_at.count() << " ms";
+  EXPECT_EQ(comparable(metrics("stalled")), comparable(metrics("one"))) << "stall at " << stall_at.count() << " ms";
 }
 
 TEST_F(MultiHostTrain, DasoAcrossTwoHostsGivesTheNumbersOfTwoSimulatedNodes) {
