@@ -36,6 +36,13 @@ Parts parts_of(torch::nn::Module& network) {
   return p;
 }
 
+/// push::Error unless a `structure` covariance of `P` last-layer parameters is kept.
+void check_size(int64_t P, LaplaceStructure structure) {
+  PUSH_CHECK(structure != LaplaceStructure::full || P <= kMaxFullParameters, kOrigin,
+             "a full covariance of the last layer's ", P, " parameters is too large (at most ", kMaxFullParameters,
+             "): use the diagonal structure");
+}
+
 /// [φ(x), 1] in float64, [M, h + 1], without a graph.
 torch::Tensor features(const Parts& parts, const torch::Tensor& x) {
   torch::NoGradGuard no_grad;
@@ -125,8 +132,7 @@ LastLayerPosterior last_layer_laplace(torch::nn::Module& network, const torch::T
   }
   const int64_t o = theta.size(0), h1 = theta.size(1), P = o * h1;
   const bool full = options.structure() == LaplaceStructure::full;
-  PUSH_CHECK(!full || P <= kMaxFullParameters, kOrigin, "a full covariance of the last layer's ", P,
-             " parameters is too large (at most ", kMaxFullParameters, "): use the diagonal structure");
+  check_size(P, options.structure());
   const auto out = outputs(phi, theta);
   const auto fisher = output_fisher(out, objective, objective.noise_std());  // [N, o, o]
   // G[(k,i),(l,j)] = Σₙ Λₙ[k,l] φ̃ₙ[i] φ̃ₙ[j]: one product per pair of outputs the Fisher couples.
@@ -200,10 +206,7 @@ namespace {
 /// `model` after a scratch network of it was checked to have a last layer the Laplace can
 /// approximate under `options`: refused at construction, before any training.
 ModuleFactory with_a_last_layer(ModuleFactory model, const LaplaceOptions& options) {
-  const int64_t P = last_layer_parameters(model);
-  PUSH_CHECK(options.structure() != LaplaceStructure::full || P <= kMaxFullParameters, kOrigin,
-             "a full covariance of the last layer's ", P, " parameters is too large (at most ", kMaxFullParameters,
-             "): use the diagonal structure");
+  check_size(last_layer_parameters(model), options.structure());
   return model;
 }
 

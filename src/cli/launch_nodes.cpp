@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "dist/transport.h"
+
 namespace push::cli {
 
 std::string nodes_refusal(int nnodes, int node_rank, const std::string& master_addr, int master_port) {
@@ -12,7 +14,7 @@ std::string nodes_refusal(int nnodes, int node_rank, const std::string& master_a
   }
   if (nnodes == 1) return "";
   if (master_addr.empty()) return m + " needs --master-addr: the address of node 0";
-  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1") {
+  if (dist::detail::is_loopback(master_addr)) {
     return m + " needs a --master-addr the other hosts reach, not the loopback " + master_addr;
   }
   if (master_port <= 0) return m + " needs a --master-port (the same on every host)";

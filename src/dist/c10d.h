@@ -44,6 +44,8 @@ struct WorldState {
   /// wait behind `mutex`, which a group's creation holds for as long as it connects.
   std::mutex lost_mutex;
   std::set<int> lost_ranks;
+  /// Rank `rank` was lost (true) or heard from again (false): lost_ranks under lost_mutex.
+  void mark_lost(int rank, bool lost);
 
   ~WorldState();
   /// A fresh client of the job's store (for blocking waits).

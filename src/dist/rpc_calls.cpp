@@ -143,11 +143,8 @@ void RpcState::send_to_new_holder(std::shared_ptr<Pending> moved) {
 
 void RpcState::on_peer_lost(int peer, const std::string& why) {
   const auto listeners = lost_.lose(peer, why);
-  if (!leaving_) {  // a member that left after shutdown's barrier is not lost to the World
-    auto& world = WorldAccess::state(world_);
-    std::lock_guard<std::mutex> lock(world.lost_mutex);
-    world.lost_ranks.insert(members_.at(static_cast<size_t>(peer)));
-  }
+  // A member that left after shutdown's barrier is not lost to the World.
+  if (!leaving_) WorldAccess::state(world_).mark_lost(members_.at(static_cast<size_t>(peer)), true);
   for (auto& p : calls_.take_to(peer)) {
     p.promise.set_error(
         std::make_exception_ptr(Error(c10::str("[", kRpcOrigin, "] ", p.what, ": lost the connection to ",

@@ -79,9 +79,7 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
   cb.peer_lost = [this](int peer, const std::string& why) { on_peer_lost(peer, why); };
   cb.peer_found = [this](int peer) {
     lost_.found(peer);
-    auto& world = WorldAccess::state(world_);
-    std::lock_guard<std::mutex> lock(world.lost_mutex);
-    world.lost_ranks.erase(members_.at(static_cast<size_t>(peer)));
+    WorldAccess::state(world_).mark_lost(members_.at(static_cast<size_t>(peer)), false);
   };
   cb.tick = [this] { return expire(); };
   transport_ = std::make_unique<Transport>(std::move(to), std::move(cb));

@@ -428,9 +428,10 @@ void Transport::close(Connection* c, const std::string& why) {
 
 // -- addresses ----------------------------------------------------------------------------
 
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface) {
-  auto loopback = [](const std::string& h) { return h == "localhost" || h.rfind("127.", 0) == 0; };
-  if (interface.empty() && loopback(master_addr)) return "127.0.0.1";
+  if (interface.empty() && is_loopback(master_addr)) return "127.0.0.1";
   if (!interface.empty()) {
     ifaddrs* list = nullptr;
     PUSH_CHECK(::getifaddrs(&list) == 0, kRpcOrigin, "cannot list network interfaces: ", std::strerror(errno));

@@ -218,5 +218,7 @@ int poll_timeout_ms(Clock::time_point deadline, int longest_ms);
 /// local, the address of `interface` when given, else the address this host reaches the
 /// master from.
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface);
+/// Whether `host` names this machine's loopback: localhost, 127.x.y.z or ::1.
+bool is_loopback(const std::string& host);
 
 }  // namespace push::dist::detail

@@ -88,6 +88,15 @@ WorldState::~WorldState() {
   }
 }
 
+void WorldState::mark_lost(int rank, bool lost) {
+  std::lock_guard<std::mutex> lock(lost_mutex);
+  if (lost) {
+    lost_ranks.insert(rank);
+  } else {
+    lost_ranks.erase(rank);
+  }
+}
+
 c10::intrusive_ptr<c10d::Store> WorldState::new_client() const {
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(options.master_port());
@@ -292,12 +301,10 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
       // host's IPv4 address on the route to it, as for RPC. (Gloo's default, the address
       // the host name resolves to, can be a loopback one no other host reaches.) With no
       // IPv4 route (an IPv6 MASTER_ADDR), Gloo's default.
-      std::string here = options.master_addr() == "::1" ? "127.0.0.1" : "";
-      if (here.empty()) {
-        try {
-          here = detail::advertised_host(options.master_addr(), options.master_port(), "");
-        } catch (const Error&) {
-        }
+      std::string here;
+      try {
+        here = detail::advertised_host(options.master_addr(), options.master_port(), "");
+      } catch (const Error&) {
       }
       s.device = here.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                               : c10d::ProcessGroupGloo::createDeviceForHostname(here);
