@@ -7,7 +7,8 @@
 // frame crossing the sender's link up and the receiver's link down:
 //   leaves the host at t (received here), arrives after the sender's link delay (+ uniform
 //   jitter, order kept), is delivered after the receiver's. A frame is dropped with each
-//   link's loss probability, or when more than kQueueBytes wait on a link (tail drop).
+//   link's loss probability, or when more than kQueueBytes wait on a link, or are held by
+//   a stalled one (tail drop).
 // Frames keep their virtio-net header (PACKET_VNET_HDR): the kernel's large segments pass
 // through whole and are cut (and checksummed) by the receiving host's stack.
 //
@@ -73,6 +74,7 @@ struct Port {
   Link link;
   Direction up, down;                                         // host -> switch, switch -> host
   std::deque<std::vector<uint8_t>> stalled_up, stalled_down;  // frames held while the link stalls
+  size_t stalled_bytes = 0;  // both ways; past kQueueBytes a stalled link drops (tail drop)
 };
 
 struct Pending {
@@ -163,7 +165,10 @@ void switch_frame(int from, std::vector<uint8_t> frame, Clock::time_point now) {
     if (to == from || (known != g_macs.end() && known->second != to)) continue;
     auto& port = g_ports[static_cast<size_t>(to)];
     if (port.link.stalled) {
-      port.stalled_down.push_back(frame);
+      if (port.stalled_bytes + frame.size() <= kQueueBytes) {
+        port.stalled_bytes += frame.size();
+        port.stalled_down.push_back(frame);
+      }
       continue;
     }
     Clock::time_point at;
@@ -183,7 +188,10 @@ void receive(int p, Clock::time_point now) {
     if (static_cast<size_t>(got) < kVnetHeader + 14) continue;
     frame.resize(static_cast<size_t>(got));
     if (port.link.stalled) {
-      port.stalled_up.push_back(std::move(frame));
+      if (port.stalled_bytes + frame.size() <= kQueueBytes) {
+        port.stalled_bytes += frame.size();
+        port.stalled_up.push_back(std::move(frame));
+      }
       continue;
     }
     Clock::time_point at;
@@ -235,7 +243,8 @@ int main(int argc, char** argv) {
       for (int p = 0; p < static_cast<int>(g_ports.size()); ++p) {
         auto& port = g_ports[static_cast<size_t>(p)];
         const auto now = Clock::now();
-        for (; !port.link.stalled && !port.stalled_up.empty(); port.stalled_up.pop_front()) {  // a stall ended
+        if (!port.link.stalled) port.stalled_bytes = 0;  // a stall ended: all that it held goes on
+        for (; !port.link.stalled && !port.stalled_up.empty(); port.stalled_up.pop_front()) {
           Clock::time_point at;
           if (cross(port.link, port.up, now, port.stalled_up.front().size(), &at)) {
             schedule(p, -1, std::move(port.stalled_up.front()), at);
