@@ -174,9 +174,13 @@ void RecvRing::pop() {
 
 std::string host_identity() {
   static const std::string identity = [] {
-    char ns[64] = {};
-    [[maybe_unused]] auto n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-    return c10::str(read_line("/proc/sys/kernel/random/boot_id"), "/", ns, "/", ::getuid());
+    const auto ns = [](const char* path) {
+      char link[64] = {};
+      [[maybe_unused]] auto n = ::readlink(path, link, sizeof(link) - 1);
+      return std::string(link);
+    };
+    return c10::str(read_line("/proc/sys/kernel/random/boot_id"), "/", ns("/proc/self/ns/pid"), "/",
+                    ns("/proc/self/ns/net"), "/", ::getuid());
   }();
   return identity;
 }

@@ -87,8 +87,10 @@ class RecvRing {
   uint32_t tail_ = 0;
 };
 
-/// What two processes must share for rings between them to work: the machine (boot id),
-/// the PID namespace and the user.
+/// What two processes must share for rings between them: the machine (boot id), the PID
+/// namespace and the user for the rings to work, and the network namespace because
+/// processes in two of them are two hosts to the job (containers, the test bed of
+/// tests/netbed): what they send each other crosses the network their addresses name.
 std::string host_identity();
 
 }  // namespace push::dist::detail

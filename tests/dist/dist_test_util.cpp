@@ -75,17 +75,20 @@ std::vector<std::string> environment_with(const std::vector<std::string>& extra)
 }  // namespace
 
 std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seconds deadline,
-                             const std::vector<std::string>& extra_env) {
+                             const std::vector<std::string>& extra_env, const Placement& placement) {
   const int port = push::dist::free_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> vars = {"PUSH_DIST_WORKER=" + worker,      "RANK=" + std::to_string(r),
-                                     "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n),
-                                     "MASTER_ADDR=127.0.0.1",           "MASTER_PORT=" + std::to_string(port)};
+    const int local = placement.local_rank ? placement.local_rank(r) : r;
+    std::vector<std::string> vars = {"PUSH_DIST_WORKER=" + worker,           "RANK=" + std::to_string(r),
+                                     "LOCAL_RANK=" + std::to_string(local),  "WORLD_SIZE=" + std::to_string(n),
+                                     "MASTER_ADDR=" + placement.master_addr, "MASTER_PORT=" + std::to_string(port)};
     vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    pids.push_back(spawn(
-        {self_path(), "--gtest_filter=DistWorker.DISABLED_Run", "--gtest_also_run_disabled_tests", "--gtest_brief=1"},
-        environment_with(vars), -1));
+    std::vector<std::string> argv = placement.prefix ? placement.prefix(r) : std::vector<std::string>{};
+    argv.insert(argv.end(),
+                {placement.binary.empty() ? self_path() : placement.binary, "--gtest_filter=DistWorker.DISABLED_Run",
+                 "--gtest_also_run_disabled_tests", "--gtest_brief=1"});
+    pids.push_back(spawn(argv, environment_with(vars), -1));
   }
   std::vector<int> codes(n, -1);
   std::vector<bool> done(n, false);

@@ -27,9 +27,20 @@ struct WorkerRegistrar {
 /// push::dist::free_port(), under the name tests outside tests/dist still call it by.
 int free_port();
 
+/// Where run_workers starts the ranks: by default all on 127.0.0.1, from this binary. The
+/// test bed (tests/netbed) puts rank r on a host of its own: `prefix(r)` goes in front of its
+/// command line (`ip netns exec HOST`), MASTER_ADDR is host 0's address, and `binary` may
+/// name another test binary whose PUSH_DIST_WORKER bodies run.
+struct Placement {
+  std::string master_addr = "127.0.0.1";
+  std::function<std::vector<std::string>(int rank)> prefix;  // none when empty
+  std::function<int(int rank)> local_rank;                   // the rank itself when empty
+  std::string binary;                                        // this test binary when empty
+};
+
 /// Exit status of each rank: the exit code, or 128 + signal; -1 when killed at the deadline.
 std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seconds deadline = std::chrono::seconds(90),
-                             const std::vector<std::string>& extra_env = {});
+                             const std::vector<std::string>& extra_env = {}, const Placement& placement = {});
 
 /// Expects every rank to have exited with 0 (a failure names the rank).
 void expect_all_ok(const std::vector<int>& codes);
