@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <thread>
@@ -109,13 +110,33 @@ struct Outcome {
   std::string log;            // rank 0's output
 };
 
+/// Every file under `dir` with its bytes.
+std::map<std::string, std::string> files_of(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = slurp(e.path());
+  }
+  return files;
+}
+
 class HostFaults : public MultiHostTrain {
  protected:
-  /// Starts a long job on two hosts, lets it train, does `fault` to host 1 and waits at most
-  /// `limit` seconds for rank 0 to end. Everything left in the bed is killed by it.
-  Outcome after(const std::function<void(NetBed&)>& fault, double limit) {
+  /// Starts a long job on two hosts (`one_way_ms` apart), lets it train, does `fault` to
+  /// host 1 and waits at most `limit` seconds for rank 0 to end. Everything left in the bed
+  /// is killed by it. The job would replace a checkpoint an earlier run saved; the fault
+  /// must leave that one as it was.
+  Outcome after(const std::function<void(NetBed&)>& fault, double limit, double one_way_ms = 0) {
+    const std::string common = "--algo ensemble --particles 4 --devices 1 --quiet --save ckpt";
+    const auto saved = run(common + " --epochs 1 --out first --nproc 2");
+    EXPECT_EQ(saved.code, 0) << saved.err;
+    const auto checkpoint = files_of(dir_ / "ckpt");
+    EXPECT_FALSE(checkpoint.empty());
     NetBed bed(2);
-    const std::string args = "--algo ensemble --particles 4 --epochs 100000 --devices 1 --quiet --out run";
+    if (one_way_ms > 0) {
+      for (int h = 0; h < 2; ++h) bed.link(h, LinkSpec{.delay_ms = one_way_ms / 2});
+    }
+    const std::string args = common + " --epochs 100000 --out run";
     const pid_t rank0 = start_rank(bed, 0, 0, 2, args);
     const pid_t rank1 = start_rank(bed, 1, 1, 2, args);
     // Joined (connected to host 1), then a second into training. A fixed wait would be too
@@ -136,6 +157,7 @@ class HostFaults : public MultiHostTrain {
     bed.thaw(1);
     ::waitpid(rank1, nullptr, 0);
     std::printf("rank 0 ended %.2f s after the fault: %s\n", o.seconds, o.log.c_str());
+    EXPECT_EQ(files_of(dir_ / "ckpt"), checkpoint) << "the last checkpoint changed";
     return o;
   }
   /// Rank 0 failed (not killed by the limit), with one line naming rank 1, and published
@@ -165,6 +187,21 @@ TEST_F(HostFaults, APartitionedHostFailsTheOtherWithinTheHeartbeatTimeout) {
 
 TEST_F(HostFaults, AFrozenHostFailsTheOtherWithinTheHeartbeatTimeout) {
   const auto o = after([](NetBed& bed) { bed.freeze(1); }, 90);
+  expect_failed_naming_rank_1(o);
+  EXPECT_LT(o.seconds, 30 * 1.25 + 10) << o.log;
+}
+
+// The same faults with the hosts 50 ms apart: the deadlines hold (a killed host is still
+// found by its closed connections, a frozen one by the heartbeats, which a slow link only
+// delays by a round trip).
+TEST_F(HostFaults, OverA50MsLinkAKilledHostFailsTheOtherAtOnce) {
+  const auto o = after([](NetBed& bed) { bed.kill(1); }, 60, 50);
+  expect_failed_naming_rank_1(o);
+  EXPECT_LT(o.seconds, 15) << o.log;
+}
+
+TEST_F(HostFaults, OverA50MsLinkAFrozenHostFailsTheOtherWithinTheHeartbeatTimeout) {
+  const auto o = after([](NetBed& bed) { bed.freeze(1); }, 90, 50);
   expect_failed_naming_rank_1(o);
   EXPECT_LT(o.seconds, 30 * 1.25 + 10) << o.log;
 }
