@@ -12,36 +12,15 @@
 namespace {
 using namespace push::testing;
 
-/// The round trips (ms, sorted) of `rounds` one-byte messages from host `from` to an echo
-/// server on host `to`.
-std::vector<double> measure(const NetBed& bed, int from, int to, int port, int rounds) {
-  const pid_t server = serve_echo(bed, to, port, rounds);
-  int results[2];
-  if (::pipe(results) != 0) throw std::runtime_error("pipe");
-  const int code = in_host(bed, from, [&] {
-    const auto ms = round_trips(bed.address(to), port, rounds);
-    const ssize_t bytes = static_cast<ssize_t>(ms.size() * sizeof(double));
-    return ::write(results[1], ms.data(), static_cast<size_t>(bytes)) == bytes ? 0 : 1;
-  });
-  ::close(results[1]);
-  std::vector<double> ms(static_cast<size_t>(rounds));
-  const ssize_t got = ::read(results[0], ms.data(), ms.size() * sizeof(double));
-  ::close(results[0]);
-  reap(server);
-  EXPECT_EQ(code, 0);
-  ms.resize(got > 0 ? static_cast<size_t>(got) / sizeof(double) : 0);
-  return ms;
-}
-
 TEST_F(Hosts, AnEmulatedLinkDelaysByItsSetting) {
   NetBed bed(2);
-  const auto bridge = measure(bed, 1, 0, 40100, 50);
+  const auto bridge = echo_round_trips(bed, 1, 0, 40100, 50);
   ASSERT_EQ(bridge.size(), 50u);
   std::printf("kernel bridge: round trip median %.3f ms\n", bridge[25]);
   int port = 40101;
   for (double delay : {0.0, 0.1, 1.0, 10.0}) {
     bed.link(1, LinkSpec{.delay_ms = delay});  // host 1's link, each way: a round trip crosses it twice
-    const auto ms = measure(bed, 1, 0, port++, delay >= 10 ? 20 : 50);
+    const auto ms = echo_round_trips(bed, 1, 0, port++, delay >= 10 ? 20 : 50);
     ASSERT_FALSE(ms.empty()) << delay;
     const double median = ms[ms.size() / 2], p90 = ms[ms.size() * 9 / 10];
     std::printf("link delay %.1f ms each way: round trip median %.3f ms, p90 %.3f ms (setting %.1f ms)\n", delay,

@@ -183,6 +183,27 @@ inline void reap(pid_t pid) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
+/// The round trips (ms, sorted) of `rounds` one-byte messages from host `from` to an echo
+/// server on host `to`: the link's own round trip, as ping would give it.
+inline std::vector<double> echo_round_trips(const NetBed& bed, int from, int to, int port, int rounds) {
+  const pid_t server = serve_echo(bed, to, port, rounds);
+  int results[2];
+  if (::pipe(results) != 0) throw std::runtime_error("pipe");
+  const int code = in_host(bed, from, [&] {
+    const auto ms = round_trips(bed.address(to), port, rounds);
+    const ssize_t bytes = static_cast<ssize_t>(ms.size() * sizeof(double));
+    return ::write(results[1], ms.data(), static_cast<size_t>(bytes)) == bytes ? 0 : 1;
+  });
+  ::close(results[1]);
+  std::vector<double> ms(static_cast<size_t>(rounds));
+  const ssize_t got = ::read(results[0], ms.data(), ms.size() * sizeof(double));
+  ::close(results[0]);
+  reap(server);
+  EXPECT_EQ(code, 0);
+  ms.resize(got > 0 ? static_cast<size_t>(got) / sizeof(double) : 0);
+  return ms;
+}
+
 /// Starts the shell command `command` (exec'd: the pid is the command's).
 inline pid_t spawn(const std::string& command) {
   const pid_t pid = ::fork();

@@ -28,4 +28,10 @@ TEST(ParameterServerExample, TwoWorkersTrainTheModelAsynchronously) {
   EXPECT_EQ(m[2].str(), "800");
   EXPECT_GT(std::stod(m[3].str()), 0.1) << out;
   EXPECT_LT(std::stod(m[4].str()), 0.25) << out;
+  // Each worker reports its own pace.
+  for (const char* worker : {"worker 1", "worker 2"}) {
+    EXPECT_TRUE(
+        std::regex_search(out, std::regex(std::string(worker) + R"(: 400 steps in [0-9.]+ s, [0-9.]+ steps/s)")))
+        << out;
+  }
 }
