@@ -341,4 +341,33 @@ BENCHMARK(BM_FusedCnn)->Iterations(2)->Unit(benchmark::kSecond);
 
 }  // namespace
 
+// The SVGD leader's own work each batch, the term of the scale model (docs/several-hosts.md)
+// that grows as n^2: svgd_direction on n particles of D parameters, against its floor, one
+// matrix product of the same n x n x D size (the kernel's pairwise distances).
+void BM_SvgdLeaderKernel(benchmark::State& state) {
+  const int64_t n = state.range(0), d = state.range(1);
+  torch::manual_seed(0);
+  const auto theta = torch::randn({n, d}), grad = torch::randn({n, d});
+  double push_s = 0, floor_s = 0;
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(push::bayes::svgd_direction(theta, grad, std::nullopt));
+    push_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(torch::mm(theta, theta.t()));
+    floor_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const double runs = static_cast<double>(state.iterations());
+  state.counters["kernel_s"] = push_s / runs;
+  state.counters["matmul_s"] = floor_s / runs;
+  state.counters["ratio"] = push_s / floor_s;
+}
+BENCHMARK(BM_SvgdLeaderKernel)
+    ->Args({64, 4418})
+    ->Args({256, 4418})
+    ->Args({1024, 4418})
+    ->ArgNames({"n", "D"})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

@@ -257,6 +257,10 @@ void NetBed::heal(int h) {
   must({"ip", "-n", switch_, "link", "set", port_of(h), "master", "br0"});
 }
 
+void NetBed::sysctl(const std::string& setting) {
+  for (const auto& host : hosts_) must({"ip", "netns", "exec", host, "sysctl", "-q", "-w", setting});
+}
+
 std::vector<pid_t> NetBed::processes(int h) const { return processes_in(name(h)); }
 
 void NetBed::signal_all(int h, int sig) {

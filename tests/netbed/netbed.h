@@ -65,6 +65,9 @@ class NetBed {
   void thaw(int h);
   /// SIGKILL every process in host `h`'s namespace (the caller reaps its own children).
   void kill(int h);
+  /// Sets a network sysctl ("net.ipv4.tcp_congestion_control=reno") in every host: each
+  /// namespace has its own. Throws std::runtime_error where the kernel refuses it.
+  void sysctl(const std::string& setting);
   /// The processes in host `h`'s namespace now.
   std::vector<pid_t> processes(int h) const;
 
