@@ -3,7 +3,8 @@
 // pulls the newest parameters, computes a gradient on a minibatch of its own shard of the
 // sine-gap data, and pushes it. The server steps on each gradient as it arrives (no worker
 // waits for another); at the end rank 0 prints the training MSE of the first and the last
-// model; each worker prints its own steps per second.
+// model; each worker prints its own steps per second. --seconds S stops every worker after
+// S seconds, steps left or not.
 //
 //   ./build/push launch --nproc 3 -- ./build/examples/push_example_parameter_server --steps 400
 #include <push/data/dataset.h>
@@ -12,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,18 +32,44 @@ double mse(torch::nn::Sequential& net, const push::data::Dataset& d) {
   return torch::mse_loss(net->forward(d.x), d.y).item<double>();
 }
 
+// Gradients the workers pushed, counted on rank 0: each worker reports its own at the end.
+std::atomic<int64_t> pushed{0};
+c10::IValue count_pushed(const push::dist::RpcArgs& a) {
+  pushed += a.at(0).toInt();
+  return c10::IValue();
+}
+PUSH_RPC_FUNCTION(count_pushed);
+
+/// A positive number from the command line, or exit 2 naming the option.
+double positive(const char* option, const char* text) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(v > 0)) {
+    std::fprintf(stderr, "parameter_server: %s wants a positive number, got '%s'\n", option, text);
+    std::exit(2);
+  }
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t steps = 400;
   double lr = 3e-3;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  double seconds = 0;  // no limit
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "usage: %s [--steps N] [--lr LR] [--seconds S]\n", argv[0]);
+      return 2;
+    }
     if (std::strcmp(argv[i], "--steps") == 0) {
-      steps = std::atoll(argv[i + 1]);
+      steps = static_cast<int64_t>(positive("--steps", argv[i + 1]));
     } else if (std::strcmp(argv[i], "--lr") == 0) {
-      lr = std::atof(argv[i + 1]);
+      lr = positive("--lr", argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--seconds") == 0) {
+      seconds = positive("--seconds", argv[i + 1]);  // each worker stops then, steps or not
     } else {
-      std::fprintf(stderr, "usage: %s [--steps N] [--lr LR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--steps N] [--lr LR] [--seconds S]\n", argv[0]);
       return 2;
     }
   }
@@ -71,7 +99,11 @@ int main(int argc, char** argv) {
       auto shard = data.subset(torch::arange(world.rank() - 1, data.size(), world.size() - 1));
       auto gen = at::make_generator<at::CPUGeneratorImpl>(world.rank());
       const auto began = std::chrono::steady_clock::now();
-      for (int64_t s = 0; s < steps; ++s) {
+      const auto elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      };
+      int64_t done = 0;
+      for (; done < steps && (seconds == 0 || elapsed() < seconds); ++done) {
         ps.pull(*net);
         auto idx = torch::randint(shard.size(), {32}, gen, torch::kLong);
         net->zero_grad();
@@ -80,15 +112,16 @@ int main(int argc, char** argv) {
       }
       ps.flush();
       // Each worker's own pace: with asynchronous pushes a slow one holds nobody back.
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-      std::printf("worker %d: %lld steps in %.2f s, %.1f steps/s\n", world.rank(), static_cast<long long>(steps),
-                  seconds, static_cast<double>(steps) / seconds);
+      const double took = elapsed();
+      std::printf("worker %d: %lld steps in %.2f s, %.1f steps/s\n", world.rank(), static_cast<long long>(done), took,
+                  static_cast<double>(done) / took);
       std::fflush(stdout);
+      rpc.rpc_sync(0, "count_pushed", {c10::IValue(done)});
     }
     rpc.barrier();
     if (world.rank() == 0) {
       std::printf("steps %lld (of %lld pushed), training mse first %.4f last %.4f\n",
-                  static_cast<long long>(host->steps()), static_cast<long long>(steps * (world.size() - 1)), start,
+                  static_cast<long long>(host->steps()), static_cast<long long>(pushed.load()), start,
                   mse(served, data));
     }
     rpc.barrier();

@@ -1,5 +1,6 @@
 #include "dist_test_util.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -78,13 +79,20 @@ std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seco
                              const std::vector<std::string>& extra_env, const Placement& placement) {
   const int port = push::dist::free_port();
   std::vector<pid_t> pids;
+  const auto host = [&](int r) { return placement.host_of.empty() ? 0 : placement.host_of.at(static_cast<size_t>(r)); };
   for (int r = 0; r < n; ++r) {
-    const int local = placement.local_rank ? placement.local_rank(r) : r;
-    std::vector<std::string> vars = {"PUSH_DIST_WORKER=" + worker,           "RANK=" + std::to_string(r),
-                                     "LOCAL_RANK=" + std::to_string(local),  "WORLD_SIZE=" + std::to_string(n),
-                                     "MASTER_ADDR=" + placement.master_addr, "MASTER_PORT=" + std::to_string(port)};
+    int local = 0, local_size = 0;
+    for (int q = 0; q < n; ++q) {
+      local += q < r && host(q) == host(r);
+      local_size += host(q) == host(r);
+    }
+    std::vector<std::string> vars = {
+        "PUSH_DIST_WORKER=" + worker,          "RANK=" + std::to_string(r),
+        "LOCAL_RANK=" + std::to_string(local), "LOCAL_WORLD_SIZE=" + std::to_string(local_size),
+        "WORLD_SIZE=" + std::to_string(n),     "MASTER_ADDR=" + placement.master_addr,
+        "MASTER_PORT=" + std::to_string(port)};
     vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    std::vector<std::string> argv = placement.prefix ? placement.prefix(r) : std::vector<std::string>{};
+    std::vector<std::string> argv = placement.prefix ? placement.prefix(host(r)) : std::vector<std::string>{};
     argv.insert(argv.end(),
                 {placement.binary.empty() ? self_path() : placement.binary, "--gtest_filter=DistWorker.DISABLED_Run",
                  "--gtest_also_run_disabled_tests", "--gtest_brief=1"});
@@ -151,6 +159,22 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv, co
     }
   }
   return {status_code(status), output};
+}
+
+int rings_here() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (dirent* e = ::readdir(d)) {
+    char target[256] = {};
+    const auto path = std::string("/proc/self/fd/") + e->d_name;
+    if (::readlink(path.c_str(), target, sizeof(target) - 1) > 0 &&
+        std::string(target).rfind("/memfd:push-rpc-ring", 0) == 0) {
+      ++n;
+    }
+  }
+  ::closedir(d);
+  return n;
 }
 
 void expect_all_ok(const std::vector<int>& codes) {

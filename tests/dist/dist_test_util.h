@@ -28,15 +28,19 @@ struct WorkerRegistrar {
 int free_port();
 
 /// Where run_workers starts the ranks: by default all on 127.0.0.1, from this binary. The
-/// test bed (tests/netbed) puts rank r on a host of its own: `prefix(r)` goes in front of its
-/// command line (`ip netns exec HOST`), MASTER_ADDR is host 0's address, and `binary` may
-/// name another test binary whose PUSH_DIST_WORKER bodies run.
+/// test bed (tests/netbed) puts rank r on host `host_of[r]`: `prefix(host)` goes in front
+/// of its command line (`ip netns exec HOST`), MASTER_ADDR is host 0's address, LOCAL_RANK
+/// and LOCAL_WORLD_SIZE count the ranks of each host, and `binary` may name another test
+/// binary whose PUSH_DIST_WORKER bodies run.
 struct Placement {
   std::string master_addr = "127.0.0.1";
-  std::function<std::vector<std::string>(int rank)> prefix;  // none when empty
-  std::function<int(int rank)> local_rank;                   // the rank itself when empty
+  std::vector<int> host_of;                                  // empty: every rank on one host
+  std::function<std::vector<std::string>(int host)> prefix;  // none when empty
   std::string binary;                                        // this test binary when empty
 };
+
+/// Memory rings (rpc shared memory) this process has made: each is a memfd it keeps open.
+int rings_here();
 
 /// Exit status of each rank: the exit code, or 128 + signal; -1 when killed at the deadline.
 std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seconds deadline = std::chrono::seconds(90),

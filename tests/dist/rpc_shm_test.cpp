@@ -19,6 +19,7 @@
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
 using push::testing::expect_all_ok;
+using push::testing::rings_here;
 using push::testing::run_workers;
 
 namespace {
@@ -39,22 +40,6 @@ bool is_stopped(pid_t pid) {
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto name_end = stat.rfind(')');  // the name may hold spaces and parentheses
   return name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'T';
-}
-
-/// Rings this process has made (each is a memfd it keeps open).
-int rings_here() {
-  int n = 0;
-  DIR* d = ::opendir("/proc/self/fd");
-  while (dirent* e = ::readdir(d)) {
-    char target[256] = {};
-    const auto path = std::string("/proc/self/fd/") + e->d_name;
-    if (::readlink(path.c_str(), target, sizeof(target) - 1) > 0 &&
-        std::string(target).rfind("/memfd:push-rpc-ring", 0) == 0) {
-      ++n;
-    }
-  }
-  ::closedir(d);
-  return n;
 }
 
 /// Tensors that cross slot boundaries in every way: several in one slot, one over many

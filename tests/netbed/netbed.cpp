@@ -231,7 +231,13 @@ void NetBed::link(int h, const LinkSpec& spec) {
 
 std::string NetBed::address(int h) const { return "169.254.10." + std::to_string(h + 1); }
 
-std::string NetBed::exec_prefix(int h) const { return "ip netns exec " + name(h); }
+std::vector<std::string> NetBed::exec_argv(int h) const { return {"ip", "netns", "exec", name(h)}; }
+
+std::string NetBed::exec_prefix(int h) const {
+  std::string prefix;
+  for (const auto& word : exec_argv(h)) prefix += (prefix.empty() ? "" : " ") + word;
+  return prefix;
+}
 
 void NetBed::rate(int h, double mbit) {
   const std::string port = port_of(h);

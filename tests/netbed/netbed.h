@@ -48,6 +48,8 @@ class NetBed {
   /// A command prefix that runs what follows inside host `h` (`ip netns exec NAME`, which
   /// execs it: the process id is the command's own).
   std::string exec_prefix(int h) const;
+  /// The same as words (`ip`, `netns`, `exec`, NAME), for an exec of one's own.
+  std::vector<std::string> exec_argv(int h) const;
 
   /// Caps host `h`'s link at `mbit` megabits per second each way (tbf on both ends of its
   /// link); 0 removes the cap.

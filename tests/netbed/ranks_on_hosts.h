@@ -11,23 +11,20 @@
 
 namespace push::testing {
 
-/// Ranks on hosts: rank r runs in host `host_of[r]` of `bed`, LOCAL_RANK counting the ranks
-/// before it on the same host; `binary` is the test binary whose worker runs (empty: this).
+/// Ranks on hosts: rank r runs in host `host_of[r]` of `bed` (through `env`, which finds
+/// `ip` on PATH: run_workers execs an absolute path); `binary` is the test binary whose
+/// worker runs (empty: this one).
 inline Placement on_hosts(const NetBed& bed, const std::vector<int>& host_of, const std::string& binary = {}) {
   Placement p;
   p.master_addr = bed.address(host_of.at(0));
+  p.host_of = host_of;
   p.binary = binary;
-  std::vector<std::string> names;
-  for (int h = 0; h < bed.hosts(); ++h) names.push_back(bed.name(h));
-  p.prefix = [names, host_of](int rank) {
-    return std::vector<std::string>{"/usr/bin/env", "ip", "netns", "exec",
-                                    names.at(static_cast<size_t>(host_of.at(static_cast<size_t>(rank))))};
-  };
-  p.local_rank = [host_of](int rank) {
-    int local = 0;
-    for (int r = 0; r < rank; ++r) local += host_of.at(static_cast<size_t>(r)) == host_of.at(static_cast<size_t>(rank));
-    return local;
-  };
+  std::vector<std::vector<std::string>> prefixes;
+  for (int h = 0; h < bed.hosts(); ++h) {
+    prefixes.push_back({"/usr/bin/env"});
+    for (const auto& word : bed.exec_argv(h)) prefixes.back().push_back(word);
+  }
+  p.prefix = [prefixes](int host) { return prefixes.at(static_cast<size_t>(host)); };
   return p;
 }
 

@@ -96,7 +96,8 @@ struct RpcGroupOptions {
   /// are freed (no page faults, no zeroing); at most this many bytes of freed buffers are
   /// kept per group. 0: every received tensor is a fresh allocation.
   TORCH_ARG(std::size_t, receive_pool_bytes) = std::size_t{256} << 20;
-  /// Between members on one host (same machine, PID namespace and user), messages with
+  /// Between members on one host (same machine, PID namespace, network namespace and user:
+  /// containers with a network of their own are hosts of their own), messages with
   /// 256 KiB or more of tensor data travel through shared memory: each member makes a
   /// ring of `shared_memory_bytes` (1 MiB slots) per connection it sends large messages
   /// on. false: everything goes through the sockets.
