@@ -4,10 +4,12 @@
 // host; a host that is killed, cut off or frozen fails the other within its deadline, naming it.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "netbed/train_on_hosts.h"
@@ -110,6 +112,21 @@ struct Outcome {
   std::string log;            // rank 0's output
 };
 
+/// The CPU time process `pid` has used (user and system), in seconds; 0 when it is gone.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(") ");
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);  // utime (14) and stime (15)
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 /// Every file under `dir` with its bytes.
 std::map<std::string, std::string> files_of(const fs::path& dir) {
   std::map<std::string, std::string> files;
@@ -139,14 +156,16 @@ class HostFaults : public MultiHostTrain {
     const std::string args = common + " --epochs 100000 --out run";
     const pid_t rank0 = start_rank(bed, 0, 0, 2, args);
     const pid_t rank1 = start_rank(bed, 1, 1, 2, args);
-    // Joined (connected to host 1), then a second into training. A fixed wait would be too
-    // short on a loaded machine: a fault before the join costs init_timeout (120 s).
+    // Training: rank 0 has spent a second of CPU time since it connected to host 1 (the
+    // join and the distribution's start cost little; over a 50 ms link they take seconds,
+    // longer with LibTorch 2's store). A fixed wait would be too short on a loaded machine:
+    // a fault before the join ends costs init_timeout (120 s).
     const auto joining = std::chrono::steady_clock::now();
-    while (!connected_to(rank0, bed.address(1)) &&
-           std::chrono::steady_clock::now() - joining < std::chrono::seconds(120)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const auto within = [&] { return std::chrono::steady_clock::now() - joining < std::chrono::seconds(120); };
+    while (!connected_to(rank0, bed.address(1)) && within()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const double joined_cpu = cpu_seconds(rank0);
+    while (cpu_seconds(rank0) < joined_cpu + 1 && within()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     const auto start = std::chrono::steady_clock::now();
     fault(bed);
     Outcome o;
