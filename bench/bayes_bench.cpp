@@ -228,12 +228,16 @@ double through_push(const Workload& w, int lanes, int threads, bool fuse = false
   return seconds_since(t0);
 }
 
-// One core's sgemm rate (FLOP/s), best of 5 products of 512 x 512 matrices, with every
-// pool (intra-op and OpenBLAS's) at one thread.
-double sgemm_rate() {
+// Every pool (intra-op and OpenBLAS's) at one thread.
+void one_thread() {
   using Set = void (*)(int);
   if (auto set = reinterpret_cast<Set>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
   at::set_num_threads(1);
+}
+
+// One core's sgemm rate (FLOP/s), best of 5 products of 512 x 512 matrices, one_thread().
+double sgemm_rate() {
+  one_thread();
   const int64_t n = 512;
   auto a = torch::randn({n, n}), b = torch::randn({n, n});
   double best = 1e30;
@@ -343,7 +347,7 @@ BENCHMARK(BM_FusedCnn)->Iterations(2)->Unit(benchmark::kSecond);
 // that grows as n^2: svgd_direction on n particles of D parameters, against its floor, one
 // matrix product of the same n x n x D size (the kernel's pairwise distances).
 void BM_SvgdLeaderKernel(benchmark::State& state) {
-  sgemm_rate();  // every pool (intra-op and OpenBLAS's) at one thread, as a leader lane runs
+  one_thread();  // as a leader's lane runs
   const int64_t n = state.range(0), d = state.range(1);
   torch::manual_seed(0);
   const auto theta = torch::randn({n, d}), grad = torch::randn({n, d});

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 extern char** environ;
@@ -92,7 +93,8 @@ std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seco
         "WORLD_SIZE=" + std::to_string(n),     "MASTER_ADDR=" + placement.master_addr,
         "MASTER_PORT=" + std::to_string(port)};
     vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    std::vector<std::string> argv = placement.prefix ? placement.prefix(host(r)) : std::vector<std::string>{};
+    std::vector<std::string> argv =
+        placement.prefix.empty() ? std::vector<std::string>{} : placement.prefix.at(static_cast<size_t>(host(r)));
     argv.insert(argv.end(),
                 {placement.binary.empty() ? self_path() : placement.binary, "--gtest_filter=DistWorker.DISABLED_Run",
                  "--gtest_also_run_disabled_tests", "--gtest_brief=1"});
@@ -181,12 +183,26 @@ void expect_all_ok(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+std::vector<std::string> proc_stat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(") ");  // the name may hold spaces and parentheses
+  std::vector<std::string> fields;
+  if (close == std::string::npos) return fields;
+  std::istringstream rest(text.substr(close + 2));
+  for (std::string field; rest >> field;) fields.push_back(field);
+  return fields;
+}
+
 bool is_stopped(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+  const auto fields = proc_stat(pid);
+  return !fields.empty() && fields[0] == "T";
+}
+
+double cpu_seconds(pid_t pid) {
+  const auto fields = proc_stat(pid);
+  if (fields.size() < 13) return 0;
+  return (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 void shutdown_quietly(push::dist::RpcGroup& rpc) {

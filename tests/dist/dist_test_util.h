@@ -28,15 +28,15 @@ struct WorkerRegistrar {
 int free_port();
 
 /// Where run_workers starts the ranks: by default all on 127.0.0.1, from this binary. The
-/// test bed (tests/netbed) puts rank r on host `host_of[r]`: `prefix(host)` goes in front
+/// test bed (tests/netbed) puts rank r on host `host_of[r]`: `prefix[host]` goes in front
 /// of its command line (`ip netns exec HOST`), MASTER_ADDR is host 0's address, LOCAL_RANK
 /// and LOCAL_WORLD_SIZE count the ranks of each host, and `binary` may name another test
 /// binary whose PUSH_DIST_WORKER bodies run.
 struct Placement {
   std::string master_addr = "127.0.0.1";
-  std::vector<int> host_of;                                  // empty: every rank on one host
-  std::function<std::vector<std::string>(int host)> prefix;  // none when empty
-  std::string binary;                                        // this test binary when empty
+  std::vector<int> host_of;                      // empty: every rank on one host
+  std::vector<std::vector<std::string>> prefix;  // by host; none when empty
+  std::string binary;                            // this test binary when empty
 };
 
 /// Memory rings (rpc shared memory) this process has made: each is a memfd it keeps open.
@@ -57,8 +57,15 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv, co
 /// The World of a worker, with test-sized timeouts.
 push::dist::World test_world(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+/// The fields of /proc/PID/stat from its state on, split at spaces (the name, which may hold
+/// both, is skipped): [0] the state letter, [11] utime, [12] stime. Empty when it is gone.
+std::vector<std::string> proc_stat(pid_t pid);
+
 /// Whether process `pid` is stopped (SIGSTOP: state T in /proc/PID/stat).
 bool is_stopped(pid_t pid);
+
+/// The CPU time process `pid` has used, user and system, in seconds; 0 when it is gone.
+double cpu_seconds(pid_t pid);
 
 /// Shuts `rpc` down, ignoring the failure of its barrier (it waits for a member a test killed).
 void shutdown_quietly(push::dist::RpcGroup& rpc);

@@ -10,7 +10,6 @@
 
 #include <torch/torch.h>
 
-#include <dirent.h>
 #include <unistd.h>
 #include <csignal>
 #include <fstream>
@@ -19,6 +18,7 @@
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
 using push::testing::expect_all_ok;
+using push::testing::is_stopped;
 using push::testing::rings_here;
 using push::testing::run_workers;
 
@@ -33,14 +33,6 @@ c10::IValue shm_freeze(const RpcArgs&) {
 PUSH_RPC_FUNCTION(shm_echo);
 PUSH_RPC_FUNCTION(shm_pid);
 PUSH_RPC_FUNCTION(shm_freeze);
-
-/// Whether process `pid` is stopped by a signal (its state in /proc/<pid>/stat is T).
-bool is_stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto name_end = stat.rfind(')');  // the name may hold spaces and parentheses
-  return name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'T';
-}
 
 /// Tensors that cross slot boundaries in every way: several in one slot, one over many
 /// slots, an empty one, a non-contiguous one, and more bytes than a 16-slot ring holds.

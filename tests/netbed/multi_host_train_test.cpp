@@ -4,14 +4,13 @@
 // host; a host that is killed, cut off or frozen fails the other within its deadline, naming it.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <thread>
 
+#include "dist/dist_test_util.h"
 #include "netbed/train_on_hosts.h"
 
 namespace {
@@ -111,21 +110,6 @@ struct Outcome {
   double seconds = 0;         // from the fault to rank 0's exit
   std::string log;            // rank 0's output
 };
-
-/// The CPU time process `pid` has used (user and system), in seconds; 0 when it is gone.
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(") ");
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i >= 14) ticks += std::stod(field);  // utime (14) and stime (15)
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
 
 /// Every file under `dir` with its bytes.
 std::map<std::string, std::string> files_of(const fs::path& dir) {

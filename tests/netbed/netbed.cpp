@@ -264,7 +264,11 @@ void NetBed::heal(int h) {
 }
 
 void NetBed::sysctl(const std::string& setting) {
-  for (const auto& host : hosts_) must({"ip", "netns", "exec", host, "sysctl", "-q", "-w", setting});
+  for (int h = 0; h < hosts(); ++h) {
+    auto argv = exec_argv(h);
+    argv.insert(argv.end(), {"sysctl", "-q", "-w", setting});
+    must(argv);
+  }
 }
 
 std::vector<pid_t> NetBed::processes(int h) const { return processes_in(name(h)); }

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/dist_test_util.h"
 #include "netbed/netbed.h"
 
 namespace push::testing {
@@ -222,10 +223,8 @@ inline void wait_until(const std::function<bool()>& done, double seconds = 10) {
 
 /// A process's state letter from /proc/PID/stat (R, S, T, Z, ...), or '?' when gone.
 inline char state_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(") ");
-  return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
+  const auto fields = proc_stat(pid);
+  return fields.empty() ? '?' : fields[0][0];
 }
 
 }  // namespace push::testing

@@ -19,12 +19,10 @@ inline Placement on_hosts(const NetBed& bed, const std::vector<int>& host_of, co
   p.master_addr = bed.address(host_of.at(0));
   p.host_of = host_of;
   p.binary = binary;
-  std::vector<std::vector<std::string>> prefixes;
   for (int h = 0; h < bed.hosts(); ++h) {
-    prefixes.push_back({"/usr/bin/env"});
-    for (const auto& word : bed.exec_argv(h)) prefixes.back().push_back(word);
+    p.prefix.push_back({"/usr/bin/env"});
+    for (const auto& word : bed.exec_argv(h)) p.prefix.back().push_back(word);
   }
-  p.prefix = [prefixes](int host) { return prefixes.at(static_cast<size_t>(host)); };
   return p;
 }
 
