@@ -74,6 +74,7 @@ void EventLoop::post(Job job) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_) {
       queue_.push_back(std::move(job));
+      queued_.store(queue_.size(), std::memory_order_relaxed);
       cv_.notify_one();
       return;
     }
@@ -106,6 +107,7 @@ void EventLoop::run() {
       if (!queue_.empty()) {
         job.emplace(std::move(queue_.front()));
         queue_.pop_front();
+        queued_.store(queue_.size(), std::memory_order_relaxed);
       }
     }
     fire_timers();
@@ -299,6 +301,14 @@ bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_poin
   check_may_wait(task->owner);
   if (future.ready()) return true;
   if (deadline && *deadline <= Clock::now()) return false;
+  // With nothing else to run, the loop's thread would sleep: where the future expects to
+  // complete soon (Promise::expect_within), look for that first, and stop looking as soon
+  // as other work arrives.
+  if (queued_.load(std::memory_order_relaxed) == 0 && future.spin_until_ready(std::chrono::nanoseconds::max(), [this] {
+        return queued_.load(std::memory_order_relaxed) > 0;
+      })) {
+    return true;
+  }
   // The ticket identifies this wait: a completion that arrives after the deadline resumed
   // the fiber posts a resume with an old ticket, which dispatch() ignores.
   const uint64_t ticket = ++task->ticket;

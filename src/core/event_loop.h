@@ -30,6 +30,7 @@
 
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -149,6 +150,7 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
+  std::atomic<std::size_t> queued_{0};  // queue_.size(), for a fiber spinning in suspend_until
   bool stop_requested_ = false;
   bool closed_ = false;  // jobs posted now are cancelled
   std::thread thread_;

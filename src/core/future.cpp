@@ -24,6 +24,15 @@ std::string describe(const std::exception_ptr& error) {
 }
 
 namespace {
+/// One step of a busy wait: tells the CPU (and a hyperthread sibling) that this core spins.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 // A wait on an event loop's own thread outside a fiber would block the loop that must make
 // progress for the future to complete.
 void check_not_loop_stack(const char* origin) {
@@ -57,6 +66,20 @@ bool waits_suspend_here() {
   return loop != nullptr && Fiber::current() != nullptr && !compat::in_backward_pass() && loop->fiber_may_wait();
 }
 
+bool FutureCore::spin_until_ready(std::chrono::nanoseconds limit, const std::function<bool()>& stop) const {
+  const auto window = std::min(limit, std::chrono::nanoseconds(spin_ns_.load(std::memory_order_relaxed)));
+  if (window <= std::chrono::nanoseconds::zero()) return ready();
+  // Steady time, not push's Clock: the window is real CPU time, whatever a ManualClock says.
+  const auto until = std::chrono::steady_clock::now() + window;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= until || (stop && stop())) return ready();
+  }
+}
+
 void FutureCore::wait_ready() {
   if (ready()) return;
   if (EventLoop* loop = suspendable_loop("push::Future::wait")) {
@@ -64,6 +87,7 @@ void FutureCore::wait_ready() {
     return;
   }
   check_not_loop_stack("push::Future::wait");
+  if (spin_until_ready(std::chrono::nanoseconds::max())) return;
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return ready(); });
 }
@@ -76,6 +100,7 @@ bool FutureCore::wait_ready_for(std::chrono::nanoseconds timeout) {
     return loop->suspend_until(*this, deadline);
   }
   check_not_loop_stack("push::Future::wait_for");
+  if (spin_until_ready(timeout)) return true;
   std::unique_lock<std::mutex> lock(mutex_);
   return Clock::wait_until(cv_, lock, deadline, [&] { return ready(); });
 }

@@ -213,5 +213,24 @@ TEST(EventLoop, HooksSeeTheOwnerAroundEachSuspensionButNotACancellation) {
   EXPECT_EQ(loop->events, expected);
 }
 
+TEST(EventLoop, AFiberLookingForAnExpectedValueGivesWayToWorkPostedMeanwhile) {
+  auto loop = started_loop();
+  Promise<int> slow;
+  slow.expect_within(std::chrono::seconds(60));  // it would look for a minute if left alone
+  auto waiter = in_fiber(*loop, [slow] { return slow.future().wait(); });
+  std::this_thread::sleep_for(20ms);  // the fiber is looking now
+  const auto start = Clock::now();
+  // Work posted meanwhile runs at once: the fiber stops looking and suspends.
+  EXPECT_EQ(inline_job(*loop,
+                       [slow] {
+                         slow.set_value(3);
+                         return 1;
+                       })
+                .wait(),
+            1);
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_EQ(waiter.wait(), 3);
+}
+
 }  // namespace
 }  // namespace push

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -102,6 +104,38 @@ TEST(Future, WaitReturnsAValueThatOutlivesTheFuture) {
   EXPECT_FALSE(std::is_reference_v<decltype(std::declval<const Future<int>&>().get())>);
   const auto& value = temporary_future().wait();
   EXPECT_EQ(value.toStringRef(), std::string(64, 'v'));
+}
+
+/// CPU time of the calling thread.
+std::chrono::nanoseconds thread_cpu() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+TEST(Future, AWaiterLooksForTheValueOnlyWithinTheExpectedWindowThenSleeps) {
+  Promise<int> promise;
+  promise.expect_within(std::chrono::milliseconds(2));
+  std::thread t([promise] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    promise.set_value(5);
+  });
+  const auto cpu = thread_cpu();
+  EXPECT_EQ(promise.future().wait(), 5);
+  // 2 ms of looking, then asleep: far below the 300 ms a wait that kept looking would burn.
+  EXPECT_LT(thread_cpu() - cpu, std::chrono::milliseconds(100));
+  t.join();
+}
+
+TEST(Future, AnExpectedWindowNeverStretchesAWaitFor) {
+  Promise<int> promise;
+  promise.expect_within(std::chrono::seconds(30));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(promise.future().wait_for(std::chrono::milliseconds(20)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  std::thread t([promise] { promise.set_value(9); });
+  EXPECT_EQ(promise.future().wait(), 9);  // looked for, found
+  t.join();
 }
 
 }  // namespace

@@ -51,6 +51,12 @@ class FutureCore {
 
   /// Runs `callback` once ready (immediately, on this thread, if already ready).
   void add_callback(std::function<void()> callback);
+
+  /// Promise::expect_within.
+  void expect_within(std::chrono::nanoseconds window) { spin_ns_.store(window.count(), std::memory_order_relaxed); }
+  /// Checks ready() without sleeping for up to the expect_within() window (at most
+  /// `limit`), stopping early when `stop()` says so; returns ready().
+  bool spin_until_ready(std::chrono::nanoseconds limit, const std::function<bool()>& stop = {}) const;
   std::exception_ptr error() const {
     return error_;  // written before ready_ is published
   }
@@ -67,6 +73,7 @@ class FutureCore {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::atomic<bool> ready_{false};
+  std::atomic<int64_t> spin_ns_{0};  // expect_within()
   std::exception_ptr error_;
   std::vector<std::function<void()>> callbacks_;
 };
@@ -203,6 +210,13 @@ class Promise {
   void set_error(std::exception_ptr error) const { check().state->set_error(std::move(error)); }
   /// Whether the future is complete already.
   bool is_set() const { return check().state->ready(); }
+  /// A hint for the future's waiters: it is likely complete within `window` (a reply to a
+  /// request just sent, say). A plain thread waiting on it, or a fiber whose loop has
+  /// nothing else to run, then checks for completion without sleeping for up to `window`
+  /// before it sleeps: on a busy-enough machine, waking a sleeping thread costs about as
+  /// much as a round trip over loopback. Costs the waiter's CPU for that long at most.
+  /// 0 (the default): sleep at once.
+  void expect_within(std::chrono::nanoseconds window) const { check().state->expect_within(window); }
 
  private:
   struct Link {
