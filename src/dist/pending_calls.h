@@ -24,8 +24,9 @@ using push::detail::Clock;
 struct Pending {
   Promise<c10::IValue> promise;
   Clock::time_point deadline;
-  int to = -1;       // group rank
-  std::string what;  // names the call in errors: "call of 'add' on worker1"
+  std::chrono::steady_clock::time_point sent;  // for RoundTrips (real time, whatever the Clock)
+  int to = -1;                                 // group rank
+  std::string what;                            // names the call in errors: "call of 'add' on worker1"
   /// Service and paired-value calls: sent again to the key's new holder when the one this
   /// member remembered answers that it no longer holds it.
   struct Retry {

@@ -348,6 +348,8 @@ RpcGroup World::rpc_group(const std::string& name, std::vector<std::string> memb
   PUSH_CHECK(!options.handshake_timeout() || options.handshake_timeout()->count() > 0, origin,
              "handshake_timeout must be positive");
   PUSH_CHECK(options.heartbeat_timeout().count() >= 0, origin, "heartbeat_timeout must be >= 0 (0: no heartbeats)");
+  PUSH_CHECK(options.reply_spin().count() >= 0, origin, "reply_spin must be >= 0 (0: sleep at once), got ",
+             options.reply_spin().count(), " us");
   auto barrier =
       std::make_unique<detail::StoreBarrier>(state_->new_client(), prefix + "barrier/", static_cast<int>(ranks.size()));
   auto s = std::make_shared<detail::RpcState>(*this, name, std::move(ranks), timeout, prefix, state_->store,

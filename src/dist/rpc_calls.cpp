@@ -7,8 +7,6 @@
 
 namespace push::dist::detail {
 
-namespace {}  // namespace
-
 // -- sending -------------------------------------------------------------------------------
 
 Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& body, Milliseconds call_timeout,
@@ -26,6 +24,8 @@ Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& bod
   p.to = to;
   p.what = std::move(what);
   p.retry = std::move(retry);
+  p.sent = std::chrono::steady_clock::now();
+  if (to != group_rank_ && round_trips_) p.promise.expect_within(round_trips_->window(to));
   send_pending(std::move(p), type, encoded);
   return future;
 }
@@ -102,6 +102,7 @@ void RpcState::on_reply(int peer, const wire::Header& header, c10::IValue value,
     }
     return;
   }
+  if (peer != group_rank_ && round_trips_) round_trips_->record(peer, std::chrono::steady_clock::now() - p->sent);
   if (error) {
     p->promise.set_error(
         std::make_exception_ptr(Error(c10::str("[", kRpcOrigin, "] ", p->what, ": malformed reply from ",

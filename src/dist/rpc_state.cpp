@@ -69,6 +69,7 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
       static_cast<uint32_t>(std::clamp<std::size_t>(options.shared_memory_bytes() / to.ring_slot_bytes, 2, 4096));
   to.send_timeout = timeout_;
   for (int r : members_) to.names.push_back(world_.names().at(r));
+  round_trips_ = std::make_unique<RoundTrips>(to.size, options.reply_spin());
   TransportCallbacks cb;
   cb.request = [this](ConnectionPtr from, int peer, const wire::Header& h, c10::IValue v, std::exception_ptr e) {
     on_request(std::move(from), peer, h, std::move(v), std::move(e));

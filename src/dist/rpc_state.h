@@ -9,6 +9,7 @@
 #include "key_holders.h"
 #include "lost_members.h"
 #include "pending_calls.h"
+#include "round_trips.h"
 #include "served_values.h"
 #include "transport.h"
 
@@ -115,6 +116,7 @@ class RpcState {
   std::unique_ptr<Transport> transport_;
 
   PendingCalls calls_;
+  std::unique_ptr<RoundTrips> round_trips_;  // set by connect(), before any call
   ServedValues served_;
   KeyHolders holders_;
   HandlerLoops loops_;

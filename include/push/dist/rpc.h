@@ -112,6 +112,12 @@ struct RpcGroupOptions {
   /// pending on it fail and on_member_lost's callbacks run, as for a member that died.
   /// 0: never (only a closed connection or a call's timeout tell).
   TORCH_ARG(Milliseconds, heartbeat_timeout) = std::chrono::seconds(30);
+  /// A thread (or a fiber whose loop has nothing else to run) waiting for a call's reply
+  /// checks for it without sleeping for up to twice the recent round trip to that member,
+  /// at most this long, before it sleeps: waking a sleeping thread costs about as much as a
+  /// small call over loopback. Members whose calls take longer get no such wait. The
+  /// checks use the waiting thread's CPU; 0 turns them off.
+  TORCH_ARG(std::chrono::microseconds, reply_spin) = std::chrono::microseconds(200);
 };
 
 namespace detail {
