@@ -12,8 +12,9 @@
 // round trip's.
 // Rpc/small and Rpc/small_fiber: 16-byte calls from the main thread and from a fiber of an
 // event loop (where particle handlers and RPC handlers run), in batches of 250 that
-// alternate with 250 raw echoes from the main thread (paired_small_calls), 8 of each per
-// repetition, 3 repetitions.
+// alternate with 250 calls through a group whose callers sleep at once (asleep_us:
+// RpcGroupOptions::reply_spin 0) and 250 raw echoes from the main thread
+// (paired_small_calls), 8 of each per repetition, 3 repetitions.
 // Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and 2)
 // that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of the
 // raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
@@ -77,6 +78,7 @@ struct Job {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> raw;  // ranks 0 and 1: Gloo called directly
   push::dist::RpcGroup rpc;
   push::dist::RpcGroup sockets;  // the same members, shared memory off
+  push::dist::RpcGroup asleep;   // the same members, callers never look for replies (reply_spin 0)
 };
 Job* g_job = nullptr;
 
@@ -144,7 +146,8 @@ double g_raw_busbw[64] = {};
 /// Google Benchmark's CSV writer needs the same counters in every row: fills the ones a
 /// row does not measure with 0.
 void same_counters(benchmark::State& state) {
-  for (const char* name : {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "tcp_us", "ratio", "vs_memcpy"}) {
+  for (const char* name :
+       {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "asleep_us", "tcp_us", "ratio", "vs_memcpy"}) {
     state.counters.try_emplace(name, 0.0);
   }
 }
@@ -205,29 +208,34 @@ void BM_Rpc(benchmark::State& state, bool sockets) {
   report_calls(state, rpc_s, static_cast<int64_t>(state.iterations()), arg.nbytes());
 }
 
-/// The small rows: batches of 16-byte calls alternate with as many raw TCP round trips, so
-/// that both see the same machine (on a VM a round trip's cost swings with how recently
-/// its vCPUs slept); the ratio is of the sums. `batch(calls)` makes `calls` calls and
-/// returns their seconds.
+/// The small rows: batches of 16-byte calls alternate with as many calls through a group
+/// whose callers sleep at once (reply_spin 0: the code before callers looked for replies)
+/// and as many raw TCP round trips, so that all three see the same machine (on a VM a
+/// round trip's cost swings with where its threads run); the figures are of the sums.
+/// `batch(group, calls)` makes `calls` calls through `group` and returns their seconds.
 template <class Batch>
 void paired_small_calls(benchmark::State& state, Batch batch) {
   constexpr int64_t kBatch = 250, kRounds = 8;
-  batch(50);  // warm-up
+  batch(g_job->rpc, 50);  // warm-up
+  batch(g_job->asleep, 50);
   tcp_round_trip(16, 50);
-  double rpc_s = 0, tcp_s = 0;
+  double rpc_s = 0, asleep_s = 0, tcp_s = 0;
   int64_t calls = 0;
   for (auto _ : state) {
     for (int64_t r = 0; r < kRounds; ++r) {
-      rpc_s += batch(kBatch);
+      rpc_s += batch(g_job->rpc, kBatch);
+      asleep_s += batch(g_job->asleep, kBatch);
       tcp_s += tcp_round_trip(16, kBatch) * kBatch;
       calls += kBatch;
     }
   }
-  state.counters["calls_per_s"] = static_cast<double>(calls) / rpc_s;
-  state.counters["rpc_us"] = rpc_s / static_cast<double>(calls) * 1e6;
-  state.counters["tcp_us"] = tcp_s / static_cast<double>(calls) * 1e6;
+  const auto n = static_cast<double>(calls);
+  state.counters["calls_per_s"] = n / rpc_s;
+  state.counters["rpc_us"] = rpc_s / n * 1e6;
+  state.counters["asleep_us"] = asleep_s / n * 1e6;
+  state.counters["tcp_us"] = tcp_s / n * 1e6;
   state.counters["ratio"] = rpc_s / tcp_s;
-  state.counters["vs_memcpy"] = memcpy_round_trip(16, calls) * static_cast<double>(calls) / rpc_s;
+  state.counters["vs_memcpy"] = memcpy_round_trip(16, calls) * n / rpc_s;
   same_counters(state);
 }
 
@@ -235,9 +243,9 @@ void paired_small_calls(benchmark::State& state, Batch batch) {
 void BM_RpcSmall(benchmark::State& state) {
   command(kRpc, 16, 0);
   auto arg = torch::ones({4}, torch::kFloat);
-  paired_small_calls(state, [&](int64_t calls) {
+  paired_small_calls(state, [&](push::dist::RpcGroup& group, int64_t calls) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < calls; ++i) benchmark::DoNotOptimize(g_job->rpc.rpc_sync(1, "bench_echo", {arg}));
+    for (int64_t i = 0; i < calls; ++i) benchmark::DoNotOptimize(group.rpc_sync(1, "bench_echo", {arg}));
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
 }
@@ -249,12 +257,12 @@ void BM_RpcFromFiber(benchmark::State& state) {
   auto arg = torch::ones({4}, torch::kFloat);
   auto loop = std::make_shared<push::detail::EventLoop>(push::detail::EventLoop::Options{.name = "bench-fiber"});
   loop->start();
-  paired_small_calls(state, [&](int64_t calls) {
+  paired_small_calls(state, [&](push::dist::RpcGroup& group, int64_t calls) {
     push::Promise<double> seconds;
     loop->post_fiber(
         [&, calls] {
           const auto start = std::chrono::steady_clock::now();
-          for (int64_t i = 0; i < calls; ++i) benchmark::DoNotOptimize(g_job->rpc.rpc_sync(1, "bench_echo", {arg}));
+          for (int64_t i = 0; i < calls; ++i) benchmark::DoNotOptimize(group.rpc_sync(1, "bench_echo", {arg}));
           seconds.set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         },
         [&](std::exception_ptr e) { seconds.set_error(e); });
@@ -356,6 +364,8 @@ int main(int argc, char** argv) {
   job.rpc = job.world.rpc_group("bench", job.world.names());
   job.sockets =
       job.world.rpc_group("bench-sockets", job.world.names(), push::dist::RpcGroupOptions().shared_memory(false));
+  job.asleep = job.world.rpc_group("bench-asleep", job.world.names(),
+                                   push::dist::RpcGroupOptions().reply_spin(std::chrono::microseconds(0)));
   g_job = &job;
   std::thread echo;
   if (job.world.rank() == 1)
@@ -366,6 +376,7 @@ int main(int argc, char** argv) {
     follow();
     job.rpc.shutdown();
     job.sockets.shutdown();
+    job.asleep.shutdown();
     if (g_tcp >= 0) close(g_tcp);
     if (echo.joinable()) echo.join();  // ends when ranks 0 and 2 close their connections
     return 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 #include "core/clock.h"
@@ -20,6 +21,13 @@ namespace push::testing {
 template <class Done>
 bool eventually(Done done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
   return detail::Clock::poll_until(detail::Clock::deadline_after(limit), std::chrono::milliseconds(1), done);
+}
+
+/// CPU time the calling thread has used.
+inline std::chrono::nanoseconds thread_cpu() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 /// The small network most tests use: 1 -> 8 -> 1.

@@ -85,7 +85,14 @@ void EventLoop::post(Job job) {
   }
 }
 
+bool EventLoop::has_other_work() const {
+  if (queued_.load(std::memory_order_relaxed) > 0 || stop_asked_.load(std::memory_order_relaxed)) return true;
+  const auto next = timers_.next();
+  return next && *next <= Clock::now();
+}
+
 void EventLoop::stop() {
+  stop_asked_.store(true, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_requested_ = true;
@@ -304,10 +311,10 @@ bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_poin
   // With nothing else to run, the loop's thread would sleep: where the future expects to
   // complete soon (Promise::expect_within), look for that first, and stop looking as soon
   // as other work arrives.
-  if (queued_.load(std::memory_order_relaxed) == 0 && future.spin_until_ready(std::chrono::nanoseconds::max(), [this] {
-        return queued_.load(std::memory_order_relaxed) > 0;
-      })) {
-    return true;
+  if (!has_other_work()) {
+    const auto limit = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - Clock::now())
+                                : std::chrono::nanoseconds::max();
+    if (future.spin_until_ready(limit, [this] { return has_other_work(); })) return true;
   }
   // The ticket identifies this wait: a completion that arrives after the deadline resumed
   // the fiber posts a resume with an old ticket, which dispatch() ignores.

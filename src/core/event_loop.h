@@ -116,6 +116,11 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   virtual void on_resume(void* owner) {}
   /// Fiber side, first thing in every wait of a fiber job: throws when it must not wait.
   virtual void check_may_wait(void* owner) {}
+  /// Fiber side: whether work other than the running fiber waits for this loop's thread
+  /// (a queued job or resume, a timer due, stop()); a fiber looking for a value it expects
+  /// soon (Promise::expect_within) stops looking then. A subclass that keeps work of its
+  /// own adds it.
+  virtual bool has_other_work() const;
   /// Names a fiber job in errors, e.g. "a handler of particle 3".
   virtual std::string describe_job(void* owner) const { return "a fiber job"; }
 
@@ -150,7 +155,8 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
-  std::atomic<std::size_t> queued_{0};  // queue_.size(), for a fiber spinning in suspend_until
+  std::atomic<std::size_t> queued_{0};   // queue_.size(), for has_other_work()
+  std::atomic<bool> stop_asked_{false};  // stop() was called, for has_other_work()
   bool stop_requested_ = false;
   bool closed_ = false;  // jobs posted now are cancelled
   std::thread thread_;

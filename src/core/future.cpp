@@ -4,6 +4,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "core/clock.h"
 #include "core/event_loop.h"
 #include "core/fiber.h"
@@ -66,17 +69,55 @@ bool waits_suspend_here() {
   return loop != nullptr && Fiber::current() != nullptr && !compat::in_backward_pass() && loop->fiber_may_wait();
 }
 
+namespace {
+int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+// Windows and limits are cut to this, so that a deadline computed from one never overflows.
+constexpr int64_t kLongestSpinNs = int64_t{3600} * 1000 * 1000 * 1000;
+
+/// A seat among the threads looking for a value: one fewer than the cores (at least one),
+/// so that lookers never take every core from the threads that would complete their values.
+class SpinSeat {
+ public:
+  SpinSeat() {
+    static const int seats = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    taken_ = spinners().fetch_add(1, std::memory_order_relaxed) < seats;
+    if (!taken_) spinners().fetch_sub(1, std::memory_order_relaxed);
+  }
+  ~SpinSeat() {
+    if (taken_) spinners().fetch_sub(1, std::memory_order_relaxed);
+  }
+  SpinSeat(const SpinSeat&) = delete;
+  SpinSeat& operator=(const SpinSeat&) = delete;
+  bool taken() const { return taken_; }
+
+ private:
+  static std::atomic<int>& spinners() {
+    static std::atomic<int> count{0};
+    return count;
+  }
+  bool taken_ = false;
+};
+}  // namespace
+
+void FutureCore::expect_within(std::chrono::nanoseconds window) {
+  const int64_t w = std::clamp<int64_t>(window.count(), 0, kLongestSpinNs);
+  spin_until_ns_.store(w == 0 ? 0 : steady_ns() + w, std::memory_order_relaxed);
+}
+
 bool FutureCore::spin_until_ready(std::chrono::nanoseconds limit, const std::function<bool()>& stop) const {
-  const auto window = std::min(limit, std::chrono::nanoseconds(spin_ns_.load(std::memory_order_relaxed)));
-  if (window <= std::chrono::nanoseconds::zero()) return ready();
   // Steady time, not push's Clock: the window is real CPU time, whatever a ManualClock says.
-  const auto until = std::chrono::steady_clock::now() + window;
+  const int64_t now = steady_ns();
+  const int64_t until = std::min(spin_until_ns_.load(std::memory_order_relaxed),
+                                 now + std::clamp<int64_t>(limit.count(), 0, kLongestSpinNs));
+  if (until <= now) return ready();
+  SpinSeat seat;
+  if (!seat.taken()) return ready();
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() >= until || (stop && stop())) return ready();
+    if (steady_ns() >= until || (stop && stop())) return ready();
   }
 }
 

@@ -24,6 +24,10 @@ bool is_function_registered(const std::string& name) { return static_cast<bool>(
 int detail::RpcTestAccess::port(const RpcGroup& group) { return group.check("port").port(); }
 detail::handshake::Bytes detail::RpcTestAccess::key(const RpcGroup& group) { return group.check("key").key(); }
 int detail::RpcTestAccess::group_rank(const RpcGroup& group) { return group.check("group_rank").group_rank(); }
+std::chrono::nanoseconds detail::RpcTestAccess::reply_window(const RpcGroup& group, int peer) {
+  const auto* trips = group.check("reply_window").round_trips();
+  return trips ? trips->window(peer) : std::chrono::nanoseconds::zero();
+}
 
 // -- RRef ---------------------------------------------------------------------------------
 
@@ -348,8 +352,8 @@ RpcGroup World::rpc_group(const std::string& name, std::vector<std::string> memb
   PUSH_CHECK(!options.handshake_timeout() || options.handshake_timeout()->count() > 0, origin,
              "handshake_timeout must be positive");
   PUSH_CHECK(options.heartbeat_timeout().count() >= 0, origin, "heartbeat_timeout must be >= 0 (0: no heartbeats)");
-  PUSH_CHECK(options.reply_spin().count() >= 0, origin, "reply_spin must be >= 0 (0: sleep at once), got ",
-             options.reply_spin().count(), " us");
+  PUSH_CHECK(options.reply_spin().count() >= 0 && options.reply_spin() <= std::chrono::seconds(1), origin,
+             "reply_spin must be between 0 (sleep at once) and 1 s, got ", options.reply_spin().count(), " us");
   auto barrier =
       std::make_unique<detail::StoreBarrier>(state_->new_client(), prefix + "barrier/", static_cast<int>(ranks.size()));
   auto s = std::make_shared<detail::RpcState>(*this, name, std::move(ranks), timeout, prefix, state_->store,

@@ -24,8 +24,6 @@ Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& bod
   p.to = to;
   p.what = std::move(what);
   p.retry = std::move(retry);
-  p.sent = std::chrono::steady_clock::now();
-  if (to != group_rank_ && round_trips_) p.promise.expect_within(round_trips_->window(to));
   send_pending(std::move(p), type, encoded);
   return future;
 }
@@ -33,6 +31,9 @@ Future<c10::IValue> RpcState::call(int to, uint16_t type, const c10::IValue& bod
 void RpcState::send_pending(Pending p, uint16_t type, std::shared_ptr<const wire::Encoded> encoded) {
   const int to = p.to;
   const auto deadline = p.deadline;
+  // Set again when a call moves to a key's new holder: its window and round trip are that member's.
+  p.sent = std::chrono::steady_clock::now();
+  if (to != group_rank_ && round_trips_) p.promise.expect_within(round_trips_->window(to));
   const auto [id, earliest] = calls_.add(std::move(p));
   if (earliest) transport_->wake_by(deadline);
   if (to == group_rank_) {

@@ -62,6 +62,8 @@ class RpcState {
   ServedValues& served() { return served_; }
   KeyHolders& holders() { return holders_; }
   LostMembers& lost() { return lost_; }
+  /// Null before connect().
+  const RoundTrips* round_trips() const { return round_trips_.get(); }
 
   /// Listens, publishes this member's address, dials the others and meets them at a
   /// barrier, all within `init_timeout`; `waiter` is a store client for the blocking waits.

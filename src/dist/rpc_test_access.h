@@ -4,6 +4,7 @@
 // the frame format). Defined in rpc.cpp.
 #include <push/dist/rpc.h>
 
+#include <chrono>
 #include <string>
 
 #include "handshake.h"
@@ -15,6 +16,8 @@ class RpcTestAccess {
   static int port(const RpcGroup& group);
   static handshake::Bytes key(const RpcGroup& group);
   static int group_rank(const RpcGroup& group);
+  /// How long a caller now looks for a reply from group rank `peer` (round_trips.h).
+  static std::chrono::nanoseconds reply_window(const RpcGroup& group, int peer);
 };
 
 }  // namespace push::dist::detail

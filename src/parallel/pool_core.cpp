@@ -30,6 +30,11 @@ struct PoolCore::Impl {
    protected:
     void on_suspend(void*) override { pool_->suspended(index_); }
     void on_resume(void*) override { pool_->resumed(index_); }
+    // A task waiting on its runner leaves the thread to the queued tasks (on_suspend):
+    // it never looks for a value while they wait.
+    bool has_other_work() const override {
+      return EventLoop::has_other_work() || pool_->queued.load(std::memory_order_relaxed) > 0;
+    }
 
    private:
     Impl* pool_;
@@ -41,8 +46,9 @@ struct PoolCore::Impl {
   std::mutex mutex;
   std::condition_variable drained;
   std::deque<Task> queue;
-  std::vector<int> running;  // per loop: runners that run or may run now (not suspended)
-  int64_t active = 0;        // tasks started and not finished (waiting ones included)
+  std::atomic<std::size_t> queued{0};  // queue.size(), for Loop::has_other_work()
+  std::vector<int> running;            // per loop: runners that run or may run now (not suspended)
+  int64_t active = 0;                  // tasks started and not finished (waiting ones included)
   bool closed = false;
   bool stopped = false;
   // Last: the loops' hooks use the members above, so the loops stop before they go.
@@ -75,6 +81,7 @@ struct PoolCore::Impl {
         }
         task = std::move(queue.front());
         queue.pop_front();
+        queued.store(queue.size(), std::memory_order_relaxed);
         ++active;
       }
       // The typed layer catches what the task throws; this is the last guard.
@@ -118,6 +125,7 @@ void PoolCore::submit(Run run, Cancel cancel) {
   std::lock_guard lock(s.mutex);
   PUSH_CHECK(!s.closed, s.origin, "the pool is closed: it takes no more tasks");
   s.queue.push_back({std::move(run), std::move(cancel)});
+  s.queued.store(s.queue.size(), std::memory_order_relaxed);
   // An idle loop starts a runner; a busy one takes the task when its runner gets to it.
   for (size_t w = 0; w < s.loops.size(); ++w) {
     if (s.running[w] == 0) {
@@ -137,6 +145,7 @@ size_t PoolCore::cancel_queued() {
   {
     std::lock_guard lock(impl_->mutex);
     cancelled.swap(impl_->queue);
+    impl_->queued.store(0, std::memory_order_relaxed);
     if (impl_->active == 0) impl_->drained.notify_all();
   }
   for (auto& task : cancelled) {

@@ -216,9 +216,13 @@ TEST(EventLoop, HooksSeeTheOwnerAroundEachSuspensionButNotACancellation) {
 TEST(EventLoop, AFiberLookingForAnExpectedValueGivesWayToWorkPostedMeanwhile) {
   auto loop = started_loop();
   Promise<int> slow;
+  Promise<bool> looking;
   slow.expect_within(std::chrono::seconds(60));  // it would look for a minute if left alone
-  auto waiter = in_fiber(*loop, [slow] { return slow.future().wait(); });
-  std::this_thread::sleep_for(20ms);  // the fiber is looking now
+  auto waiter = in_fiber(*loop, [slow, looking] {
+    looking.set_value(true);
+    return slow.future().wait();
+  });
+  looking.future().wait();
   const auto start = Clock::now();
   // Work posted meanwhile runs at once: the fiber stops looking and suspends.
   EXPECT_EQ(inline_job(*loop,
@@ -230,6 +234,34 @@ TEST(EventLoop, AFiberLookingForAnExpectedValueGivesWayToWorkPostedMeanwhile) {
             1);
   EXPECT_LT(Clock::now() - start, 10s);
   EXPECT_EQ(waiter.wait(), 3);
+}
+
+TEST(EventLoop, AFiberLookingForAValueLetsTimersFireAndStopEndIt) {
+  auto loop = started_loop();
+  // A timer of another fiber comes due while this one looks: it fires on time.
+  Promise<int> never;
+  auto timed = in_fiber(*loop, [never] { return never.future().wait_for(20ms); });
+  Promise<int> slow;
+  slow.expect_within(std::chrono::seconds(60));
+  const auto start = Clock::now();
+  auto looker = in_fiber(*loop, [slow] { return slow.future().wait(); });
+  EXPECT_FALSE(timed.wait());
+  EXPECT_LT(Clock::now() - start, 10s);
+  // A looking fiber's own wait_for ends at its timeout, not at the window's end.
+  auto own = in_fiber(*loop, [slow] { return slow.future().wait_for(20ms); });
+  EXPECT_FALSE(own.wait());
+  EXPECT_LT(Clock::now() - start, 20s);
+  // stop() ends the looking too: a fiber looking now is unwound at once, not after a minute.
+  Promise<bool> looking;
+  auto looker2 = in_fiber(*loop, [slow, looking] {
+    looking.set_value(true);
+    return slow.future().wait();
+  });
+  looking.future().wait();
+  loop->stop();
+  EXPECT_LT(Clock::now() - start, 30s);
+  EXPECT_THROW(looker.wait(), CancelledError);
+  EXPECT_THROW(looker2.wait(), CancelledError);
 }
 
 }  // namespace

@@ -106,13 +106,6 @@ TEST(Future, WaitReturnsAValueThatOutlivesTheFuture) {
   EXPECT_EQ(value.toStringRef(), std::string(64, 'v'));
 }
 
-/// CPU time of the calling thread.
-std::chrono::nanoseconds thread_cpu() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
-
 TEST(Future, AWaiterLooksForTheValueOnlyWithinTheExpectedWindowThenSleeps) {
   Promise<int> promise;
   promise.expect_within(std::chrono::milliseconds(2));
@@ -120,10 +113,10 @@ TEST(Future, AWaiterLooksForTheValueOnlyWithinTheExpectedWindowThenSleeps) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     promise.set_value(5);
   });
-  const auto cpu = thread_cpu();
+  const auto cpu = testing::thread_cpu();
   EXPECT_EQ(promise.future().wait(), 5);
   // 2 ms of looking, then asleep: far below the 300 ms a wait that kept looking would burn.
-  EXPECT_LT(thread_cpu() - cpu, std::chrono::milliseconds(100));
+  EXPECT_LT(testing::thread_cpu() - cpu, std::chrono::milliseconds(100));
   t.join();
 }
 
@@ -136,6 +129,30 @@ TEST(Future, AnExpectedWindowNeverStretchesAWaitFor) {
   std::thread t([promise] { promise.set_value(9); });
   EXPECT_EQ(promise.future().wait(), 9);  // looked for, found
   t.join();
+}
+
+TEST(Future, AValueCompletedWithinTheWindowIsFoundWithoutSleeping) {
+  auto due = std::make_shared<detail::FutureState<int>>();
+  due->expect_within(std::chrono::seconds(30));
+  std::thread t([due] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    due->set_value(1);
+  });
+  EXPECT_TRUE(due->spin_until_ready(std::chrono::seconds(30)));  // found by looking, not by a wake-up
+  t.join();
+  // No window: nothing to look for, at once.
+  auto plain = std::make_shared<detail::FutureState<int>>();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(plain->spin_until_ready(std::chrono::seconds(30)));
+  // The window counts from expect_within, not from the wait: one that is over looks no more.
+  auto late = std::make_shared<detail::FutureState<int>>();
+  late->expect_within(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_FALSE(late->spin_until_ready(std::chrono::seconds(30)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // A window of centuries is cut to an hour, and a limit of 0 looks not at all.
+  late->expect_within(std::chrono::nanoseconds::max());
+  EXPECT_FALSE(late->spin_until_ready(std::chrono::nanoseconds::zero()));
 }
 
 }  // namespace

@@ -4,11 +4,11 @@
 // nothing; the windows follow each member's own round trips; 0 turns them off.
 #include "core/event_loop.h"
 #include "dist/round_trips.h"
+#include "dist/rpc_test_access.h"
 #include "dist_test_util.h"
 
 #include <test_util.h>
 
-#include <ctime>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -25,12 +25,6 @@ c10::IValue spin_slow(const RpcArgs& a) {
   return a.at(0);
 }
 PUSH_RPC_FUNCTION(spin_slow);
-
-std::chrono::nanoseconds thread_cpu() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
 
 }  // namespace
 
@@ -63,7 +57,9 @@ TEST(RoundTrips, WindowsFollowEachMembersRoundTripUpToTheLimit) {
 TEST(DistRpc, ANegativeReplySpinIsRefusedByName) {
   push::dist::World world(push::dist::WorldOptions().master_port(push::dist::free_port()).init_timeout(30s));
   EXPECT_PUSH_ERROR(world.rpc_group("spin", {world.name()}, push::dist::RpcGroupOptions().reply_spin(-1us)),
-                    "reply_spin must be >= 0");
+                    "reply_spin must be between 0 (sleep at once) and 1 s");
+  EXPECT_PUSH_ERROR(world.rpc_group("spin", {world.name()}, push::dist::RpcGroupOptions().reply_spin(2s)),
+                    "reply_spin must be between 0 (sleep at once) and 1 s");
 }
 
 PUSH_DIST_WORKER(rpc_reply_spin) {
@@ -72,22 +68,28 @@ PUSH_DIST_WORKER(rpc_reply_spin) {
   auto rpc = world.rpc_group("spin", world.names(), push::dist::RpcGroupOptions().reply_spin(5ms));
   auto off = world.rpc_group("spin_off", world.names(), push::dist::RpcGroupOptions().reply_spin(0us));
   if (world.rank() == 0) {
+    using push::dist::detail::RpcTestAccess;
     for (int64_t i = 0; i < 200; ++i) {
       EXPECT_EQ(rpc.rpc_sync(1, "spin_echo", {c10::IValue(i)}).toInt(), i);
       EXPECT_EQ(off.rpc_sync(1, "spin_echo", {c10::IValue(i)}).toInt(), i);
     }
+    // Fast replies: calls look for them, for twice their round trip; never with 0, never to oneself.
+    EXPECT_GT(RpcTestAccess::reply_window(rpc, 1), 0ns);
+    EXPECT_LE(RpcTestAccess::reply_window(rpc, 1), 5ms);
+    EXPECT_EQ(RpcTestAccess::reply_window(off, 1), 0ns);
     // 20 calls of a 20 ms handler: at most the first few look for their reply (5 ms each)
     // before the round trips seen turn the window off; looking through every wait would
     // burn 20 x 5 ms = 100 ms more CPU than the same calls with the windows off.
     auto cpu_of_slow_calls = [&](push::dist::RpcGroup& group) {
-      const auto cpu = thread_cpu();
+      const auto cpu = push::testing::thread_cpu();
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < 20; ++i) EXPECT_EQ(group.rpc_sync(1, "spin_slow", {c10::IValue(int64_t{20})}).toInt(), 20);
       EXPECT_GE(std::chrono::steady_clock::now() - start, 400ms);
-      return thread_cpu() - cpu;
+      return push::testing::thread_cpu() - cpu;
     };
     const auto looking = cpu_of_slow_calls(rpc);
     const auto sleeping = cpu_of_slow_calls(off);
+    EXPECT_EQ(RpcTestAccess::reply_window(rpc, 1), 0ns);  // the slow calls turned it off
     EXPECT_LT(looking - sleeping, 50ms) << "looking for slow replies cost "
                                         << std::chrono::duration<double, std::milli>(looking - sleeping).count()
                                         << " ms of CPU more than sleeping through them";

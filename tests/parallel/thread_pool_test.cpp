@@ -93,6 +93,21 @@ TEST(ThreadPool, ImapUnorderedGivesResultsAsTheyCompleteAndWaitingTasksShareAThr
   for (int i = 0; i < 4; ++i) EXPECT_EQ(ordered.next()->index, static_cast<size_t>(i));
 }
 
+TEST(ThreadPool, ATaskLookingForAnExpectedValueLetsQueuedTasksRun) {
+  ThreadPool pool(1);
+  push::Promise<int> due;
+  due.expect_within(std::chrono::seconds(60));  // the first task would look for a minute
+  const auto start = std::chrono::steady_clock::now();
+  auto waiter = pool.apply_async([due] { return due.future().wait(); });
+  auto setter = pool.apply_async([due] {
+    due.set_value(4);
+    return 0;
+  });
+  EXPECT_EQ(waiter.wait(), 4);
+  setter.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
 TEST(ThreadPool, TasksThatWaitOnTasksOfTheSamePoolDoNotDeadlock) {
   ThreadPool pool(1);
   // Each level waits for the next, on the pool's single thread: 50 deep.

@@ -53,9 +53,11 @@ class FutureCore {
   void add_callback(std::function<void()> callback);
 
   /// Promise::expect_within.
-  void expect_within(std::chrono::nanoseconds window) { spin_ns_.store(window.count(), std::memory_order_relaxed); }
-  /// Checks ready() without sleeping for up to the expect_within() window (at most
-  /// `limit`), stopping early when `stop()` says so; returns ready().
+  void expect_within(std::chrono::nanoseconds window);
+  /// Checks ready() without sleeping until the expect_within() window ends, at most
+  /// `limit` from now, stopping early when `stop()` says so; returns ready(). At most one
+  /// thread fewer than the machine has cores (and at least one) looks at a time, process-
+  /// wide: the others return at once.
   bool spin_until_ready(std::chrono::nanoseconds limit, const std::function<bool()>& stop = {}) const;
   std::exception_ptr error() const {
     return error_;  // written before ready_ is published
@@ -73,7 +75,7 @@ class FutureCore {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::atomic<bool> ready_{false};
-  std::atomic<int64_t> spin_ns_{0};  // expect_within()
+  std::atomic<int64_t> spin_until_ns_{0};  // expect_within()'s end, on steady_clock
   std::exception_ptr error_;
   std::vector<std::function<void()>> callbacks_;
 };
@@ -214,8 +216,9 @@ class Promise {
   /// request just sent, say). A plain thread waiting on it, or a fiber whose loop has
   /// nothing else to run, then checks for completion without sleeping for up to `window`
   /// before it sleeps: on a busy-enough machine, waking a sleeping thread costs about as
-  /// much as a round trip over loopback. Costs the waiter's CPU for that long at most.
-  /// 0 (the default): sleep at once.
+  /// much as a round trip over loopback. The window counts from this call, not from each
+  /// wait (a later wait_for looks only for what is left of it); at most an hour. Costs
+  /// the waiters' CPU for that long at most. 0 (the default): sleep at once.
   void expect_within(std::chrono::nanoseconds window) const { check().state->expect_within(window); }
 
  private:
