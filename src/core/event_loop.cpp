@@ -311,11 +311,10 @@ bool EventLoop::suspend_until(FutureCore& future, std::optional<Clock::time_poin
   // With nothing else to run, the loop's thread would sleep: where the future expects to
   // complete soon (Promise::expect_within), look for that first, and stop looking as soon
   // as other work arrives.
-  if (!has_other_work()) {
-    const auto limit = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - Clock::now())
-                                : std::chrono::nanoseconds::max();
-    if (future.spin_until_ready(limit, [this] { return has_other_work(); })) return true;
-  }
+  // (spin_until_ready asks has_other_work() before it looks, and only for a future with a window.)
+  const auto limit = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - Clock::now())
+                              : std::chrono::nanoseconds::max();
+  if (future.spin_until_ready(limit, [this] { return has_other_work(); })) return true;
   // The ticket identifies this wait: a completion that arrives after the deadline resumed
   // the fiber posts a resume with an old ticket, which dispatch() ignores.
   const uint64_t ticket = ++task->ticket;

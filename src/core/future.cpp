@@ -105,11 +105,13 @@ void FutureCore::expect_within(std::chrono::nanoseconds window) {
 }
 
 bool FutureCore::spin_until_ready(std::chrono::nanoseconds limit, const std::function<bool()>& stop) const {
+  // No window (most futures): no clock read, no seat.
+  const int64_t end = spin_until_ns_.load(std::memory_order_relaxed);
+  if (end == 0) return ready();
   // Steady time, not push's Clock: the window is real CPU time, whatever a ManualClock says.
   const int64_t now = steady_ns();
-  const int64_t until = std::min(spin_until_ns_.load(std::memory_order_relaxed),
-                                 now + std::clamp<int64_t>(limit.count(), 0, kLongestSpinNs));
-  if (until <= now) return ready();
+  const int64_t until = std::min(end, now + std::clamp<int64_t>(limit.count(), 0, kLongestSpinNs));
+  if (until <= now || (stop && stop())) return ready();
   SpinSeat seat;
   if (!seat.taken()) return ready();
   for (;;) {

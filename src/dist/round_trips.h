@@ -9,7 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <memory>
+#include <vector>
 
 namespace push::dist::detail {
 
@@ -29,8 +29,7 @@ class RoundTrips {
   // Per peer: a moving average of the round trip (each new one weighs 1/8), each clipped to
   // twice the limit so that one slow call does not turn the windows off for long. Starts at
   // half the limit: the first calls look for their replies for the whole limit.
-  std::unique_ptr<std::atomic<int64_t>[]> average_ns_;
-  const int peers_;
+  std::vector<std::atomic<int64_t>> average_ns_;
 };
 
 }  // namespace push::dist::detail
