@@ -423,6 +423,7 @@ int main(int argc, char** argv) {
   close(g_tcp);
   job.rpc.shutdown();
   job.sockets.shutdown();
+  job.asleep.shutdown();
   for (pid_t peer : peers) {
     int status = 0;
     waitpid(peer, &status, 0);
