@@ -10,12 +10,12 @@
 namespace push::bayes {
 namespace {
 
-constexpr const char* kOrigin = "push::bayes::prediction_warnings";
+constexpr const char* kWarningsOrigin = "push::bayes::prediction_warnings";
 
 /// Each particle's own prediction: the mean of its samples, [P, M, ·] in float64.
 torch::Tensor per_particle(const torch::Tensor& members, int64_t particles) {
-  PUSH_CHECK(members.defined() && members.dim() == 3, kOrigin, "the predictive has no members [S, M, ·]");
-  PUSH_CHECK(particles > 0 && members.size(0) % particles == 0, kOrigin, "the predictive's ", members.size(0),
+  PUSH_CHECK(members.defined() && members.dim() == 3, kWarningsOrigin, "the predictive has no members [S, M, ·]");
+  PUSH_CHECK(particles > 0 && members.size(0) % particles == 0, kWarningsOrigin, "the predictive's ", members.size(0),
              " members are not an equal number of samples of ", particles, " particles");
   const auto m = members.detach().to(torch::kCPU, torch::kFloat64);
   return m.reshape({particles, members.size(0) / particles, members.size(1), members.size(2)}).mean(1);
@@ -28,8 +28,8 @@ std::pair<torch::Tensor, double> regression_errors(const torch::Tensor& means, c
   if (y.dim() == 1) y = y.unsqueeze(1);
   auto train_y = train.y.to(torch::kCPU, torch::kFloat64);
   if (train_y.dim() == 1) train_y = train_y.unsqueeze(1);
-  PUSH_CHECK(means.size(1) == y.size(0) && means.size(2) == y.size(1), kOrigin, "the predictive is for ", means.size(1),
-             " points of ", means.size(2), " targets, the test set has ", y.size(0), " of ", y.size(1));
+  PUSH_CHECK(means.size(1) == y.size(0) && means.size(2) == y.size(1), kWarningsOrigin, "the predictive is for ",
+             means.size(1), " points of ", means.size(2), " targets, the test set has ", y.size(0), " of ", y.size(1));
   const auto errors = (means - y.unsqueeze(0)).pow(2).mean({1, 2});
   const double baseline = (y - train_y.mean(0, true)).pow(2).mean().item<double>();
   return {errors, baseline};
@@ -40,9 +40,9 @@ std::pair<torch::Tensor, double> classification_errors(const torch::Tensor& prob
                                                        const data::Dataset& train) {
   const auto y = test.y.to(torch::kCPU, torch::kLong);
   const int64_t classes = probs.size(2);
-  PUSH_CHECK(probs.size(1) == y.size(0), kOrigin, "the predictive is for ", probs.size(1), " points, the test set has ",
-             y.size(0));
-  PUSH_CHECK(y.numel() == 0 || (y.min().item<int64_t>() >= 0 && y.max().item<int64_t>() < classes), kOrigin,
+  PUSH_CHECK(probs.size(1) == y.size(0), kWarningsOrigin, "the predictive is for ", probs.size(1),
+             " points, the test set has ", y.size(0));
+  PUSH_CHECK(y.numel() == 0 || (y.min().item<int64_t>() >= 0 && y.max().item<int64_t>() < classes), kWarningsOrigin,
              "a test label is outside the predictive's ", classes, " classes");
   // Frequencies with half a count added, so that a class the training set lacks is not log 0.
   auto counts = torch::bincount(train.y.to(torch::kCPU, torch::kLong).reshape(-1), {}, classes)
@@ -95,9 +95,9 @@ std::vector<MemberWarning> loss_warnings(const std::map<Pid, ParticleLosses>& lo
 
 std::vector<MemberWarning> prediction_warnings(const Predictive& pred, const data::Dataset& test,
                                                const data::Dataset& train, int64_t particles) {
-  PUSH_CHECK(test.task == train.task, kOrigin, "the test set is ", data::to_string(test.task), ", the training set ",
-             data::to_string(train.task));
-  PUSH_CHECK(train.size() > 0, kOrigin, "the training set is empty");
+  PUSH_CHECK(test.task == train.task, kWarningsOrigin, "the test set is ", data::to_string(test.task),
+             ", the training set ", data::to_string(train.task));
+  PUSH_CHECK(train.size() > 0, kWarningsOrigin, "the training set is empty");
   const bool classify = test.task == data::Task::classification;
   const auto own = per_particle(pred.members, particles);
   const auto [errors, baseline] =

@@ -4,6 +4,7 @@
 #include "train_infer.h"
 
 #include <push/bayes/laplace.h>
+#include <push/core/cores.h>
 #include <push/core/errors.h>
 
 #include <algorithm>
@@ -176,7 +177,7 @@ void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_
 }
 
 void warn_about_threads(const TrainConfig& c) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int cores = usable_cores();
   const int64_t threads = static_cast<int64_t>(c.threads) * c.devices;
   if (c.device_type == "cpu" && threads > cores) {
     std::cerr << "push train: warning: --threads " << c.threads << " on " << c.devices << " lanes starts " << threads

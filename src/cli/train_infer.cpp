@@ -1,6 +1,8 @@
 // Building push train's algorithm from its configuration.
 #include "train_infer.h"
 
+#include <push/core/cores.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -22,7 +24,7 @@ void settle_devices(TrainConfig& c) {
     PUSH_CHECK(c.devices <= gpus, "push train", "--devices cuda:", c.devices, ": this machine has ", gpus,
                " CUDA device", gpus == 1 ? "" : "s");
   } else if (c.devices == 0) {
-    c.devices = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 2);
+    c.devices = std::min(usable_cores(), 2);
   }
 }
 

@@ -1,5 +1,7 @@
 #include <push/core/future.h>
 
+#include <push/core/cores.h>
+
 #include "core/torch_compat.h"
 
 #include <c10/util/Exception.h>
@@ -74,12 +76,14 @@ int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch()
 // Windows and limits are cut to this, so that a deadline computed from one never overflows.
 constexpr int64_t kLongestSpinNs = int64_t{3600} * 1000 * 1000 * 1000;
 
-/// A seat among the threads looking for a value: one fewer than the cores (at least one),
-/// so that lookers never take every core from the threads that would complete their values.
+/// A seat among the threads looking for a value: one fewer than the cores this thread may
+/// run on (none on one core), so that lookers never take every core from the threads that
+/// would complete their values. The mask is read at every look (one system call, well below
+/// the window): `taskset` on a running process changes it.
 class SpinSeat {
  public:
   SpinSeat() {
-    static const int seats = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    const int seats = usable_cores() - 1;
     taken_ = spinners().fetch_add(1, std::memory_order_relaxed) < seats;
     if (!taken_) spinners().fetch_sub(1, std::memory_order_relaxed);
   }

@@ -107,7 +107,7 @@ struct PoolCore::Impl {
 };
 
 PoolCore::PoolCore(int threads, const char* origin) : impl_(std::make_shared<Impl>()) {
-  const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int n = threads > 0 ? threads : usable_cores();
   impl_->origin = origin;
   impl_->running.assign(n, 0);
   for (int w = 0; w < n; ++w) {

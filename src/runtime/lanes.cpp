@@ -1,5 +1,6 @@
 #include "runtime/lanes.h"
 
+#include <push/core/cores.h>
 #include <push/core/errors.h>
 
 #include <ATen/Parallel.h>
@@ -44,7 +45,7 @@ int Lanes::count(const PushOptions& options) {
 
 Lanes::Lanes(const PushOptions& options, int count, int ranks_on_host) {
   const int cuda = cuda_lanes_available(options);
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int cores = usable_cores();
   const int threads = options.intra_op_threads().value_or(std::max(1, cores / (count * ranks_on_host)));
   PUSH_CHECK(threads >= 1, "push::Push", "intra_op_threads must be at least 1, got ", threads);
   // LibTorch builds its pthreadpool lazily in the first at::set_num_threads; done here,

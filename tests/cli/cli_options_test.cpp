@@ -3,6 +3,8 @@
 // memory, data that is no table at all; with --nproc, still one line.
 #include "cli_test_util.h"
 
+#include <push/core/cores.h>
+
 #include <thread>
 
 namespace {
@@ -130,7 +132,7 @@ TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
 }
 
 TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int cores = push::usable_cores();
   // No epoch: the warning is the point, and intra-op threads are OpenMP's, which
   // ThreadSanitizer cannot see synchronise (tools/sanitizers/tsan.supp).
   auto r = run("--devices cpu:1 --threads " + std::to_string(cores + 1) + " --epochs 0 --particles 2 --quiet --out o");

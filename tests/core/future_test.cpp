@@ -1,10 +1,14 @@
 // Futures and promises on plain threads; fiber-aware waits are in event_loop_test.cpp.
+#include <push/core/cores.h>
 #include <push/core/future.h>
 // The paths from before the core layer, kept for user code: they must keep compiling.
 #include <push/runtime/errors.h>
 #include <push/runtime/future.h>
 
 #include <gtest/gtest.h>
+
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -118,6 +122,30 @@ TEST(Future, AWaiterLooksForTheValueOnlyWithinTheExpectedWindowThenSleeps) {
   // 2 ms of looking, then asleep: far below the 300 ms a wait that kept looking would burn.
   EXPECT_LT(testing::thread_cpu() - cpu, std::chrono::milliseconds(100));
   t.join();
+}
+
+TEST(Future, AWaiterThatMayRunOnOneCoreOnlySleepsAtOnce) {
+  // Looking there would take the core from the thread that completes the value.
+  Promise<int> promise;
+  promise.expect_within(std::chrono::seconds(30));
+  std::thread t([promise] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    promise.set_value(5);
+  });
+  std::chrono::nanoseconds spent{};
+  std::thread waiter([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+    ASSERT_EQ(usable_cores(), 1);
+    const auto cpu = testing::thread_cpu();
+    EXPECT_EQ(promise.future().wait(), 5);
+    spent = testing::thread_cpu() - cpu;
+  });
+  waiter.join();
+  t.join();
+  EXPECT_LT(spent, std::chrono::milliseconds(100));  // looking would have burnt the 300 ms
 }
 
 TEST(Future, AnExpectedWindowNeverStretchesAWaitFor) {

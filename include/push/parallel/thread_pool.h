@@ -22,6 +22,7 @@
 // TaskError naming the item's index (imap: when that item is reached). Destruction
 // cancels the tasks still queued (their futures fail with push::CancelledError) and joins
 // every thread; running tasks finish first, and waiting ones are unwound.
+#include <push/core/cores.h>
 #include <push/core/errors.h>
 #include <push/core/future.h>
 #include <push/parallel/results.h>
@@ -52,7 +53,7 @@ class PoolCore {
  public:
   using Run = std::function<void(int worker)>;
   using Cancel = std::function<void(std::exception_ptr)>;
-  /// threads <= 0: std::thread::hardware_concurrency().
+  /// threads <= 0: push::usable_cores().
   PoolCore(int threads, const char* origin);
   ~PoolCore();
   PoolCore(const PoolCore&) = delete;
@@ -213,7 +214,7 @@ template <class Ctx>
 class CtxThreadPool : public PoolMethods<CtxThreadPool<Ctx>> {
  public:
   CtxThreadPool(int threads, const std::function<Ctx(int worker)>& make) {
-    const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n = threads > 0 ? threads : usable_cores();
     contexts_.reserve(n);
     for (int w = 0; w < n; ++w) contexts_.push_back(make(w));
     core_ = std::make_unique<detail::PoolCore>(n, "push::parallel::CtxThreadPool");
