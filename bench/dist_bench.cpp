@@ -14,7 +14,11 @@
 // event loop (where particle handlers and RPC handlers run), in batches of 250 that
 // alternate with 250 calls through a group whose callers sleep at once (asleep_us:
 // RpcGroupOptions::reply_spin 0) and 250 raw echoes from the main thread
-// (paired_small_calls), 8 of each per repetition, 3 repetitions.
+// (paired_small_calls), 8 of each per repetition, 3 repetitions. Two more batches of raw
+// echoes there give the floor of a design with an RPC's thread wake-ups (tcp_echo.h):
+// tcp_3wake_us, the echo written by a second thread the reading one hands it to (as a
+// request goes from the I/O thread to a handler), and tcp_4wake_us, the same with the
+// caller woken by a thread that reads its connection (as a reply comes to a caller).
 // Rpc/inflight64: calls per second into rank 1 from 2 caller processes (ranks 0 and 2)
 // that keep 32 rpc_async calls in flight each; tcp_us is then the time per message of the
 // raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
@@ -49,6 +53,7 @@
 #include <cstring>
 #include <deque>
 #include <iostream>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -88,6 +93,8 @@ using push_bench::read_all;
 using push_bench::write_all;
 
 int g_tcp = -1;
+int g_tcp_hand = -1;                                       // rank 0's connection for tcp_4wake_us
+std::unique_ptr<push_bench::HandOffReader> g_hand_reader;  // reads it
 
 /// Seconds to copy `bytes` there and back (two memcpy between buffers reused `count` times):
 /// the floor of a round trip through shared memory.
@@ -103,9 +110,9 @@ double memcpy_round_trip(int64_t bytes, int64_t count) {
 }
 
 /// Seconds per round trip of `bytes` echoed `count` times over the raw connection.
-double tcp_round_trip(int64_t bytes, int64_t count) {
+double tcp_round_trip(int64_t bytes, int64_t count, bool hand_off = false) {
   std::vector<char> out(static_cast<size_t>(bytes), 1), back(out.size());
-  const uint64_t n = out.size();
+  const uint64_t n = out.size() | (hand_off ? push_bench::kHandOff : 0);
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < count; ++i) {
     write_all(g_tcp, &n, sizeof(n));
@@ -113,6 +120,15 @@ double tcp_round_trip(int64_t bytes, int64_t count) {
     read_all(g_tcp, back.data(), back.size());
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(count);
+}
+
+/// Seconds for `count` 16-byte echoes written by the echo's second thread and read by a
+/// thread of this rank that wakes the caller (tcp_4wake_us).
+double handed_off_echoes(int64_t count) {
+  const std::vector<char> out(16, 1);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < count; ++i) g_hand_reader->round_trip(out, true);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> make_raw(const push::dist::World& world) {
@@ -146,8 +162,8 @@ double g_raw_busbw[64] = {};
 /// Google Benchmark's CSV writer needs the same counters in every row: fills the ones a
 /// row does not measure with 0.
 void same_counters(benchmark::State& state) {
-  for (const char* name :
-       {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "asleep_us", "tcp_us", "ratio", "vs_memcpy"}) {
+  for (const char* name : {"busbw_GBps", "us_per_call", "calls_per_s", "rpc_us", "asleep_us", "tcp_us", "tcp_3wake_us",
+                           "tcp_4wake_us", "ratio", "vs_memcpy"}) {
     state.counters.try_emplace(name, 0.0);
   }
 }
@@ -219,13 +235,17 @@ void paired_small_calls(benchmark::State& state, Batch batch) {
   batch(g_job->rpc, 50);  // warm-up
   batch(g_job->asleep, 50);
   tcp_round_trip(16, 50);
-  double rpc_s = 0, asleep_s = 0, tcp_s = 0;
+  tcp_round_trip(16, 50, true);
+  handed_off_echoes(50);
+  double rpc_s = 0, asleep_s = 0, tcp_s = 0, tcp3_s = 0, tcp4_s = 0;
   int64_t calls = 0;
   for (auto _ : state) {
     for (int64_t r = 0; r < kRounds; ++r) {
       rpc_s += batch(g_job->rpc, kBatch);
       asleep_s += batch(g_job->asleep, kBatch);
       tcp_s += tcp_round_trip(16, kBatch) * kBatch;
+      tcp3_s += tcp_round_trip(16, kBatch, true) * kBatch;
+      tcp4_s += handed_off_echoes(kBatch);
       calls += kBatch;
     }
   }
@@ -234,6 +254,8 @@ void paired_small_calls(benchmark::State& state, Batch batch) {
   state.counters["rpc_us"] = rpc_s / n * 1e6;
   state.counters["asleep_us"] = asleep_s / n * 1e6;
   state.counters["tcp_us"] = tcp_s / n * 1e6;
+  state.counters["tcp_3wake_us"] = tcp3_s / n * 1e6;
+  state.counters["tcp_4wake_us"] = tcp4_s / n * 1e6;
   state.counters["ratio"] = rpc_s / tcp_s;
   state.counters["vs_memcpy"] = memcpy_round_trip(16, calls) * n / rpc_s;
   same_counters(state);
@@ -369,9 +391,13 @@ int main(int argc, char** argv) {
   g_job = &job;
   std::thread echo;
   if (job.world.rank() == 1)
-    echo = push_bench::serve_tcp_echo(job.world.store(), kCallers);
+    echo = push_bench::serve_tcp_echo(job.world.store(), kCallers + 1);  // rank 0 connects twice
   else
     g_tcp = push_bench::connect_tcp_echo(job.world.store());
+  if (job.world.rank() == 0) {
+    g_tcp_hand = push_bench::connect_tcp_echo(job.world.store());
+    g_hand_reader = std::make_unique<push_bench::HandOffReader>(g_tcp_hand, 16);
+  }
   if (child) {
     follow();
     job.rpc.shutdown();
@@ -421,6 +447,9 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   command(kStop, 0, 0);
   close(g_tcp);
+  shutdown(g_tcp_hand, SHUT_RDWR);  // ends the reading thread
+  g_hand_reader.reset();
+  close(g_tcp_hand);
   job.rpc.shutdown();
   job.sockets.shutdown();
   job.asleep.shutdown();

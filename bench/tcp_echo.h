@@ -1,5 +1,9 @@
 // The raw TCP baseline of the distributed benchmarks: length-prefixed messages (u64 byte
 // count, then the bytes) echoed by one rank over plain loopback connections (TCP_NODELAY).
+// A message may ask to be handed off (kHandOff): then the thread that read it passes it to a
+// second thread, which writes the echo, as an RPC member's I/O thread passes a request to a
+// handler; HandOffReader does the same on the calling side. These give the round trip of a
+// raw echo with as many thread wake-ups as an RPC has, the floor of any design with them.
 #pragma once
 
 #include <push/dist/store.h>
@@ -10,9 +14,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +57,51 @@ inline bool read_all(int fd, void* data, size_t n) {
   return true;
 }
 
+/// Bit 63 of a message's byte count: hand it to a second thread, which writes the echo.
+constexpr uint64_t kHandOff = uint64_t{1} << 63;
+
+/// A thread that writes the echoes handed to it, in order; the reading thread goes back to
+/// reading at once, as an RPC member's I/O thread does.
+class EchoWriter {
+ public:
+  explicit EchoWriter(int fd) : fd_(fd), thread_([this] { run(); }) {}
+  ~EchoWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+  }
+  void hand(std::vector<char> bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(bytes));
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [&] { return done_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto bytes = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      write_all(fd_, bytes.data(), bytes.size());
+      lock.lock();
+    }
+  }
+  const int fd_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::vector<char>> queue_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 inline void no_delay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -76,10 +129,20 @@ inline std::thread serve_tcp_echo(const push::dist::Store& store, int clients = 
       echoes.emplace_back([fd] {
         std::vector<char> buffer;
         uint64_t n = 0;
-        while (read_all(fd, &n, sizeof(n))) {
-          buffer.resize(n);
-          read_all(fd, buffer.data(), n);
-          write_all(fd, buffer.data(), n);
+        {
+          std::unique_ptr<EchoWriter> writer;  // started by the first message handed off
+          while (read_all(fd, &n, sizeof(n))) {
+            const bool hand_off = (n & kHandOff) != 0;
+            n &= ~kHandOff;
+            buffer.resize(n);
+            read_all(fd, buffer.data(), n);
+            if (!hand_off) {
+              write_all(fd, buffer.data(), n);
+              continue;
+            }
+            if (!writer) writer = std::make_unique<EchoWriter>(fd);
+            writer->hand(buffer);
+          }
         }
         close(fd);
       });
@@ -88,6 +151,45 @@ inline std::thread serve_tcp_echo(const push::dist::Store& store, int clients = 
     close(listener);
   });
 }
+
+/// The calling side's hand-off: a thread reads the echoes of `bytes` bytes from `fd` and
+/// wakes the caller, as an RPC member's I/O thread completes a caller's future.
+class HandOffReader {
+ public:
+  HandOffReader(int fd, uint64_t bytes) : fd_(fd), bytes_(bytes), thread_([this] { run(); }) {}
+  /// shutdown(fd) first: the reading thread then ends.
+  ~HandOffReader() { thread_.join(); }
+  /// One round trip: the message (handed off by the echo when `echo_hands_off`), then the
+  /// wait for the reading thread to have its echo.
+  void round_trip(const std::vector<char>& out, bool echo_hands_off) {
+    const uint64_t n = out.size() | (echo_hands_off ? kHandOff : 0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t want = got_ + 1;
+    lock.unlock();
+    write_all(fd_, &n, sizeof(n));
+    write_all(fd_, out.data(), out.size());
+    lock.lock();
+    arrived_.wait(lock, [&] { return got_ >= want; });
+  }
+
+ private:
+  void run() {
+    std::vector<char> back(bytes_);
+    while (read_all(fd_, back.data(), back.size())) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++got_;
+      }
+      arrived_.notify_one();
+    }
+  }
+  const int fd_;
+  const uint64_t bytes_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  uint64_t got_ = 0;
+  std::thread thread_;
+};
 
 /// A client's connection to the echo.
 inline int connect_tcp_echo(const push::dist::Store& store) {
