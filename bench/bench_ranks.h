@@ -10,9 +10,11 @@
 #include <push/dist/world.h>
 
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -51,6 +53,27 @@ inline std::vector<pid_t> start_ranks(char* argv0, int world_size) {
   }
   setenv("RANK", "0", 1);
   return peers;
+}
+
+/// On rank 0: waits for the ranks start_ranks started. Returns rank 0's exit status: 0 when
+/// every one exited with 0, else 1, each failure named on stderr (a rank that aborted, was
+/// killed or exited with an error fails the run, not just its own process).
+inline int wait_ranks(const std::vector<pid_t>& peers) {
+  int failed = 0;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    int status = 0;
+    if (waitpid(peers[i], &status, 0) != peers[i]) {
+      std::fprintf(stderr, "push bench: cannot wait for rank %zu\n", i + 1);
+      failed = 1;
+    } else if (WIFSIGNALED(status)) {
+      std::fprintf(stderr, "push bench: rank %zu was killed by signal %d\n", i + 1, WTERMSIG(status));
+      failed = 1;
+    } else if (WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "push bench: rank %zu exited with status %d\n", i + 1, WEXITSTATUS(status));
+      failed = 1;
+    }
+  }
+  return failed;
 }
 
 }  // namespace push_bench

@@ -202,10 +202,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   auto stop = torch::tensor({int64_t{kStop}, int64_t{0}});
   all.broadcast(stop, 0);
-  for (pid_t peer : peers) {
-    int status = 0;
-    waitpid(peer, &status, 0);
-  }
+  const int failed = push_bench::wait_ranks(peers);
   benchmark::Shutdown();
-  return 0;
+  return failed;
 }

@@ -125,9 +125,8 @@ double tcp_round_trip(int64_t bytes, int64_t count, bool hand_off = false) {
 /// Seconds for `count` 16-byte echoes written by the echo's second thread and read by a
 /// thread of this rank that wakes the caller (tcp_4wake_us).
 double handed_off_echoes(int64_t count) {
-  const std::vector<char> out(16, 1);
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < count; ++i) g_hand_reader->round_trip(out, true);
+  for (int64_t i = 0; i < count; ++i) g_hand_reader->round_trip(true);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -447,16 +446,12 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   command(kStop, 0, 0);
   close(g_tcp);
-  shutdown(g_tcp_hand, SHUT_RDWR);  // ends the reading thread
-  g_hand_reader.reset();
+  g_hand_reader.reset();  // ends the connection and its reading thread
   close(g_tcp_hand);
   job.rpc.shutdown();
   job.sockets.shutdown();
   job.asleep.shutdown();
-  for (pid_t peer : peers) {
-    int status = 0;
-    waitpid(peer, &status, 0);
-  }
+  const int failed = push_bench::wait_ranks(peers);
   benchmark::Shutdown();
-  return 0;
+  return failed;
 }

@@ -140,5 +140,5 @@ int main(int argc, char** argv) {
   job.dist.reset();
   job.raw->barrier();
   job.raw->shutdown();
-  return 0;
+  return push_bench::wait_ranks(peers);
 }

@@ -193,10 +193,7 @@ int main(int argc, char** argv) {
   grads.reset();
   ordered.reset();
   job.rpc.shutdown();
-  for (pid_t peer : peers) {
-    int status = 0;
-    waitpid(peer, &status, 0);
-  }
+  const int failed = push_bench::wait_ranks(peers);
   benchmark::Shutdown();
-  return 0;
+  return failed;
 }

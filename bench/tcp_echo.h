@@ -3,7 +3,9 @@
 // A message may ask to be handed off (kHandOff): then the thread that read it passes it to a
 // second thread, which writes the echo, as an RPC member's I/O thread passes a request to a
 // handler; HandOffReader does the same on the calling side. These give the round trip of a
-// raw echo with as many thread wake-ups as an RPC has, the floor of any design with them.
+// raw echo with as many thread wake-ups as an RPC has (each thread sleeping while it waits),
+// the floor of a design with them. A connection that hands off carries one message at a
+// time: the echo's two threads would otherwise write to it at once.
 #pragma once
 
 #include <push/dist/store.h>
@@ -86,7 +88,8 @@ class EchoWriter {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       ready_.wait(lock, [&] { return done_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      // Done: the connection ended, and its peer takes no more echoes.
+      if (done_) return;
       auto bytes = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -153,41 +156,67 @@ inline std::thread serve_tcp_echo(const push::dist::Store& store, int clients = 
 }
 
 /// The calling side's hand-off: a thread reads the echoes of `bytes` bytes from `fd` and
-/// wakes the caller, as an RPC member's I/O thread completes a caller's future.
+/// wakes the caller, as an RPC member's I/O thread completes a caller's future. One
+/// message at a time (round_trip waits for its echo); the connection is this reader's.
 class HandOffReader {
  public:
-  HandOffReader(int fd, uint64_t bytes) : fd_(fd), bytes_(bytes), thread_([this] { run(); }) {}
-  /// shutdown(fd) first: the reading thread then ends.
-  ~HandOffReader() { thread_.join(); }
-  /// One round trip: the message (handed off by the echo when `echo_hands_off`), then the
-  /// wait for the reading thread to have its echo.
-  void round_trip(const std::vector<char>& out, bool echo_hands_off) {
-    const uint64_t n = out.size() | (echo_hands_off ? kHandOff : 0);
+  HandOffReader(int fd, uint64_t bytes) : fd_(fd), out_(bytes, 1), thread_([this] { run(); }) {}
+  /// Ends the connection for reading and writing, so the reading thread ends (also when an
+  /// exit() runs this destructor while the thread waits for bytes); the owner closes fd.
+  ~HandOffReader() {
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // exit() from the reading thread itself
+    } else {
+      thread_.join();
+    }
+  }
+  /// One round trip of `bytes` bytes: the message (handed off by the echo when
+  /// `echo_hands_off`), then the wait for the reading thread to have its echo.
+  void round_trip(bool echo_hands_off) {
+    const uint64_t n = out_.size() | (echo_hands_off ? kHandOff : 0);
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t want = got_ + 1;
     lock.unlock();
     write_all(fd_, &n, sizeof(n));
-    write_all(fd_, out.data(), out.size());
+    write_all(fd_, out_.data(), out_.size());
     lock.lock();
-    arrived_.wait(lock, [&] { return got_ >= want; });
+    arrived_.wait(lock, [&] { return got_ >= want || ended_; });
+    if (got_ < want) {
+      std::fprintf(stderr, "push bench: the echo's connection ended\n");
+      std::exit(1);
+    }
   }
 
  private:
   void run() {
-    std::vector<char> back(bytes_);
-    while (read_all(fd_, back.data(), back.size())) {
+    std::vector<char> back(out_.size());
+    for (;;) {
+      // Not read_all: an error here ends this thread, not the process.
+      size_t got = 0;
+      while (got < back.size()) {
+        const ssize_t k = ::read(fd_, back.data() + got, back.size() - got);
+        if (k <= 0) break;
+        got += static_cast<size_t>(k);
+      }
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        ++got_;
+        if (got < back.size()) {
+          ended_ = true;
+        } else {
+          ++got_;
+        }
       }
       arrived_.notify_one();
+      if (got < back.size()) return;
     }
   }
   const int fd_;
-  const uint64_t bytes_;
+  const std::vector<char> out_;
   std::mutex mutex_;
   std::condition_variable arrived_;
   uint64_t got_ = 0;
+  bool ended_ = false;
   std::thread thread_;
 };
 

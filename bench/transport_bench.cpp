@@ -440,8 +440,7 @@ int main(int argc, char** argv) {
   job.control.call("stop");
   tcp.reset();
   job.rpc.shutdown();
-  int status = 0;
-  waitpid(peer, &status, 0);
+  const int failed = push_bench::wait_ranks({peer});
   benchmark::Shutdown();
-  return 0;
+  return failed;
 }

@@ -29,7 +29,7 @@ double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_
 /// are not checked.
 void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host, int64_t last_layer = 0);
 
-/// One warning line on stderr when --threads x lanes exceed the machine's cores.
+/// One warning line on stderr when --threads x lanes exceed the cores this process may run on.
 void warn_about_threads(const TrainConfig& c);
 
 }  // namespace push::cli

@@ -56,8 +56,8 @@ class FutureCore {
   void expect_within(std::chrono::nanoseconds window);
   /// Checks ready() without sleeping until the expect_within() window ends, at most
   /// `limit` from now, stopping early when `stop()` says so; returns ready(). At most one
-  /// thread fewer than the machine has cores (and at least one) looks at a time, process-
-  /// wide: the others return at once.
+  /// thread fewer than the cores the caller may run on (push::usable_cores(); none on one
+  /// core) looks at a time, process-wide: the others return at once.
   bool spin_until_ready(std::chrono::nanoseconds limit, const std::function<bool()>& stop = {}) const;
   std::exception_ptr error() const {
     return error_;  // written before ready_ is published

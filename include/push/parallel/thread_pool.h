@@ -189,7 +189,7 @@ class PoolMethods {
   }
 };
 
-/// A pool of `threads` workers (<= 0: one per hardware thread).
+/// A pool of `threads` workers (<= 0: one per core it may run on, push::usable_cores()).
 class ThreadPool : public PoolMethods<ThreadPool> {
  public:
   explicit ThreadPool(int threads = 0) : core_(threads, "push::parallel::ThreadPool") {}
