@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <thread>
 
@@ -19,6 +22,22 @@ using push::parallel::TaskError;
 using push::parallel::ThreadPool;
 
 namespace {
+
+TEST(ThreadPool, ADefaultPoolHasAWorkerPerCoreItsCreatorMayRunOn) {
+  EXPECT_EQ(ThreadPool().size(), push::usable_cores());
+  // Made on a thread pinned to one core (as under `taskset -c 0`): one worker, not one per
+  // core of the machine.
+  int pinned = 0;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+    pinned = ThreadPool().size();
+  });
+  t.join();
+  EXPECT_EQ(pinned, 1);
+}
 
 TEST(ThreadPool, MapStarmapAndApplyKeepTheOrderOfTheirItems) {
   ThreadPool pool(2);
