@@ -7,6 +7,7 @@
 #include "cli_test_util.h"
 
 #include <chrono>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -147,8 +148,10 @@ TEST_F(Cli, OutIsReplacedInOneStepAndForeignFoldersAreRefused) {
   EXPECT_TRUE(fs::is_directory(dir_ / "empty"));
 }
 
-TEST_F(Cli, StagingFoldersOfKilledRunsAreRemoved) {
-  // What runs killed mid-way leave: staging folders named after a dead process.
+TEST_F(Cli, FoldersThatOnlyLookLikeStagingFoldersAreKept) {
+  // Staging folders are recognised by the claim push writes beside each one, never by name
+  // alone: folders of the user's named like them, for a dead process, are left alone, and
+  // so is one whose claim is a copy made for another folder or is another user's.
   const pid_t dead = [] {
     const pid_t p = fork();
     if (p == 0) _exit(0);
@@ -156,14 +159,29 @@ TEST_F(Cli, StagingFoldersOfKilledRunsAreRemoved) {
     waitpid(p, &status, 0);
     return p;
   }();
-  const std::string tag = ".partial-" + std::to_string(dead);
+  const std::string tag = ".partial-" + std::to_string(dead) + "-0";
+  write(".out.partial-2024-01/thesis.tex", "mine");
   write(".out" + tag + "/metrics.json", "{}");
   write(".ck" + tag + "/checkpoint/blob", std::string(1000, 'x'));
-  // One of a live process (this test) is left alone.
-  write(".out.partial-" + std::to_string(::getpid()) + "/metrics.json", "{}");
+  // A claim as push writes it, but for the other folder's name.
+  write(".ck" + tag + ".claim", "push staging folder '.out" + tag + "' of process " + std::to_string(dead) + "\n");
+  // A true claim, but the folder and its claim belong to another user (root can make one).
+  if (::geteuid() == 0) {
+    const std::string other = ".out.partial-" + std::to_string(dead) + "-1";
+    write(other + "/metrics.json", "{}");
+    write(other + ".claim", "push staging folder '" + other + "' of process " + std::to_string(dead) + "\n");
+    ASSERT_EQ(::chown((dir_ / other).c_str(), 65534, 65534), 0);
+    ASSERT_EQ(::chown((dir_ / (other + ".claim")).c_str(), 65534, 65534), 0);
+  }
+  const auto before = entries();
   auto r = run("--epochs 1 --particles 2 --quiet --save ck --out out");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(entries(), (std::vector<std::string>{".out.partial-" + std::to_string(::getpid()), "ck", "out"}));
+  auto expected = before;
+  expected.push_back("ck");
+  expected.push_back("out");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(entries(), expected);
+  EXPECT_EQ(slurp(dir_ / ".out.partial-2024-01/thesis.tex"), "mine");
 }
 
 TEST_F(Cli, KilledRunsLeaveNothingThatLingers) {
@@ -201,29 +219,41 @@ TEST_F(Cli, NonFiniteMetricsAreAnErrorNotAResult) {
 }
 
 TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
-  // Boston at the paper's rate 0.1, kept constant: the members' losses rise again and the
-  // test RMSE is many times the data's spread, yet every number is finite.
+  // Boston at three times the paper's rate 0.1, kept constant: members' losses rise again
+  // and their test errors are many times the data's spread, yet every number is finite.
+  // Which members diverge depends on the CPU's kernels (AVX2, AVX-512 and OpenBLAS's core
+  // type each give another trajectory), so the test asserts that some member is named, not
+  // which one. Over seeds 0-7 under ATEN_CPU_CAPABILITY default/avx2/avx512 and
+  // OPENBLAS_CORETYPE Haswell/SkylakeX, at least 2 of the 8 members' losses rose and all 8
+  // were worse than the mean; at --lr 0.1 with 4 members, some runs named no loss that rose.
   const std::string args =
-      "--data boston_house_prices --lr 0.1 --lr-schedule constant --epochs 20 --particles 4 --quiet";
+      "--data boston_house_prices --lr 0.3 --lr-schedule constant --epochs 20 --particles 8 --quiet";
   auto r = run(args + " --out o");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("push train: warning: particle 0: its training loss ended at "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("its test predictions are worse than predicting the training data's mean"), std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find("the learning rate (--lr 0.1) is likely too high"), std::string::npos) << r.err;
+  const std::regex rose("push train: warning: particle [0-7]: its training loss ended at [-0-9.e+]+ in epoch 20");
+  EXPECT_TRUE(std::regex_search(r.err, rose)) << r.err;
+  EXPECT_NE(r.err.find("the learning rate (--lr 0.3) is likely too high"), std::string::npos) << r.err;
   EXPECT_LE(lines_of(r.err), 6) << r.err;  // five lines at most, then how many more
   const auto m = metrics("o");
   ASSERT_GE(m["warnings"].size(), 2u) << m.dump(2);
   std::set<std::string> kinds;
-  for (const auto& w : m["warnings"]) kinds.insert(w["kind"].get<std::string>());
+  for (const auto& w : m["warnings"]) {
+    kinds.insert(w["kind"].get<std::string>());
+    EXPECT_LT(w["particle"].get<int>(), 8) << w.dump();
+    if (w["kind"] == "worse_than_mean") {
+      EXPECT_NE(w["message"].get<std::string>().find("test predictions are worse than predicting the training data's"),
+                std::string::npos)
+          << w.dump();
+    }
+  }
   EXPECT_EQ(kinds, (std::set<std::string>{"loss_rose", "worse_than_mean"}));
-  ASSERT_EQ(m["particle_losses"].size(), 4u);
+  ASSERT_EQ(m["particle_losses"].size(), 8u);
   for (const auto& p : m["particle_losses"]) EXPECT_LE(p["best"].get<double>(), p["last"].get<double>());
-  // --strict: one line, exit non-zero, nothing written.
+  // --strict: one line naming a member, exit non-zero, nothing written.
   auto s = run(args + " --strict --out s");
   EXPECT_NE(s.code, 0);
   EXPECT_EQ(lines_of(s.err), 1) << s.err;
-  EXPECT_NE(s.err.find("--strict: particle 0: "), std::string::npos) << s.err;
+  EXPECT_TRUE(std::regex_search(s.err, std::regex("--strict: particle [0-7]: "))) << s.err;
   EXPECT_FALSE(fs::exists(dir_ / "s"));
   // A run that trains well says nothing, --strict or not, and records no warning.
   auto ok = run("--epochs 20 --particles 4 --quiet --strict --out ok");
