@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -38,30 +39,110 @@ void sync_tree(const fs::path& dir, const char* origin) {
 
 bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
-/// Removes `.NAME.partial-PID[-N]` folders beside `target` whose process is gone and whose
-/// lock nobody holds (the pid alone could be another namespace's, or reused).
+/// A staging folder's claim: the file `STAGING.claim` beside it, made before the folder
+/// and removed after it. It names the folder and the process, so a folder that merely
+/// looks like a staging folder (a user's `.results.partial-2024-01`), or a claim copied
+/// under another name, is never taken for one.
+constexpr const char* kClaimSuffix = ".claim";
+
+fs::path claim_of(const fs::path& staging) { return staging.string() + kClaimSuffix; }
+
+std::string claim_text(const fs::path& staging, pid_t pid) {
+  return c10::str("push staging folder '", staging.filename().string(), "' of process ", pid, "\n");
+}
+
+/// Whether `p` itself (not what a link points to) is of `type` and owned by this user.
+bool owned(const fs::path& p, mode_t type) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && (st.st_mode & S_IFMT) == type && st.st_uid == ::geteuid();
+}
+
+/// Whether the file `claim` names `staging` and process `pid`.
+bool claim_says(const fs::path& claim, const fs::path& staging, pid_t pid) {
+  const int fd = ::open(claim.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  const std::string want = claim_text(staging, pid);
+  std::string got(want.size() + 1, '\0');
+  const ssize_t n = read_full(fd, got.data(), got.size());
+  ::close(fd);
+  return n == static_cast<ssize_t>(want.size()) && got.compare(0, want.size(), want) == 0;
+}
+
+/// Whether push provably made `staging` for process `pid`: the folder and its claim are
+/// this user's, and the claim names both.
+bool claimed(const fs::path& staging, pid_t pid) {
+  const fs::path claim = claim_of(staging);
+  return owned(staging, S_IFDIR) && owned(claim, S_IFREG) && claim_says(claim, staging, pid);
+}
+
+/// Removes `.NAME.partial-PID-N` folders beside `target` that push made (claimed()) for a
+/// process that is gone, and whose lock nobody holds (the pid alone could be another
+/// namespace's, or reused); then their claims. Anything else is left alone.
 void remove_stale_staging(const fs::path& target) {
   const std::string prefix = staging_prefix(target);
   std::error_code ec;
   for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+    std::string name = it->path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
-    const std::string tail = name.substr(prefix.size());
-    const std::string digits = tail.substr(0, tail.find('-'));
-    const std::string count = tail.size() > digits.size() ? tail.substr(digits.size() + 1) : "0";
+    // A claim whose folder is gone (a crash after the folder was published or removed).
+    const size_t suffix = name.size() - std::min(name.size(), std::strlen(kClaimSuffix));
+    const bool claim = name.compare(suffix, std::string::npos, kClaimSuffix) == 0;
+    if (claim) name.resize(suffix);
+    const std::string tail = name.substr(std::min(name.size(), prefix.size()));
+    const size_t dash = tail.find('-');
+    if (dash == std::string::npos) continue;
+    const std::string digits = tail.substr(0, dash), count = tail.substr(dash + 1);
     auto whole = [](const std::string& t) {
       return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
     };
     if (!whole(digits) || !whole(count)) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(digits));
     if (pid == ::getpid() || process_alive(pid)) continue;
-    const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const fs::path staging = it->path().parent_path() / name;
+    if (claim) {
+      struct stat st {};
+      if (::lstat(staging.c_str(), &st) != 0 && errno == ENOENT && owned(it->path(), S_IFREG) &&
+          claim_says(it->path(), staging, pid)) {
+        fs::remove(it->path(), ec);
+      }
+      ec.clear();
+      continue;
+    }
+    if (!claimed(staging, pid)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      std::error_code ignored;
-      fs::remove_all(it->path(), ignored);
+      std::error_code failed;
+      fs::remove_all(it->path(), failed);
+      if (!failed) fs::remove(claim_of(it->path()), failed);
     }
     ::close(fd);
+  }
+}
+
+/// Makes the claim (first) and the staging folder `.NAME.partial-PID-N` beside `target`,
+/// taking the next N while either name is taken; returns the folder. push::Error when
+/// neither can be made.
+fs::path make_staging(const fs::path& target, const char* origin, const std::string& what) {
+  static std::atomic<uint64_t> count{0};
+  auto fail = [&](int err) -> fs::path {
+    throw Error(
+        c10::str("[", origin, "] cannot write ", what, ": cannot create a folder beside it: ", std::strerror(err)));
+  };
+  for (int tries = 0;; ++tries) {
+    const fs::path staging =
+        target.parent_path() / c10::str(staging_prefix(target), ::getpid(), "-", count.fetch_add(1));
+    const fs::path claim = claim_of(staging);
+    const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == EEXIST && tries < 100) continue;
+    if (fd < 0) return fail(errno);
+    const std::string text = claim_text(staging, ::getpid());
+    int err = write_full(fd, text.data(), text.size());
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err == 0 && ::mkdir(staging.c_str(), 0755) == 0) return staging;
+    if (err == 0) err = errno;
+    ::unlink(claim.c_str());
+    if (err != EEXIST || tries >= 100) return fail(err);
   }
 }
 
@@ -142,15 +223,11 @@ StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std:
     created_.push_back(p);
   }
   remove_stale_staging(target_);
-  static std::atomic<uint64_t> count{0};
-  staging_ = target_.parent_path() / c10::str(staging_prefix(target_), ::getpid(), "-", count.fetch_add(1));
-  fs::remove_all(staging_, ec);
-  if (::mkdir(staging_.c_str(), 0755) != 0) {
-    const int err = errno;
-    staging_.clear();
+  try {
+    staging_ = make_staging(target_, origin, what);
+  } catch (...) {
     discard();
-    throw Error(
-        c10::str("[", origin, "] cannot write ", what, ": cannot create a folder beside it: ", std::strerror(err)));
+    throw;
   }
   track(&staging_);
   lock_ = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -177,7 +254,9 @@ void StagedFolder::discard() noexcept {
   lock_ = -1;
   if (published_) return;
   std::error_code ignored;
-  if (!staging_.empty()) fs::remove_all(staging_, ignored);
+  if (!staging_.empty() && fs::remove_all(staging_, ignored) != static_cast<std::uintmax_t>(-1)) {
+    fs::remove(claim_of(staging_), ignored);
+  }
   staging_.clear();
   for (auto p = created_.rbegin(); p != created_.rend(); ++p) fs::remove(*p, ignored);  // only if empty
   created_.clear();
@@ -238,7 +317,7 @@ void StagedFolder::finish() {
   // The staging name now holds the previous contents: delete them. A crash before this
   // leaves a staging folder of a dead process, which the next run removes.
   std::error_code ec;
-  if (replaced_) fs::remove_all(staging_, ec);
+  if (!replaced_ || fs::remove_all(staging_, ec) != static_cast<std::uintmax_t>(-1)) fs::remove(claim_of(staging_), ec);
   fsync_path(target_.parent_path(), true, origin_.c_str());
 }
 
@@ -281,6 +360,7 @@ void StagedFolder::abandon_all() noexcept {
     if (const fs::path* p = slot.exchange(nullptr)) {
       std::error_code ignored;
       fs::remove_all(*p, ignored);
+      fs::remove(claim_of(*p), ignored);
     }
   }
 }

@@ -10,8 +10,12 @@
 // place with renameat2(RENAME_EXCHANGE) (the target's previous contents are deleted only
 // after the swap), so a crash at any moment leaves the old folder or the new one, never a
 // mix. Every write is checked and synced; a failure is a push::Error naming the file and
-// the reason (e.g. "No space left on device"). Staging folders left by killed runs (their
-// process is gone and nobody holds their lock) are removed by the next run.
+// the reason (e.g. "No space left on device"). Each staging folder has a claim beside it,
+// `.NAME.partial-PID-N.claim`, made first and removed last, naming the folder and the
+// process. Staging folders left by killed runs are removed by the next run only when push
+// provably made them: folder and claim are this user's, the claim names the folder and
+// its pid, that process is gone and nobody holds the folder's lock. A folder merely named
+// like one (a user's `.results.partial-2024-01`) is never touched.
 #include <filesystem>
 #include <functional>
 #include <string>
