@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,12 +15,16 @@
 #include "core/files.h"
 #include "core/sealed_text.h"
 #include "core/user_text.h"
+#include "runtime/checkpoint_format.h"
 #include "train_marker.h"
 
 namespace push::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+/// The folder of a push train checkpoint that Push::save writes (its manifest and files).
+constexpr const char* kParticles = "checkpoint/particles";
 
 /// The first name in `dir` (sorted), to name what a refused folder holds.
 std::string first_entry(const fs::path& dir) {
@@ -36,7 +41,11 @@ std::string first_entry(const fs::path& dir) {
 std::string replaceable_outputs(const fs::path& dir) {
   if (fs::is_empty(dir)) return "";
   const auto marker = read_marker(dir);
-  if (!marker || marker->kind != kOutputsKind) {
+  if (marker && marker->kind != kOutputsKind) {
+    return "is not push train's outputs but a checkpoint (its .push-train marker says '" +
+           push::detail::printable(marker->kind) + "'): name another folder for --out";
+  }
+  if (!marker) {
     return "holds '" + first_entry(dir) +
            "' but was not written by push train (it has no valid .push-train marker; push train replaces --out as "
            "a whole)";
@@ -56,37 +65,55 @@ std::string replaceable_outputs(const fs::path& dir) {
   return "";
 }
 
-/// Whether `relative` is a file a push train checkpoint holds besides those its marker
-/// lists: a particle file of the manifest's folder.
-bool particle_file(const std::string& relative) {
-  const std::string prefix = "checkpoint/particles/particle-", suffix = ".pt";
-  if (relative.size() <= prefix.size() + suffix.size() || relative.rfind(prefix, 0) != 0 ||
-      relative.compare(relative.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return false;
-  }
-  const std::string digits = relative.substr(prefix.size(), relative.size() - prefix.size() - suffix.size());
-  return digits.find_first_not_of("0123456789") == std::string::npos;
-}
-
-/// What --save may replace: an empty folder or a push train checkpoint, holding nothing
-/// push train did not write (at any depth).
+/// What --save may replace: an empty folder or a push train checkpoint holding nothing
+/// push train did not write (at any depth), every file as it was written: the files its
+/// marker lists by their checksums, the particle files by their manifest's
+/// (runtime/checkpoint_format.h), so a file of the user's named like a particle's, or a
+/// particle file overwritten, is named and nothing is replaced.
 std::string replaceable_checkpoint(const fs::path& dir) {
   if (fs::is_empty(dir)) return "";
   const auto marker = read_marker(dir);
-  if (!marker || marker->kind != kCheckpointKind) {
+  if (!marker) {
     return "is not a push train checkpoint (it holds '" + first_entry(dir) + "' but no valid .push-train marker)";
   }
-  static const std::set<std::string> folders = {"checkpoint", "checkpoint/particles"};
+  if (marker->kind != kCheckpointKind) {
+    return "is not a push train checkpoint but push train's outputs (its .push-train marker says '" +
+           push::detail::printable(marker->kind) + "'): name another folder for --save";
+  }
+  const std::string changed = changed_file(*marker, dir);
+  if (!changed.empty()) {
+    return "is a push train checkpoint whose '" + push::detail::printable(changed) +
+           "' changed since push train wrote it (it replaces --save as a whole)";
+  }
+  namespace checkpoint = push::detail::checkpoint;
+  std::map<std::string, checkpoint::ManifestEntry> particles;  // relative path -> its manifest line
+  try {
+    for (const auto& e : checkpoint::read_manifest(dir / kParticles)) {
+      particles[fs::relative(checkpoint::particle_file(dir / kParticles, e.pid), dir).generic_string()] = e;
+    }
+  } catch (const Error& e) {
+    return "is a push train checkpoint whose particle manifest is unreadable (" + std::string(e.what()) + ")";
+  }
+  static const std::set<std::string> folders = {"checkpoint", kParticles};
   for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
     const std::string relative = fs::relative(it->path(), dir).generic_string();
     const auto type = it->symlink_status().type();
-    const bool ours = type == fs::file_type::directory
-                          ? folders.count(relative) > 0
-                          : type == fs::file_type::regular &&
-                                (relative == kMarkerName || marker->files.count(relative) || particle_file(relative));
+    const auto particle = particles.find(relative);
+    const bool ours =
+        type == fs::file_type::directory
+            ? folders.count(relative) > 0
+            : type == fs::file_type::regular &&
+                  (relative == kMarkerName || marker->files.count(relative) || particle != particles.end());
     if (!ours) {
       return "is a push train checkpoint that also holds '" + push::detail::printable(relative) +
              "', which push train did not write (it replaces --save as a whole)";
+    }
+    if (particle == particles.end()) continue;
+    try {
+      checkpoint::particle_bytes(dir / kParticles, particle->second);
+    } catch (const Error&) {
+      return "is a push train checkpoint whose '" + push::detail::printable(relative) +
+             "' changed since push train wrote it (it replaces --save as a whole)";
     }
   }
   return "";

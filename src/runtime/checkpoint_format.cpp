@@ -8,12 +8,14 @@
 
 #include <cstring>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "core/crc32c.h"
 #include "core/files.h"
 #include "core/sealed_text.h"
+#include "core/user_text.h"
 
 namespace push::detail {
 namespace fs = std::filesystem;
@@ -42,17 +44,52 @@ std::string checked_manifest_body(const fs::path& dir) {
 
 std::string replaceable(const fs::path& dir) {
   // The folder is replaced as a whole: never one that holds something else. A push
-  // checkpoint is known by its manifest, checked (a file merely named so is not one).
+  // checkpoint is known by its manifest, checked (a file merely named so is not one), and
+  // holds nothing but the manifest and the particle files it lists, as they were saved: a
+  // file of the user's named like a particle's, or a particle file overwritten, is named.
   std::error_code ec;
   if (fs::is_empty(dir, ec)) return "";
+  std::vector<ManifestEntry> entries;
   try {
-    if (fs::exists(dir / kManifest, ec)) {
-      checked_manifest_body(dir);
-      return "";
-    }
+    if (!fs::exists(dir / kManifest, ec)) return "holds something other than a push checkpoint";
+    entries = read_manifest(dir);
   } catch (const Error&) {
+    return "holds something other than a push checkpoint";
   }
-  return "holds something other than a push checkpoint";
+  std::map<std::string, const ManifestEntry*> listed;
+  for (const auto& e : entries) listed[particle_file(dir, e.pid).filename().string()] = &e;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool file = it->symlink_status().type() == fs::file_type::regular;
+    const auto found = listed.find(name);
+    if (name == kManifest && file) continue;
+    if (found == listed.end() || !file) {
+      return c10::str("is a push checkpoint that also holds '", printable(name), "', which push did not write there");
+    }
+    try {
+      particle_bytes(dir, *found->second);
+    } catch (const Error& e) {
+      return c10::str("is a push checkpoint whose ", e.what(), "; push did not write it so");
+    }
+  }
+  if (ec) return c10::str("cannot be listed: ", ec.message());
+  return "";
+}
+
+std::string particle_bytes(const fs::path& dir, const ManifestEntry& e) {
+  const fs::path path = particle_file(dir, e.pid);
+  const std::string name = path.filename().string();
+  if (!fs::exists(path)) throw Error(c10::str("missing ", name));
+  std::string bytes = read_file(path, nullptr);
+  if (bytes.size() != e.bytes) {
+    throw Error(c10::str(name, " has ", bytes.size(), " bytes but ", e.bytes, " were saved (truncated or replaced)"));
+  }
+  const uint32_t crc = crc32c(bytes.data(), bytes.size());
+  if (crc != e.crc) {
+    throw Error(c10::str(name, " fails its checksum (crc32c ", crc32c_hex(crc), ", saved ", crc32c_hex(e.crc),
+                         "): its bytes changed after it was saved"));
+  }
+  return bytes;
 }
 
 fs::path particle_file(const fs::path& dir, Pid pid) { return dir / ("particle-" + std::to_string(pid) + ".pt"); }
@@ -125,18 +162,8 @@ void write_particle(torch::serialize::OutputArchive& archive, const fs::path& pa
 // The bytes are parsed from memory, so what was checked is what is loaded; the archive
 // copies every tensor out of them (jit::load is eager), so they are freed on return.
 torch::serialize::InputArchive open_particle(const fs::path& dir, const ManifestEntry& e, const torch::Device& device) {
-  const fs::path path = particle_file(dir, e.pid);
-  const std::string name = path.filename().string();
-  if (!fs::exists(path)) throw Error(c10::str("missing ", name));
-  const std::string bytes = read_file(path, nullptr);
-  if (bytes.size() != e.bytes) {
-    throw Error(c10::str(name, " has ", bytes.size(), " bytes but ", e.bytes, " were saved (truncated or replaced)"));
-  }
-  const uint32_t crc = crc32c(bytes.data(), bytes.size());
-  if (crc != e.crc) {
-    throw Error(c10::str(name, " fails its checksum (crc32c ", crc32c_hex(crc), ", saved ", crc32c_hex(e.crc),
-                         "): its bytes changed after it was saved"));
-  }
+  const std::string name = particle_file(dir, e.pid).filename().string();
+  const std::string bytes = particle_bytes(dir, e);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(bytes.data(), bytes.size(), device);

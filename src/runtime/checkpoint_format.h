@@ -40,9 +40,13 @@ struct ManifestEntry {
   uint32_t crc = 0;    // CRC-32C of the particle file
 };
 
-/// Whether `dir` may be replaced by a checkpoint: "" when it is empty or one already,
-/// else why not.
+/// Whether `dir` may be replaced by a checkpoint: "" when it is empty, or a checkpoint
+/// holding only its manifest and the particle files it lists, each as saved; else why not,
+/// naming the first file that is not (e.g. "is a push checkpoint that also holds 'x'").
 std::string replaceable(const std::filesystem::path& dir);
+/// The bytes of the particle file of `e` in `dir`, checked against the size and CRC-32C
+/// its manifest records; push::Error naming the file ("particle-3.pt fails its checksum").
+std::string particle_bytes(const std::filesystem::path& dir, const ManifestEntry& e);
 std::filesystem::path particle_file(const std::filesystem::path& dir, Pid pid);
 /// The manifest's text: everything up to "end" is covered by the checksum after it.
 std::string manifest_text(const std::vector<ManifestEntry>& entries);

@@ -54,6 +54,10 @@ TEST_F(Cli, UserFilesNamedLikePushOutputsAreNeverReplaced) {
       {"o/notes.txt", "'notes.txt', which push train did not write there"},
       {"ck/checkpoint/notes.txt", "also holds 'checkpoint/notes.txt'"},
       {"ck/checkpoint/particles/u/x.txt", "also holds 'checkpoint/particles/u'"},
+      // A particle file the manifest does not list, and one overwritten: the manifest decides.
+      {"ck/checkpoint/particles/particle-7.pt", "also holds 'checkpoint/particles/particle-7.pt'"},
+      {"ck/checkpoint/particles/particle-1.pt", "'checkpoint/particles/particle-1.pt' changed since push train wrote"},
+      {"ck/config.json", "'config.json' changed since push train wrote it"},
   };
   for (const auto& [file, needle] : changed) {
     const bool existed = fs::exists(dir_ / file);
@@ -162,6 +166,12 @@ TEST_F(Cli, FilesOfTwoCheckpointsCannotBeMixed) {
   EXPECT_NE(particles.code, 0);
   EXPECT_NE(particles.err.find("its checkpoint/particles/push.manifest fails its checksum"), std::string::npos)
       << particles.err;
+  // --save checks the folder it would replace as --resume does: the mixed one is refused.
+  auto over = run(args + " --epochs 2 --save a --out o");
+  EXPECT_NE(over.code, 0);
+  EXPECT_NE(over.err.find("'checkpoint/particles/push.manifest' changed since push train wrote it"), std::string::npos)
+      << over.err;
+  fs::remove_all(dir_ / "a");
   ASSERT_EQ(run(args + " --epochs 2 --save a --out o").code, 0);
   fs::copy_file(dir_ / "b" / "checkpoint" / "infer.meta", dir_ / "a" / "checkpoint" / "infer.meta",
                 fs::copy_options::overwrite_existing);

@@ -208,6 +208,25 @@ TEST(CheckpointIntegrity, SaveRefusesAFolderThatIsNotACheckpoint) {
   EXPECT_TRUE(torch::equal(loaded.p_parameters(0)[0], dist.p_parameters(0)[0]));
 }
 
+// A checkpoint is replaced only when it holds what save() wrote, as written: the manifest
+// decides, not the names. A file of the user's named like a particle's, and a particle
+// file overwritten, are named and kept.
+TEST(CheckpointIntegrity, SaveRefusesACheckpointWithFilesItDidNotWrite) {
+  const fs::path ck = integrity_dir("user-files");
+  Push dist(tiny_mlp, PushOptions().seed(1));
+  dist.p_create(trainable_with(testing::adam()));
+  dist.save(ck);
+  { std::ofstream(ck / "particle-5.pt") << "mine"; }
+  EXPECT_PUSH_ERROR(dist.save(ck), "is a push checkpoint that also holds 'particle-5.pt'");
+  EXPECT_TRUE(fs::exists(ck / "particle-5.pt"));
+  fs::remove(ck / "particle-5.pt");
+  { std::ofstream(ck / "particle-0.pt", std::ios::app) << "mine"; }
+  EXPECT_PUSH_ERROR(dist.save(ck), "particle-0.pt has ");
+  fs::remove(ck / "particle-0.pt");
+  dist.save(ck);  // a particle file missing loses nothing: replaced
+  EXPECT_TRUE(fs::exists(ck / "particle-0.pt"));
+}
+
 // load() creating particles while another thread calls p_create: every id belongs to
 // exactly one particle (an id taken by both used to leave a freed record in the cache).
 TEST(CheckpointIntegrity, ParticlesCreatedDuringALoadNeverShareAnId) {
