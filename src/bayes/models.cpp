@@ -30,6 +30,10 @@ ModelSpec parse_model_spec(const std::string& spec) {
     }
     PUSH_CHECK(!m.widths.empty(), origin, "model '", spec, "' lists no widths");
   }
+  // One rule for "mlp" and "mlp:": an MLP names its hidden layers' widths (a network with
+  // none would be a linear model, on which dropout has nothing to act).
+  PUSH_CHECK(m.kind != "mlp" || !m.widths.empty(), origin, "model '", spec,
+             "' lists no widths (expected mlp:W1,W2,..., e.g. mlp:64,64)");
   if (m.kind == "cnn") {
     if (m.widths.empty()) m.widths = {16, 32};
     PUSH_CHECK(m.widths.size() == 2, origin, "cnn takes two channel counts (cnn:16,32), got '", spec, "'");
@@ -54,6 +58,8 @@ void check_inputs(const ModelSpec& spec, const std::vector<int64_t>& input_shape
 ModuleFactory make_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
                          double dropout) {
   check_inputs(spec, input_shape, outputs);
+  PUSH_CHECK(!(dropout > 0) || spec.kind != "mlp" || !spec.widths.empty(), "push::bayes::make_model", "dropout ",
+             dropout, " needs a hidden layer to act on, and this mlp has none (give it widths: mlp:64,64)");
   int64_t features = 1;
   for (int64_t d : input_shape) features *= d;
   return [=]() -> torch::nn::AnyModule {

@@ -77,6 +77,9 @@ Dataset load_idx(const fs::path& dir, bool train) {
   d.x = bytes_to_tensor(images).unsqueeze(1).to(torch::kFloat32).div_(255);
   d.y = bytes_to_tensor(labels).to(torch::kLong);
   d.num_classes = d.y.max().item<int64_t>() + 1;
+  // As a CSV with one class is: accuracy 1 and nll 0 on such data would mean nothing.
+  PUSH_CHECK(!train || d.num_classes >= 2, kOrigin, labels_path.string(), ": every label is ", d.num_classes - 1,
+             "; classification needs at least two classes in the training set");
   // Labels are class numbers 0 to K-1: a training set that skips one (a stray byte of 99
   // in a 10-class set) would silently train a K = 100 problem.
   if (train) {

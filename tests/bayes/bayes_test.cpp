@@ -548,6 +548,13 @@ TEST(Models, SpecsAndErrors) {
   EXPECT_EQ(parse_model_spec("cnn").widths, (std::vector<int64_t>{16, 32}));
   EXPECT_PUSH_ERROR(parse_model_spec("resnet"), "unknown model 'resnet'");
   EXPECT_PUSH_ERROR(parse_model_spec("mlp:64,x"), "bad width 'x'");
+  // One rule for an MLP without widths, with or without the colon: it is refused, since it
+  // would be a linear model on which --dropout (MC dropout) has nothing to act.
+  EXPECT_PUSH_ERROR(parse_model_spec("mlp"), "model 'mlp' lists no widths");
+  EXPECT_PUSH_ERROR(parse_model_spec("mlp:"), "model 'mlp:' lists no widths");
+  ModelSpec linear;
+  linear.kind = "mlp";
+  EXPECT_PUSH_ERROR(make_model(linear, {3}, 1, 0.1), "dropout 0.1 needs a hidden layer");
   EXPECT_PUSH_ERROR(make_model("cnn", {4}, 3), "cnn needs image inputs");
   auto cnn = make_model("cnn:4,8", {1, 28, 28}, 10)();
   EXPECT_EQ(cnn.forward(torch::zeros({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));

@@ -49,6 +49,14 @@ class Idx : public ::testing::Test {
   }
 };
 
+TEST_F(Idx, ATrainingSetOfOneClassIsRefused) {
+  // As a CSV with one class is: accuracy 1 and nll 0 on it would mean nothing.
+  write("train-images-idx3-ubyte", images(3, 3));
+  write("train-labels-idx1-ubyte", be32(0x801) + be32(3) + std::string(3, '\0'));
+  write_set("t10k", 2);
+  EXPECT_PUSH_ERROR(load_idx(dir_, true), "every label is 0; classification needs at least two classes");
+}
+
 TEST_F(Idx, ReadsImagesAndLabels) {
   write_set("train", 4);
   write_set("t10k", 2);
