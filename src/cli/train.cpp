@@ -124,7 +124,7 @@ int run_train(int argc, char** argv) {
   timings.predict_s = predicting.seconds();
   std::optional<torch::Tensor> band;  // 1-D regression: the predictive band, band.csv and its picture
   if (const auto grid = band_grid(data.train_raw)) {
-    band = band_table(*grid, infer->predict((*grid - data.scaler.x_mean) / data.scaler.x_std), data.scaler);
+    band = band_table(*grid, infer->predict(data.scaler.scale_x(*grid)), data.scaler);
   }
 
   // ---- report (rank 0): nothing is written when a metric is not finite ----

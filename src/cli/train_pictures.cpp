@@ -22,7 +22,7 @@ std::optional<torch::Tensor> band_grid(const data::Dataset& train_raw) {
     return std::nullopt;
   }
   const double lo = train_raw.x.min().item<double>(), hi = train_raw.x.max().item<double>(), pad = 0.25 * (hi - lo);
-  return torch::linspace(lo - pad, hi + pad, 300).unsqueeze(1);
+  return torch::linspace(lo - pad, hi + pad, 300, torch::kFloat64).unsqueeze(1);
 }
 
 torch::Tensor band_table(const torch::Tensor& grid, const bayes::Predictive& band, const data::Standardizer& scaler) {

@@ -60,6 +60,10 @@ bool read_line(std::istream& in, std::string& line, const fs::path& path, int64_
   std::streambuf& buffer = *in.rdbuf();
   for (int c = buffer.sbumpc(); c != std::char_traits<char>::eof(); c = buffer.sbumpc()) {
     if (c == '\n') return true;
+    if (c == '\r') {  // CRLF, or a CR alone (old Mac files)
+      if (buffer.sgetc() == '\n') buffer.sbumpc();
+      return true;
+    }
     PUSH_CHECK(line.size() < kMaxLine, origin, path.string(), " line ", lineno, " is longer than ", kMaxLine,
                " bytes: is it a CSV file?");
     line.push_back(static_cast<char>(c));
@@ -71,12 +75,22 @@ bool read_line(std::istream& in, std::string& line, const fs::path& path, int64_
 Table read_table(const fs::path& path, char sep, int skip, bool header, const char* origin) {
   PUSH_CHECK(fs::exists(path), origin, "cannot open '", path.string(), "': no such file");
   PUSH_CHECK(!fs::is_directory(path), origin, "'", path.string(), "' is a directory, not a CSV file");
+  // A FIFO or a device could be read once, or never end: data are read from a file.
+  PUSH_CHECK(fs::is_regular_file(path), origin, "'", path.string(),
+             "' is not a regular file (a FIFO, a socket or a device?): give a CSV file");
   std::ifstream in(path);
   PUSH_CHECK(in, origin, "cannot open '", path.string(), "'");
   Table t;
   t.source = path.string();
   std::string line;
   int64_t lineno = 0;
+  // A UTF-8 byte order mark (spreadsheets write one) is not part of the first cell.
+  if (in.rdbuf()->sgetc() == 0xEF) {
+    char bom[3] = {};
+    if (in.rdbuf()->sgetn(bom, 3) != 3 || std::string(bom, 3) != "\xEF\xBB\xBF") {
+      in.seekg(0);
+    }
+  }
   while (lineno < skip && read_line(in, line, path, lineno + 1, origin)) ++lineno;
   if (header) {
     PUSH_CHECK(read_line(in, line, path, lineno + 1, origin), origin, "'", path.string(),
@@ -122,10 +136,11 @@ Table read_table(const fs::path& path, char sep, int skip, bool header, const ch
 }
 
 /// The networks train in float32: a cell finite as a double (1e39) may not be one there.
-float to_float32(const Table& t, size_t row, size_t column, const char* origin) {
-  const auto v = static_cast<float>(t.rows[row][column]);
-  PUSH_CHECK(std::isfinite(v), origin, t.source, " line ", t.lines[row], ", column '", printable(t.names[column]),
-             "': ", t.rows[row][column], " is beyond the range of float32 (the networks' precision, at most ±3.4e38)");
+double in_float32_range(const Table& t, size_t row, size_t column, const char* origin) {
+  const double v = t.rows[row][column];
+  PUSH_CHECK(std::isfinite(static_cast<float>(v)), origin, t.source, " line ", t.lines[row], ", column '",
+             printable(t.names[column]), "': ", t.rows[row][column],
+             " is beyond the range of float32 (the networks' precision, at most ±3.4e38)");
   return v;
 }
 
@@ -137,11 +152,13 @@ Dataset from_table(const Table& t, int64_t target, Task task, const std::string&
   d.name = name;
   d.task = task;
   d.target_name = t.names[target];
-  auto x = torch::empty({n, cols - 1}, torch::kFloat32);
-  auto xa = x.accessor<float, 2>();
+  // Cells stay doubles, as parsed: Standardizer computes in double and gives the networks
+  // float32, so an offset (1.7e9 + k) or a tiny scale (1e-13) loses nothing on the way.
+  auto x = torch::empty({n, cols - 1}, torch::kFloat64);
+  auto xa = x.accessor<double, 2>();
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t c = 0, k = 0; c < cols; ++c) {
-      if (c != target) xa[i][k++] = to_float32(t, i, c, origin);
+      if (c != target) xa[i][k++] = in_float32_range(t, i, c, origin);
     }
   }
   for (int64_t c = 0; c < cols; ++c) {
@@ -149,9 +166,9 @@ Dataset from_table(const Table& t, int64_t target, Task task, const std::string&
   }
   d.x = x;
   if (task == Task::regression) {
-    auto y = torch::empty({n, 1}, torch::kFloat32);
-    auto ya = y.accessor<float, 2>();
-    for (int64_t i = 0; i < n; ++i) ya[i][0] = to_float32(t, i, target, origin);
+    auto y = torch::empty({n, 1}, torch::kFloat64);
+    auto ya = y.accessor<double, 2>();
+    for (int64_t i = 0; i < n; ++i) ya[i][0] = in_float32_range(t, i, target, origin);
     d.y = y;
   } else {
     std::set<double> distinct;
@@ -344,38 +361,75 @@ Dataset subsample(const Dataset& d, int64_t rows, uint64_t seed) {
   return d.subset(torch::randperm(d.size(), gen, torch::kLong).narrow(0, 0, rows));
 }
 
+namespace {
+
+/// Per column (one for images): the mean and standard deviation of `values` [N, K] in
+/// double. A column whose every value is the same gets sd 1 (it becomes all zeros); one
+/// whose spread is lost to double's rounding, or that overflows, is refused by name.
+std::pair<torch::Tensor, torch::Tensor> column_statistics(const torch::Tensor& values,
+                                                          const std::vector<std::string>& names) {
+  const char* origin = "push::data::Standardizer";
+  const auto v = values.to(torch::kCPU, torch::kFloat64).contiguous();
+  auto mean = v.mean(0);
+  auto sd = v.size(0) > 1 ? v.std(0) : torch::zeros_like(mean);
+  const auto m = mean.accessor<double, 1>();
+  auto s = sd.accessor<double, 1>();
+  for (int64_t k = 0; k < mean.size(0); ++k) {
+    const std::string name = k < static_cast<int64_t>(names.size()) ? names[k] : "#" + std::to_string(k + 1);
+    PUSH_CHECK(std::isfinite(m[k]) && std::isfinite(s[k]), origin, "column '", printable(name),
+               "' spans too wide a range to standardise (its spread overflows a double): rescale it");
+    // Identical values give exactly 0; a spread of 1e-12 of the values' size is rounding.
+    PUSH_CHECK(s[k] == 0 || s[k] > 1e-12 * std::abs(m[k]), origin, "column '", printable(name), "' varies by only ",
+               s[k], " around ", m[k],
+               " (a relative spread below 1e-12, which rounding would dominate): subtract an "
+               "offset first");
+    if (s[k] == 0) s[k] = 1;
+  }
+  return {mean, sd};
+}
+
+}  // namespace
+
 Standardizer Standardizer::fit(const Dataset& train) {
   Standardizer s;
   s.images = train.x.dim() > 2;
   if (s.images) {
-    s.x_mean = train.x.mean();
-    s.x_std = train.x.std();
+    // Pixels: one mean and sd over all of them, computed in float32 (they are bytes / 255).
+    const auto x = train.x.to(torch::kFloat32);
+    s.x_mean = x.mean().to(torch::kFloat64);
+    s.x_std = x.std().to(torch::kFloat64);
+    s.x_std = torch::where(s.x_std > 1e-12, s.x_std, torch::ones_like(s.x_std));
   } else {
-    s.x_mean = train.x.mean(0);
-    s.x_std = train.x.std(0);
+    std::tie(s.x_mean, s.x_std) = column_statistics(train.x.reshape({train.size(), -1}), train.feature_names);
   }
-  s.x_std = torch::where(s.x_std > 1e-12, s.x_std, torch::ones_like(s.x_std));
   if (train.task == Task::regression) {
-    s.y_mean = train.y.mean(0);
-    s.y_std = train.y.std(0);
-    s.y_std = torch::where(s.y_std > 1e-12, s.y_std, torch::ones_like(s.y_std));
+    std::tie(s.y_mean, s.y_std) = column_statistics(train.y.reshape({train.size(), -1}), {train.target_name});
   }
   return s;
 }
 
+torch::Tensor Standardizer::scale_x(const torch::Tensor& x) const {
+  if (images) return (x.to(torch::kFloat32) - x_mean.to(torch::kFloat32)) / x_std.to(torch::kFloat32);
+  return ((x.to(torch::kFloat64) - x_mean.to(x.device())) / x_std.to(x.device())).to(torch::kFloat32);
+}
+
 Dataset Standardizer::apply(const Dataset& d) const {
   Dataset out = d;
-  out.x = (d.x - x_mean) / x_std;
-  if (d.task == Task::regression && y_mean.defined()) out.y = (d.y - y_mean) / y_std;
+  out.x = scale_x(d.x);
+  if (d.task == Task::regression && y_mean.defined()) {
+    out.y = ((d.y.to(torch::kFloat64) - y_mean.to(d.y.device())) / y_std.to(d.y.device())).to(torch::kFloat32);
+  }
   return out;
 }
 
 torch::Tensor Standardizer::unscale_mean(const torch::Tensor& mean) const {
-  return y_mean.defined() ? mean * y_std.to(mean.dtype()) + y_mean.to(mean.dtype()) : mean;
+  if (!y_mean.defined()) return mean;
+  return mean.to(torch::kCPU, torch::kFloat64) * y_std + y_mean;
 }
 
 torch::Tensor Standardizer::unscale_variance(const torch::Tensor& variance) const {
-  return y_std.defined() ? variance * y_std.to(variance.dtype()).pow(2) : variance;
+  if (!y_std.defined()) return variance;
+  return variance.to(torch::kCPU, torch::kFloat64) * y_std.pow(2);
 }
 
 }  // namespace push::data

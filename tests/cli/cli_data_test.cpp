@@ -1,4 +1,5 @@
-// `push train` on data that used to slip through: values beyond float32, truncated IDX
+// `push train` on data that used to slip through: values beyond float32, features with an
+// offset or a tiny scale, truncated IDX
 // files, class labels that are not 0..K-1; and the MultiSWAG save-then-resume flow.
 #include "cli_test_util.h"
 
@@ -18,6 +19,25 @@ TEST_F(Cli, ValuesBeyondFloat32StopTheRun) {
   EXPECT_EQ(lines_of(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("big.csv line 19, column 'b'"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "o"));
+}
+
+TEST_F(Cli, FeaturesWithAnOffsetOrATinyScaleAreLearned) {
+  // y = k from a feature 1.7e9 + k (float32 steps by 128 there), or from k·1e-13 (an sd
+  // below 1e-12 was taken for a constant): standardised in double, both are learned, and
+  // the rmse is a small part of y's sd (about 17.3), not about all of it.
+  for (const std::string& form : {std::string("170000%04d"), std::string("%de-13")}) {
+    std::string csv = "x,y\n";
+    char cell[32];
+    for (int k = 0; k < 60; ++k) {
+      std::snprintf(cell, sizeof(cell), form.c_str(), form[0] == '1' ? 1000 + k : k);
+      csv += std::string(cell) + "," + std::to_string(k) + "\n";
+    }
+    write("scaled.csv", csv);
+    auto r = run("--data scaled.csv --epochs 60 --particles 2 --quiet --out o");
+    ASSERT_EQ(r.code, 0) << form << ": " << r.err;
+    EXPECT_LT(metrics("o")["metrics"]["rmse"].get<double>(), 3.0) << form << ": " << slurp(dir_ / "o/metrics.json");
+    fs::remove_all(dir_ / "o");
+  }
 }
 
 TEST_F(Cli, TruncatedIdxFilesStopTheRun) {

@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+
+#include <sys/stat.h>
 
 #include "test_util.h"
 
@@ -30,11 +33,29 @@ TEST_F(Csv, ReadsHeaderAndNumbers) {
   auto d = load_csv(p);
   EXPECT_EQ(d.feature_names, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(d.target_name, "target");
-  EXPECT_TRUE(torch::allclose(d.x, torch::tensor({1.f, 2.f, 4.f, 5.5f}).view({2, 2})));
-  EXPECT_TRUE(torch::allclose(d.y, torch::tensor({3.f, -0.6f}).view({2, 1})));
+  // The cells as parsed, in double (the Standardizer gives the networks float32).
+  EXPECT_TRUE(torch::equal(d.x, torch::tensor({1., 2., 4., 5.5}, torch::kFloat64).view({2, 2})));
+  EXPECT_TRUE(torch::allclose(d.y, torch::tensor({3., -0.6}, torch::kFloat64).view({2, 1}), 1e-15, 1e-15));
   auto by_name = load_csv(p, CsvOptions{"a", Task::regression});
   EXPECT_EQ(by_name.feature_names, (std::vector<std::string>{"b", "target"}));
-  EXPECT_TRUE(torch::allclose(by_name.y, torch::tensor({1.f, 4.f}).view({2, 1})));
+  EXPECT_TRUE(torch::equal(by_name.y, torch::tensor({1., 4.}, torch::kFloat64).view({2, 1})));
+}
+
+TEST_F(Csv, AByteOrderMarkAndCarriageReturnsAreNotPartOfTheCells) {
+  // Spreadsheets write a UTF-8 BOM before the header; old Mac files end lines with CR alone.
+  const std::string texts[] = {"\xEF\xBB\xBFx,y\n1,2\n3,4\n", "x,y\r1,2\r3,4\r", "x,y\r\n1,2\r\n3,4"};
+  for (size_t i = 0; i < std::size(texts); ++i) {
+    const auto d = load_csv(write("bom.csv", texts[i]), CsvOptions{"y", std::nullopt});
+    EXPECT_EQ(d.feature_names, std::vector<std::string>{"x"}) << "case " << i;
+    EXPECT_TRUE(torch::equal(d.x, torch::tensor({1., 3.}, torch::kFloat64).view({2, 1}))) << "case " << i;
+  }
+}
+
+TEST_F(Csv, AFifoOrADeviceIsRefusedWithoutReadingIt) {
+  // A FIFO would be read once by the checks and then hang the run that reads it again.
+  ASSERT_EQ(::mkfifo((dir_ / "pipe.csv").c_str(), 0600), 0);
+  EXPECT_PUSH_ERROR(load_csv(dir_ / "pipe.csv"), "is not a regular file (a FIFO");
+  EXPECT_PUSH_ERROR(load_csv("/dev/null"), "is not a regular file");
 }
 
 TEST_F(Csv, ClassificationLabelsAreCodedInOrder) {
@@ -63,8 +84,8 @@ TEST_F(Csv, OnlyPlainDecimalsAndNamedColumns) {
     EXPECT_PUSH_ERROR(load_csv(write("h.csv", "a,b\n1," + cell + "\n")), "'" + cell + "' is not a number");
   }
   auto d = load_csv(write("ok.csv", "a,b\n+1.5,-2e-3\n.5,7.\n"));
-  EXPECT_TRUE(torch::allclose(d.x, torch::tensor({{1.5f}, {0.5f}})));
-  EXPECT_TRUE(torch::allclose(d.y, torch::tensor({{-2e-3f}, {7.0f}})));
+  EXPECT_TRUE(torch::allclose(d.x, torch::tensor({{1.5}, {0.5}}, torch::kFloat64)));
+  EXPECT_TRUE(torch::allclose(d.y, torch::tensor({{-2e-3}, {7.0}}, torch::kFloat64)));
   // Two columns of one name: --target would pick one silently.
   EXPECT_PUSH_ERROR(load_csv(write("dup.csv", "a,a,y\n1,2,3\n"), CsvOptions{"a", std::nullopt}),
                     "two columns named 'a'");
@@ -83,7 +104,7 @@ TEST_F(Csv, GarbageIsQuotedPrintablyAndLinesAreBounded) {
   // A file without newlines (a binary, /dev/zero) stops at the line bound, not at memory's end.
   EXPECT_PUSH_ERROR(load_csv(write("long.csv", "a,b\n" + std::string((1 << 20) + 10, '1') + "\n")),
                     "long.csv line 2 is longer than 1048576 bytes");
-  EXPECT_PUSH_ERROR(load_csv("/dev/zero"), "/dev/zero line 1 is longer than 1048576 bytes");
+  EXPECT_PUSH_ERROR(load_csv("/dev/zero"), "'/dev/zero' is not a regular file");
 }
 
 TEST_F(Csv, ValuesBeyondFloat32AreRejectedWithTheirPlace) {
@@ -143,8 +164,34 @@ TEST(Data, StandardizerUsesTrainingStatistics) {
   EXPECT_NEAR(tr.x.mean().item<double>(), 0.0, 1e-5);
   EXPECT_NEAR(tr.x.std().item<double>(), 1.0, 1e-5);
   EXPECT_TRUE(torch::allclose(te.x, (test.x - train.x.mean(0)) / train.x.std(0), 1e-5, 1e-5));
-  EXPECT_TRUE(torch::allclose(s.unscale_mean(te.y), test.y, 1e-5, 1e-5));
-  EXPECT_TRUE(torch::allclose(s.unscale_variance(torch::ones({1, 1})), train.y.var(0).view({1, 1}), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(s.unscale_mean(te.y), test.y.to(torch::kFloat64), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(s.unscale_variance(torch::ones({1, 1})), train.y.var(0).view({1, 1}).to(torch::kFloat64),
+                              1e-5, 1e-5));
+}
+
+TEST_F(Csv, StandardisingInDoubleKeepsOffsetsAndTinyScales) {
+  // A feature 1.7e9 + k loses k as float32 (its step there is 128), and one of k·1e-13 was
+  // taken for a constant (its sd is below 1e-12): both reach the networks as k does.
+  std::string csv = "offset,tiny,y\n";
+  for (int k = 0; k < 10; ++k) {
+    csv += std::to_string(1700000000 + k) + "," + std::to_string(k) + "e-13," + std::to_string(k) + "e-13\n";
+  }
+  const auto d = load_csv(write("scales.csv", csv));
+  const auto s = Standardizer::fit(d);
+  const auto scaled = s.apply(d);
+  ASSERT_EQ(scaled.x.scalar_type(), torch::kFloat32);
+  const auto k = torch::arange(10, torch::kFloat32);
+  const auto expected = (k - k.mean()) / k.std();
+  EXPECT_TRUE(torch::allclose(scaled.x.select(1, 0), expected, 1e-5, 1e-5)) << scaled.x;
+  EXPECT_TRUE(torch::allclose(scaled.x.select(1, 1), expected, 1e-5, 1e-5)) << scaled.x;
+  EXPECT_TRUE(torch::allclose(scaled.y.squeeze(1), expected, 1e-5, 1e-5)) << scaled.y;
+  // Predictions map back in double: 4.5e-13 at the mean, not 1e-13 off.
+  EXPECT_NEAR(s.unscale_mean(torch::zeros({1, 1})).item<double>(), 4.5e-13, 1e-20);
+  // A constant column becomes zeros; one whose spread rounding would swamp is named.
+  const auto constant = Standardizer::fit(load_csv(write("c.csv", "c,y\n5,1\n5,2\n5,3\n")));
+  EXPECT_EQ(constant.x_std.item<double>(), 1.0);
+  EXPECT_PUSH_ERROR(Standardizer::fit(load_csv(write("r.csv", "r,y\n1000000,1\n1000000.0000001,2\n"))),
+                    "column 'r' varies by only");
 }
 
 TEST(Data, BuiltinSetsLoadWhenInstalled) {

@@ -27,7 +27,8 @@ const char* to_string(Task task);
 /// "regression" or "classification"; throws push::Error otherwise.
 Task parse_task(const std::string& text);
 
-/// Inputs and targets. Regression: y is float [N, outputs]. Classification: y is int64
+/// Inputs and targets. Regression: y is floating [N, outputs] (CSV data: float64, the
+/// cells as parsed; built-in synthetic and image data: float32). Classification: y is int64
 /// [N] with classes 0..num_classes-1 (class k stands for the label class_labels[k] of the
 /// file). Images: x is [N, C, H, W], otherwise [N, features]. x and y hold finite values.
 struct Dataset {
@@ -92,13 +93,18 @@ std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions
 /// At most `rows` rows of `d`, drawn without replacement by `seed` (all rows if fewer).
 Dataset subsample(const Dataset& d, int64_t rows, uint64_t seed);
 
-/// Per-column standardisation with statistics of the set it was fit on. Regression
-/// targets are standardised too; predictions are mapped back with unscale_*.
+/// Per-column standardisation with statistics of the set it was fit on, computed in
+/// double; what it gives the networks is float32. Regression targets are standardised too;
+/// predictions are mapped back with unscale_* (in double, on the CPU). fit() throws
+/// push::Error naming a column whose spread is lost to rounding (1e9 + 1e-4·k) or
+/// overflows; a constant column becomes zeros.
 struct Standardizer {
-  torch::Tensor x_mean, x_std, y_mean, y_std;  // y_* undefined for classification
+  torch::Tensor x_mean, x_std, y_mean, y_std;  // float64; y_* undefined for classification
   bool images = false;                         // images: one mean/std over all pixels
   static Standardizer fit(const Dataset& train);
   Dataset apply(const Dataset& d) const;
+  /// Inputs `x` (in the data's units) as the networks see them: float32.
+  torch::Tensor scale_x(const torch::Tensor& x) const;
   torch::Tensor unscale_mean(const torch::Tensor& mean) const;
   torch::Tensor unscale_variance(const torch::Tensor& variance) const;
 };
