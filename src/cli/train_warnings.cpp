@@ -19,15 +19,21 @@ std::string decimal(double v) {
 }
 
 /// The warning's line with its likely cause. A loss that rose: the learning rate the
-/// particle trained at. Poor predictions from a particle whose loss was still at its best
-/// in the last epoch: too few epochs.
+/// particle trained at. Poor predictions from a particle whose loss ended at (or within
+/// kNearBest of) its best: it had not learned enough (too few epochs, or a rate too small
+/// to move it), never "too high".
 std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::MemberWarning& w) {
+  constexpr double kNearBest = 0.1;  // nats per point: epoch-to-epoch noise, not a divergence
   const auto seen = infer.particle_losses().find(w.particle);
-  const bool still_falling =
-      seen != infer.particle_losses().end() && seen->second.best_epoch == seen->second.last_epoch;
-  if (w.kind == bayes::MemberWarning::Kind::worse_than_mean && still_falling) {
-    return w.describe() + "; its training loss was still falling: it likely needs more --epochs than " +
-           std::to_string(infer.epochs_done()) + ", or a smaller --lr if it began far off";
+  const bool known = seen != infer.particle_losses().end();
+  const bool still_falling = known && seen->second.best_epoch == seen->second.last_epoch;
+  const bool near_best = known && seen->second.last - seen->second.best <= kNearBest;
+  if (w.kind == bayes::MemberWarning::Kind::worse_than_mean && (still_falling || near_best)) {
+    const std::string rate =
+        c.lr < 1e-3 ? ", or a larger --lr than " + decimal(c.lr) : ", or a smaller --lr if it began far off";
+    return w.describe() + "; its training loss " +
+           (still_falling ? "was still falling" : "ended within " + decimal(kNearBest) + " of its best") +
+           ": it likely needs more --epochs than " + std::to_string(infer.epochs_done()) + rate;
   }
   std::string rate = "--lr " + decimal(c.lr);
   if (c.algo == "mswag") rate += ", --swag-lr " + decimal(c.swag_lr > 0 ? c.swag_lr : c.lr * 0.1) + " while collecting";

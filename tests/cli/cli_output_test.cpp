@@ -255,6 +255,13 @@ TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
   EXPECT_EQ(lines_of(s.err), 1) << s.err;
   EXPECT_TRUE(std::regex_search(s.err, std::regex("--strict: particle [0-7]: "))) << s.err;
   EXPECT_FALSE(fs::exists(dir_ / "s"));
+  // A rate too small to move the members is not blamed as too high: their losses end near
+  // their best, and the warnings say what would help.
+  auto slow = run("--lr 1e-6 --epochs 20 --particles 8 --quiet --out slow");
+  ASSERT_EQ(slow.code, 0) << slow.err;
+  EXPECT_GE(lines_of(slow.err), 1) << "the members are no better than the mean";
+  EXPECT_EQ(slow.err.find("too high"), std::string::npos) << slow.err;
+  EXPECT_NE(slow.err.find("or a larger --lr than 1e-06"), std::string::npos) << slow.err;
   // A run that trains well says nothing, --strict or not, and records no warning.
   auto ok = run("--epochs 20 --particles 4 --quiet --strict --out ok");
   ASSERT_EQ(ok.code, 0) << ok.err;
