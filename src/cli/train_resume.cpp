@@ -48,8 +48,13 @@ void match_checkpoint(TrainConfig& c) {
   PUSH_CHECK(c.epochs >= done, "push train", "--epochs ", c.epochs, " is fewer than the ", done,
              " epochs the checkpoint '", c.resume, "' has trained (--epochs counts them all, resumed ones included)");
   const auto want = c.identity();  // items() refers to it: it must outlive the loop
+  // The data are known by their fingerprint, not by the text of their path: ./x.csv and
+  // its absolute path are the same data, and --allow-data-change lets a file of another
+  // name go on.
+  const bool same_data = saved.contains("data_fingerprint") && saved["data_fingerprint"] == c.data_fingerprint;
   for (const auto& [key, value] : want.items()) {
     const bool same = saved.contains(key) && saved[key] == value;
+    if (key == "data" && (same_data || c.allow_data_change)) continue;
     if (key == "data_fingerprint") {
       PUSH_CHECK(same || c.allow_data_change, "push train", "cannot resume from '", c.resume,
                  "': the data differ from those it was trained on (fingerprint ", saved.value(key, "(none)"), ", now ",

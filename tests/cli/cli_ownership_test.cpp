@@ -196,6 +196,11 @@ TEST_F(Cli, ResumeRefusesFewerEpochsAndOtherData) {
   auto same = run("--data d.csv --epochs 4 --particles 2 --quiet --resume ck --out r");
   ASSERT_EQ(same.code, 0) << same.err;
   EXPECT_EQ(metrics("r")["loss_curve"].size(), 4u);
+  // The same data under another path are the same data: the fingerprint decides.
+  for (const std::string& path : {std::string("./d.csv"), (dir_ / "d.csv").string()}) {
+    auto moved = run("--data " + path + " --epochs 4 --particles 2 --quiet --resume ck --out r");
+    EXPECT_EQ(moved.code, 0) << path << ": " << moved.err;
+  }
   // The data changed (one row edited): refused unless asked for.
   write("d.csv", rows.str() + "6.1,0.2\n");
   auto changed = run("--data d.csv --epochs 5 --particles 2 --quiet --resume ck --out r2");
@@ -206,6 +211,10 @@ TEST_F(Cli, ResumeRefusesFewerEpochsAndOtherData) {
   auto allowed = run("--data d.csv --epochs 5 --particles 2 --quiet --resume ck --out r2 --allow-data-change");
   ASSERT_EQ(allowed.code, 0) << allowed.err;
   EXPECT_EQ(metrics("r2")["loss_curve"].size(), 5u);
+  // --allow-data-change goes on with a file of another name too, as README says.
+  write("e.csv", rows.str() + "6.2,0.1\n");
+  auto renamed = run("--data e.csv --epochs 5 --particles 2 --quiet --resume ck --out r3 --allow-data-change");
+  EXPECT_EQ(renamed.code, 0) << renamed.err;
 }
 
 }  // namespace
