@@ -1,11 +1,15 @@
 // Checks of a push train run before it trains: options that apply, memory, threads.
 #include "train_checks.h"
 
+#include "core/host_memory.h"
+
 #include "train_infer.h"
 
 #include <push/bayes/laplace.h>
 #include <push/core/cores.h>
 #include <push/core/errors.h>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +29,16 @@ namespace {
 /// parameters, fused) on sine-gap, RSS grew by 171 KB per particle from 1,000 to 10,000
 /// particles (one epoch), of which 4 copies x 4,418 x 4 bytes are 71 KB.
 constexpr uint64_t kParticleOverheadBytes = 100 << 10;
+/// What one push train process costs before any particle (LibTorch, its allocator and
+/// thread pools, the data): a whole run of one particle peaked at 176 MiB of RSS on
+/// sine-gap and on Boston (/usr/bin/time -f %M, Debian's LibTorch 1.13).
+constexpr uint64_t kRankOverheadBytes = uint64_t{160} << 20;
+/// The buffer OpenBLAS maps for each thread that calls it (its BUFFER_SIZE, 128 MiB in
+/// Debian's build: a lane's thread asked for 134,221,824 bytes under gdb).
+constexpr uint64_t kBlasBufferBytes = uint64_t{128} << 20;
+/// Room for a run's working tensors, fibers and the data beyond what is mapped at the check:
+/// the default job hung under ulimit -v 1100000 and trained under 1200000 (KiB).
+constexpr double kWorkingBytes = 160.0 * (1 << 20);
 
 /// The algorithms an algorithm-specific option applies to.
 struct OptionScope {
@@ -52,22 +66,6 @@ constexpr OptionScope kScopes[] = {
     {"--thin", "sgld sghmc"},
     {"--lr-schedule", "ensemble mswag svgd mcdropout laplace"},
 };
-
-/// The bytes of host memory this process may still use: the kernel's MemAvailable, or
-/// less when a cgroup (a container, a Slurm job) caps it.
-uint64_t available_bytes() {
-  uint64_t available = std::numeric_limits<uint64_t>::max();
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string key; meminfo >> key;) {
-    uint64_t kib = 0;
-    if (key == "MemAvailable:" && meminfo >> kib) available = kib * 1024;
-    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  uint64_t limit = 0, current = 0;
-  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
-  if (max_file >> limit && current_file >> current && limit > current) available = std::min(available, limit - current);
-  return available;
-}
 
 std::string gib(double bytes) { return c10::str(bytes / (1 << 30), " GiB"); }
 
@@ -167,13 +165,59 @@ void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_
   // Ranks of one host share its memory: count what all of this host's ranks need. On GPU
   // lanes the particles live in device memory, which this does not check.
   if (c.device_type == "cuda") return;
-  const double need = particle_bytes(c, parameters, ranks, last_layer) * ranks_on_host;
-  const double available = static_cast<double>(available_bytes());
-  PUSH_CHECK(need <= available, "push train", "--particles ", c.particles, " of ",
-             static_cast<uint64_t>(std::min(parameters, 1e19)), " parameters need about ", gib(need),
-             " of memory to train, more than the ", gib(available),
-             " available: use fewer particles or a smaller --model",
-             c.algo == "laplace" && c.laplace_structure == "full" ? " (or --laplace-structure diagonal)" : "");
+  const double particles = particle_bytes(c, parameters, ranks, last_layer) * ranks_on_host;
+  const double processes = static_cast<double>(kRankOverheadBytes) * ranks_on_host;
+  const double need = particles + processes;
+  check_address_space(c, particles / ranks_on_host);
+  const double available = static_cast<double>(push::detail::available_memory_bytes());
+  if (need <= available) return;
+  // The advice names what takes most of it: the ranks themselves, SG-MCMC's kept samples
+  // (a copy of every particle's parameters each), or the particles.
+  const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
+  const double samples =
+      c.sgmcmc() ? parameters * 4 * static_cast<double>(c.samples) * static_cast<double>(here) * ranks_on_host : 0;
+  std::string advice = "use fewer particles or a smaller --model";
+  if (c.algo == "laplace" && c.laplace_structure == "full") advice += " (or --laplace-structure diagonal)";
+  if (samples > need / 2) {
+    advice = "use fewer --samples (each keeps a copy of every particle's parameters: " + gib(samples) + " in all)";
+  } else if (processes > need / 2) {
+    advice = "start fewer ranks on this host (--nproc " + std::to_string(ranks_on_host) + ": each needs about " +
+             gib(static_cast<double>(kRankOverheadBytes)) + " for itself)";
+  }
+  throw Error(c10::str("[push train] ", ranks_on_host > 1 ? c10::str(ranks_on_host, " ranks with ") : std::string(),
+                       "--particles ", c.particles, " of ", static_cast<uint64_t>(std::min(parameters, 1e19)),
+                       " parameters need about ", gib(need), " of memory to train, more than the ", gib(available),
+                       " available here: ", advice));
+}
+
+namespace {
+
+/// This process's mapped address space now (VmSize of /proc/self/status), in bytes.
+uint64_t mapped_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string key; status >> key;) {
+    uint64_t kib = 0;
+    if (key == "VmSize:" && status >> kib) return kib * 1024;
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+void check_address_space(const TrainConfig& c, double particles_here) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  // What training maps beyond what is mapped now: OpenBLAS's buffer of every thread that
+  // calls it (it retries a failed allocation forever: a hang, not an error), the
+  // particles, and room for LibTorch's working tensors.
+  const double blas = static_cast<double>(kBlasBufferBytes) * static_cast<double>(c.devices * c.threads);
+  const double need = static_cast<double>(mapped_bytes()) + blas + particles_here + kWorkingBytes;
+  const double have = static_cast<double>(limit.rlim_cur);
+  PUSH_CHECK(need <= have, "push train", "the address-space limit (ulimit -v ", limit.rlim_cur / 1024,
+             ") is below the about ", static_cast<uint64_t>(need / 1024), " KiB this run maps (", gib(blas),
+             " of it BLAS buffers for ", c.devices * c.threads,
+             " threads): raise ulimit -v, or use fewer --devices or --threads");
 }
 
 void warn_about_threads(const TrainConfig& c) {

@@ -28,6 +28,11 @@ double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_
 /// (a run of 100,000 particles would otherwise grow until the kernel kills it). GPU lanes
 /// are not checked.
 void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_on_host, int64_t last_layer = 0);
+/// push::Error naming ulimit -v when this process's address-space limit (RLIMIT_AS) is
+/// below what it maps now plus what training maps: OpenBLAS's buffer per BLAS thread (a
+/// failed one is retried forever: a hang), `particles_here` bytes, some working room.
+/// check_memory calls it.
+void check_address_space(const TrainConfig& c, double particles_here);
 
 /// One warning line on stderr when --threads x lanes exceed the cores this process may run on.
 void warn_about_threads(const TrainConfig& c);

@@ -137,6 +137,10 @@ class Cli : public ::testing::Test {
         ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
         ::setrlimit(RLIMIT_FSIZE, &cap);
       }
+      if (address_space_ != RLIM_INFINITY) {
+        const rlimit cap{address_space_, address_space_};
+        ::setrlimit(RLIMIT_AS, &cap);
+      }
       exec_shell(cmd, env);
     }
     ::close(out[1]);
@@ -203,6 +207,8 @@ class Cli : public ::testing::Test {
   }
   /// A launcher command line that run() and start() put in front of the tool (torchrun, mpirun).
   std::string launcher_;
+  /// The address-space limit (RLIMIT_AS, `ulimit -v`) of the runs run() starts.
+  rlim_t address_space_ = RLIM_INFINITY;
   bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
   /// Every entry of the test's folder (names), hidden ones included.
   std::vector<std::string> entries(const fs::path& sub = {}) {
