@@ -27,6 +27,7 @@
 
 #include "command.h"
 #include "core/clock.h"
+#include "core/user_text.h"
 #include "launch_nodes.h"
 #include "launch_ranks.h"
 
@@ -70,30 +71,42 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
       break;
     }
     if (i + 1 >= argc) return usage();
-    try {
-      if (arg == "--nproc") {
-        a.nproc = std::stoi(argv[++i]);
-      } else if (arg == "--nnodes") {
-        a.nnodes = std::stoi(argv[++i]);
-      } else if (arg == "--node-rank") {
-        a.node_rank = std::stoi(argv[++i]);
-      } else if (arg == "--master-addr") {
-        a.addr = argv[++i];
-        a.addr_given = true;
-      } else if (arg == "--master-port") {
-        a.port = std::stoi(argv[++i]);
-      } else {
-        return usage();
+    // Whole numbers in their ranges, read as push train reads them (core/user_text.h):
+    // "2x" or "0" is named, not taken for 2 or shown the usage text alone.
+    auto whole = [&](const char* what, int64_t lo, int64_t hi, int& into) {
+      const auto v = push::detail::parse_whole(argv[i + 1], lo, hi);
+      if (!v) {
+        std::cerr << "push launch: " << what << ": '" << push::detail::printable(argv[i + 1])
+                  << "' must be a whole number from " << lo << " to " << hi << "\n";
+        return false;
       }
-    } catch (const std::exception&) {
-      std::cerr << "push launch: " << arg << " needs an integer, got '" << argv[i] << "'\n";
+      into = static_cast<int>(*v);
+      ++i;
+      return true;
+    };
+    bool ok = true;
+    if (arg == "--nproc") {
+      ok = whole("--nproc", 1, 1024, a.nproc);
+    } else if (arg == "--nnodes") {
+      ok = whole("--nnodes", 1, 1024, a.nnodes);
+    } else if (arg == "--node-rank") {
+      ok = whole("--node-rank", 0, 1023, a.node_rank);
+    } else if (arg == "--master-addr") {
+      a.addr = argv[++i];
+      a.addr_given = true;
+    } else if (arg == "--master-port") {
+      ok = whole("--master-port", 0, 65535, a.port);
+    } else {
+      return usage();
+    }
+    if (!ok) return 2;
+  }
+  if (i >= argc) return usage();
+  for (const auto& why : {nodes_refusal(a.nnodes, a.node_rank, a.addr_given ? a.addr : "", a.port), secret_refusal()}) {
+    if (!why.empty()) {
+      std::cerr << "push launch: " << why << "\n";
       return 2;
     }
-  }
-  if (a.nproc < 1 || a.nnodes < 1 || i >= argc || a.port < 0 || a.port > 65535) return usage();
-  if (const auto why = nodes_refusal(a.nnodes, a.node_rank, a.addr_given ? a.addr : "", a.port); !why.empty()) {
-    std::cerr << "push launch: " << why << "\n";
-    return 2;
   }
   a.program.assign(argv + i, argv + argc);
   a.program.push_back(nullptr);

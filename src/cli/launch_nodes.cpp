@@ -1,11 +1,28 @@
 // The checks of a job over several hosts (launch_nodes.h).
 #include "launch_nodes.h"
 
-#include <cstdlib>
+#include <push/core/errors.h>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "dist/handshake.h"
 #include "dist/transport.h"
 
 namespace push::cli {
+
+std::string secret_refusal() {
+  const char* given = std::getenv("PUSH_JOB_SECRET");
+  if (given == nullptr || *given == '\0') return "";
+  try {
+    dist::detail::handshake::from_hex(given, "PUSH_JOB_SECRET");
+  } catch (const Error&) {
+    return "PUSH_JOB_SECRET must be 64 hexadecimal digits (32 random bytes), got " +
+           std::to_string(std::strlen(given)) +
+           " characters: export PUSH_JOB_SECRET=$(openssl rand -hex 32), the same on every host, or unset it";
+  }
+  return "";
+}
 
 std::string nodes_refusal(int nnodes, int node_rank, const std::string& master_addr, int master_port) {
   const std::string m = "--nnodes " + std::to_string(nnodes);

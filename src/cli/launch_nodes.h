@@ -11,4 +11,8 @@ namespace push::cli {
 /// PUSH_JOB_SECRET in the environment (the same on every host).
 std::string nodes_refusal(int nnodes, int node_rank, const std::string& master_addr, int master_port);
 
+/// Why PUSH_JOB_SECRET, when the environment sets it, cannot be the job's secret (it is
+/// not 64 hexadecimal digits), or "": said by the launcher before any rank starts.
+std::string secret_refusal();
+
 }  // namespace push::cli

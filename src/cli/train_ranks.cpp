@@ -72,6 +72,10 @@ void check_nodes(const TrainConfig& c) {
   }
   const auto why = nodes_refusal(c.nnodes, c.node_rank, c.master_addr, c.master_port);
   PUSH_CHECK(why.empty(), "push train", why);
+  if (c.nproc > 1 || c.nnodes > 1 || launched) {
+    const auto secret = secret_refusal();
+    PUSH_CHECK(secret.empty(), "push train", secret);
+  }
 }
 
 bool starts_its_ranks(const TrainConfig& c) {

@@ -108,8 +108,11 @@ TEST_F(Cli, MessagesNameTheRealProblem) {
   EXPECT_REFUSED("--data esc.csv", "'\\x1b[31mred' is not a number");
   write("hex.csv", "a,b\n0x10,1\n2,3\n");
   EXPECT_REFUSED("--data hex.csv", "'0x10' is not a number");
+  // A device or a FIFO is not read at all (it could be endless, or readable only once).
+  EXPECT_REFUSED("--data /dev/zero", "'/dev/zero' is not a regular file");
   // A file without lines stops at the bound, at once, not when memory runs out.
-  EXPECT_REFUSED("--data /dev/zero", "/dev/zero line 1 is longer than 1048576 bytes");
+  write("line.csv", std::string((1 << 20) + 10, '1'));
+  EXPECT_REFUSED("--data line.csv", "line.csv line 1 is longer than 1048576 bytes");
   // No epoch trained: no loss curve to draw, and nothing said about gnuplot.
   auto none = run("--epochs 0 --particles 2 --quiet --out o");
   ASSERT_EQ(none.code, 0) << none.err;
@@ -129,6 +132,33 @@ TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
   EXPECT_REFUSED("--algo laplace --particles 1000 --model mlp:64,4095",
                  "--particles 1000 of 274495 parameters need about 50");
   EXPECT_REFUSED("--algo laplace --particles 1000 --model mlp:64,4095", "(or --laplace-structure diagonal)");
+  // The advice names what takes most of the memory: SG-MCMC's kept samples (a copy of every
+  // particle's parameters each), or the ranks themselves (about 160 MiB each).
+  EXPECT_REFUSED("--algo sgld --particles 64 --samples 100000", "use fewer --samples");
+  EXPECT_REFUSED("--nproc 1024 --particles 1024", "1024 ranks with --particles 1024");
+  EXPECT_REFUSED("--nproc 1024 --particles 1024", "start fewer ranks on this host (--nproc 1024");
+}
+
+TEST_F(Cli, AnAddressSpaceLimitTooSmallIsOneLineNotAHang) {
+  // Under ulimit -v 1000000 OpenBLAS retried its buffer's allocation forever: the run hung
+  // without a word. Now it is refused at once; a limit that leaves room trains.
+  if (push::testing::sanitized()) GTEST_SKIP() << "a sanitizer's shadow memory needs terabytes of address space";
+  address_space_ = rlim_t{1000000} * 1024;
+  EXPECT_REFUSED("--epochs 2 --particles 2", "the address-space limit (ulimit -v 1000000) is below the about");
+  address_space_ = rlim_t{4000000} * 1024;
+  auto roomy = run("--epochs 2 --particles 2 --quiet --out roomy");
+  EXPECT_EQ(roomy.code, 0) << roomy.err;
+}
+
+TEST_F(Cli, AMalformedJobSecretIsRefusedBeforeAnyRankStarts) {
+  // Found in the parent, in one line, not inside each rank; a run of one process, which
+  // needs no secret, is not refused for it.
+  ::setenv("PUSH_JOB_SECRET", "0123", 1);
+  EXPECT_REFUSED("--nproc 2 --particles 2",
+                 "PUSH_JOB_SECRET must be 64 hexadecimal digits (32 random bytes), got 4 characters");
+  auto one = run("--epochs 1 --particles 2 --quiet --out one");
+  ::unsetenv("PUSH_JOB_SECRET");
+  EXPECT_EQ(one.code, 0) << one.err;
 }
 
 TEST_F(Cli, ThreadsBeyondTheCoresAreWarnedAbout) {

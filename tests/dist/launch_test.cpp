@@ -181,6 +181,35 @@ TEST(DistLaunch, TooFewFileDescriptorsIsAClearErrorAndNoRankIsOrphaned) {
   }
 }
 
+TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
+  // Each is named in one line, exit status 2, and nothing starts (the rank would print).
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--nproc", "0"}, "--nproc: '0' must be a whole number from 1 to 1024"},
+      {{"--nproc", "2x"}, "--nproc: '2x' must be a whole number from 1 to 1024"},
+      {{"--master-port", "70000"}, "--master-port: '70000' must be a whole number from 0 to 65535"},
+  };
+  for (const auto& [args, needle] : cases) {
+    auto all = args;
+    for (const char* word : {"--", "/bin/echo", "a rank ran"}) all.emplace_back(word);
+    auto launcher = start_launcher(all);
+    const std::string output = read_output(launcher.out, 1000, 20s);
+    close(launcher.out);
+    EXPECT_EQ(wait_launcher(launcher.pid, 20s), 2) << output;
+    EXPECT_NE(output.find(needle), std::string::npos) << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+  ::setenv("PUSH_JOB_SECRET", "not-hex", 1);
+  auto launcher = start_launcher({"--nproc", "2", "--", "/bin/echo", "a rank ran"});
+  ::unsetenv("PUSH_JOB_SECRET");
+  const std::string output = read_output(launcher.out, 1000, 20s);
+  close(launcher.out);
+  EXPECT_EQ(wait_launcher(launcher.pid, 20s), 2) << output;
+  EXPECT_NE(output.find("PUSH_JOB_SECRET must be 64 hexadecimal digits (32 random bytes), got 7 characters"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+}
+
 }  // namespace
 
 TEST(DistLaunch, CarriageReturnUpdatesAreForwardedAsTheyComeAndLongLinesInPieces) {
