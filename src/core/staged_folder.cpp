@@ -37,6 +37,22 @@ void sync_tree(const fs::path& dir, const char* origin) {
   fsync_path(dir, true, origin);
 }
 
+/// Whether `dir` is the root of a mount (a bind mount of a container's volume, say), which
+/// renameat2 cannot exchange or replace (EBUSY). statx says so directly since Linux 5.8;
+/// before, another device than its parent's (which misses a bind mount within one file
+/// system).
+bool mount_root(const fs::path& dir) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, dir.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) == 0 &&
+      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) != 0) {
+    return (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+  }
+  struct stat self {
+  }, parent{};
+  return ::stat(dir.c_str(), &self) == 0 && ::stat(dir.parent_path().c_str(), &parent) == 0 &&
+         self.st_dev != parent.st_dev;
+}
+
 bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
 /// A staging folder's claim: the file `STAGING.claim` beside it, made before the folder
@@ -203,8 +219,15 @@ StagedFolder::StagedFolder(const fs::path& target, std::string origin_name, std:
   PUSH_CHECK(!path_contains(target_, resolve_path(fs::current_path())), origin, what,
              " is the current folder or contains it; name a folder inside it");
   std::error_code ec;
+  // A link that leads nowhere: the rename at the end would find its name taken.
+  PUSH_CHECK(!fs::is_symlink(fs::symlink_status(target_, ec)), origin, what, " is a symbolic link to ",
+             quoted(fs::read_symlink(target_, ec)), ", which does not exist; create that folder or name another");
   if (fs::exists(target_, ec)) {
     PUSH_CHECK(fs::is_directory(target_), origin, what, " exists and is not a folder");
+    PUSH_CHECK(!mount_root(target_), origin, what,
+               " is a mount point (a container's volume?): it is replaced whole by a rename, which cannot move a "
+               "mount point; name a folder inside it, e.g. ",
+               quoted(target / "run"));
     const std::string why = replaceable_(target_);
     PUSH_CHECK(why.empty(), origin, what, " ", why, "; choose a new or empty folder");
     check_writable_tree(target_, origin, what);

@@ -1,9 +1,13 @@
 // Staged folders published together (push train's --save and --out): both or neither,
-// whichever of the two fails, and a read-only target is refused before any work.
+// whichever of the two fails, and a read-only target, a mount point or a link to nothing
+// is refused before any work.
 #include "core/staged_folder.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -125,6 +129,34 @@ TEST_F(Staged, ANameWithoutRoomForTheStagingSuffixIsNamed) {
   StagedFolder ok(dir_ / std::string(223, 'x'), "test", "--out", anything);
   ok.publish();
   EXPECT_TRUE(fs::is_directory(dir_ / std::string(223, 'x')));
+}
+
+TEST_F(Staged, AMountPointOrALinkToNothingIsRefusedBeforeAnyWork) {
+  // A link that leads nowhere: the rename at the end would find the name taken (EEXIST).
+  fs::create_symlink(dir_ / "nowhere", dir_ / "dangling");
+  EXPECT_PUSH_ERROR(StagedFolder(dir_ / "dangling", "test", "--out", anything), "which does not exist");
+  // A mount point (a container's volume): renameat2 cannot exchange it (EBUSY). The bind
+  // mount is made in a child with its own mount namespace, so none outlives the test.
+  make_old("volume");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount((dir_ / "volume").c_str(), (dir_ / "volume").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      ::_exit(77);  // no right to mount here
+    }
+    try {
+      StagedFolder(dir_ / "volume", "test", "--out", anything);
+    } catch (const Error& e) {
+      ::_exit(std::string(e.what()).find("is a mount point") != std::string::npos ? 0 : 1);
+    }
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot bind-mount here (needs CAP_SYS_ADMIN)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another error; 2: no error";
+  EXPECT_EQ(names(), (std::vector<std::string>{"dangling", "volume"}));  // no staging folder left
 }
 
 }  // namespace
