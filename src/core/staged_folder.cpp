@@ -136,6 +136,27 @@ void remove_stale_staging(const fs::path& target) {
   }
 }
 
+/// Writes the claim `claim` whole or not at all: an anonymous file (O_TMPFILE) written, then
+/// linked under its name, so a kill never leaves an empty claim that nobody could prove to
+/// be push's. Where the file system has no O_TMPFILE, the file is written in place. 0, or
+/// the errno (EEXIST: the name is taken).
+int write_claim(const fs::path& claim, const std::string& text) {
+  const int anonymous = ::open(claim.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (anonymous >= 0) {
+    int err = write_full(anonymous, text.data(), text.size());
+    const std::string self = c10::str("/proc/self/fd/", anonymous);
+    if (err == 0 && ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, claim.c_str(), AT_SYMLINK_FOLLOW) != 0) err = errno;
+    ::close(anonymous);
+    return err;
+  }
+  const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno;
+  int err = write_full(fd, text.data(), text.size());
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) ::unlink(claim.c_str());
+  return err;
+}
+
 /// Makes the claim (first) and the staging folder `.NAME.partial-PID-N` beside `target`,
 /// taking the next N while either name is taken; returns the folder. push::Error when
 /// neither can be made.
@@ -149,14 +170,11 @@ fs::path make_staging(const fs::path& target, const char* origin, const std::str
     const fs::path staging =
         target.parent_path() / c10::str(staging_prefix(target), ::getpid(), "-", count.fetch_add(1));
     const fs::path claim = claim_of(staging);
-    const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 && errno == EEXIST && tries < 100) continue;
-    if (fd < 0) return fail(errno);
-    const std::string text = claim_text(staging, ::getpid());
-    int err = write_full(fd, text.data(), text.size());
-    if (::close(fd) != 0 && err == 0) err = errno;
-    if (err == 0 && ::mkdir(staging.c_str(), 0755) == 0) return staging;
-    if (err == 0) err = errno;
+    int err = write_claim(claim, claim_text(staging, ::getpid()));
+    if (err == EEXIST && tries < 100) continue;
+    if (err != 0) return fail(err);
+    if (::mkdir(staging.c_str(), 0755) == 0) return staging;
+    err = errno;
     ::unlink(claim.c_str());
     if (err != EEXIST || tries >= 100) return fail(err);
   }
