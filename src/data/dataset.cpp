@@ -345,6 +345,10 @@ std::pair<Dataset, Dataset> load_split(const std::string& spec, const CsvOptions
     auto train = load(spec, options, seed);
     auto test = load_idx(idx_dir, false);
     test.name = train.name;
+    // Found now, not after training as "mat1 and mat2 shapes cannot be multiplied".
+    PUSH_CHECK(test.input_shape() == train.input_shape(), "push::data::load_idx",
+               (idx_dir / "t10k-images-idx3-ubyte").string(), " holds images of ", c10::IntArrayRef(test.input_shape()),
+               ", the training images are ", c10::IntArrayRef(train.input_shape()));
     const int64_t top = test.y.max().item<int64_t>();
     PUSH_CHECK(top < train.num_classes, "push::data::load_idx", (idx_dir / "t10k-labels-idx1-ubyte").string(),
                " has label ", top, " but the training labels are 0 to ", train.num_classes - 1);

@@ -21,18 +21,25 @@ struct IdxFile {
   std::string bytes;          // the data after the header
 };
 
-/// Reads an IDX file of unsigned bytes with `rank` dimensions and checks its size.
+/// Reads an IDX file of unsigned bytes with `rank` dimensions and checks its size: the
+/// header first, against the file's size, and only then the data (a link to a device, or
+/// a file of gigabytes with a wrong header, is refused before its data are read).
 IdxFile read_idx(const fs::path& path, uint32_t magic, int rank) {
   PUSH_CHECK(fs::exists(path), kOrigin, "no IDX file ", path.string());
+  PUSH_CHECK(fs::is_regular_file(path), kOrigin, path.string(),
+             " is not a regular file (a FIFO, a socket or a device?): give the IDX file itself");
   std::ifstream in(path, std::ios::binary);
   PUSH_CHECK(in, kOrigin, "cannot open ", path.string());
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  PUSH_CHECK(!in.bad(), kOrigin, "cannot read ", path.string());
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  PUSH_CHECK(!ec, kOrigin, "cannot read ", path.string(), ": ", ec.message());
   const size_t header = 4 * (1 + static_cast<size_t>(rank));
-  PUSH_CHECK(all.size() >= header, kOrigin, path.string(), " is truncated: ", all.size(), " bytes, shorter than its ",
-             header, "-byte header");
+  PUSH_CHECK(size >= header, kOrigin, path.string(), " is truncated: ", size, " bytes, shorter than its ", header,
+             "-byte header");
+  std::string head(header, '\0');
+  PUSH_CHECK(in.read(head.data(), static_cast<std::streamsize>(header)), kOrigin, "cannot read ", path.string());
   auto word = [&](int i) {
-    const auto* p = reinterpret_cast<const unsigned char*>(all.data()) + 4 * i;
+    const auto* p = reinterpret_cast<const unsigned char*>(head.data()) + 4 * i;
     return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
   };
   PUSH_CHECK(word(0) == magic, kOrigin, path.string(), " has the magic number 0x", std::hex, word(0),
@@ -46,12 +53,14 @@ IdxFile read_idx(const fs::path& path, uint32_t magic, int rank) {
                ": its header announces an absurd size");
     expected *= word(i);
   }
-  const size_t have = all.size() - header;
+  const uintmax_t have = size - header;
   PUSH_CHECK(have >= expected, kOrigin, path.string(), " is truncated: its header announces ", expected,
              " bytes of data, the file holds ", have);
   PUSH_CHECK(have == expected, kOrigin, path.string(), " has ", have - expected, " bytes after the ", expected,
              " its header announces");
-  f.bytes = all.substr(header);
+  f.bytes.resize(expected);
+  PUSH_CHECK(in.read(f.bytes.data(), static_cast<std::streamsize>(expected)), kOrigin, "cannot read ", path.string(),
+             " (it changed while being read?)");
   return f;
 }
 

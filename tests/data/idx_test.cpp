@@ -57,6 +57,22 @@ TEST_F(Idx, ATrainingSetOfOneClassIsRefused) {
   EXPECT_PUSH_ERROR(load_idx(dir_, true), "every label is 0; classification needs at least two classes");
 }
 
+TEST_F(Idx, ALinkToADeviceIsRefusedBeforeAnyByteIsRead) {
+  // /dev/zero would be read whole (forever) before its header was checked.
+  write_set("t10k", 2);
+  write("train-labels-idx1-ubyte", labels(2, 2));
+  fs::create_symlink("/dev/zero", dir_ / "train-images-idx3-ubyte");
+  EXPECT_PUSH_ERROR(load_idx(dir_, true), "train-images-idx3-ubyte is not a regular file");
+}
+
+TEST_F(Idx, TestImagesOfAnotherSizeAreRefusedWhenLoaded) {
+  // Before, training ran to the end and then failed: "mat1 and mat2 shapes cannot be multiplied".
+  write_set("train", 4);
+  write("t10k-images-idx3-ubyte", be32(0x803) + be32(2) + be32(2) + be32(3) + std::string(12, '\1'));
+  write("t10k-labels-idx1-ubyte", labels(2, 2));
+  EXPECT_PUSH_ERROR(load_split(dir_.string(), {}, 0.2, 0), "t10k-images-idx3-ubyte holds images of [1, 2, 3]");
+}
+
 TEST_F(Idx, ReadsImagesAndLabels) {
   write_set("train", 4);
   write_set("t10k", 2);
