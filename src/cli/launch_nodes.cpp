@@ -3,9 +3,13 @@
 
 #include <push/core/errors.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cstdlib>
 #include <cstring>
 
+#include "core/user_text.h"
 #include "dist/handshake.h"
 #include "dist/transport.h"
 
@@ -33,6 +37,18 @@ std::string nodes_refusal(int nnodes, int node_rank, const std::string& master_a
   if (master_addr.empty()) return m + " needs --master-addr: the address of node 0";
   if (dist::detail::is_loopback(master_addr)) {
     return m + " needs a --master-addr the other hosts reach, not the loopback " + master_addr;
+  }
+  {
+    // Said once here; a rank would retry it until its join timed out, a line each time.
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(master_addr.c_str(), nullptr, &hints, &found);
+    if (found != nullptr) ::freeaddrinfo(found);
+    if (rc != 0) {
+      return "--master-addr '" + push::detail::printable(master_addr) + "' does not resolve (" + ::gai_strerror(rc) +
+             "): give node 0's address, or a name this host resolves";
+    }
   }
   if (master_port <= 0) return m + " needs a --master-port (the same on every host)";
   const char* secret = std::getenv("PUSH_JOB_SECRET");

@@ -150,6 +150,16 @@ TEST_F(Cli, AnAddressSpaceLimitTooSmallIsOneLineNotAHang) {
   EXPECT_EQ(roomy.code, 0) << roomy.err;
 }
 
+TEST_F(Cli, TooFewOpenFilesForTheRanksIsOneLine) {
+  // Under ulimit -n 20 a rank failed inside Gloo and the store, with their internal logging
+  // and a line from each rank; one process alone needs far fewer and trains.
+  open_files_ = 20;
+  EXPECT_REFUSED("--nproc 2 --particles 2",
+                 "the open-files limit (ulimit -n 20) is below the about 56 a job of 2 ranks needs in each");
+  auto one = run("--epochs 1 --particles 2 --quiet --out one");
+  EXPECT_EQ(one.code, 0) << one.err;
+}
+
 TEST_F(Cli, AMalformedJobSecretIsRefusedBeforeAnyRankStarts) {
   // Found in the parent, in one line, not inside each rank; a run of one process, which
   // needs no secret, is not refused for it.
@@ -182,6 +192,15 @@ TEST_F(Cli, AJobOverSeveralHostsNamesWhatItLacks) {
   EXPECT_REFUSED("--nnodes 2 --master-addr 127.0.0.1 --master-port 29999",
                  "--nnodes 2 needs a --master-addr the other hosts reach, not the loopback 127.0.0.1");
   EXPECT_REFUSED("--master-port 29999", "--master-port is for --nnodes M > 1");
+  // A name that does not resolve is said once, here (a rank retried it, a line each time).
+  // Run in a network namespace of its own (only a loopback that is down), so that no
+  // query leaves the machine; .invalid never resolves anyway (RFC 6761).
+  if (std::system("unshare -n true 2>/dev/null") == 0) {
+    launcher_ = "unshare -n";
+    EXPECT_REFUSED("--nnodes 2 --master-addr no-such-host.invalid --master-port 29999",
+                   "--master-addr 'no-such-host.invalid' does not resolve (");
+    launcher_.clear();
+  }
   // Under a launcher its variables say where the ranks are.
   auto launched = run("--nnodes 2 --quiet --out o", -1, "", {"WORLD_SIZE=1", "RANK=0"});
   EXPECT_NE(launched.code, 0);

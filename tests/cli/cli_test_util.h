@@ -141,6 +141,10 @@ class Cli : public ::testing::Test {
         const rlimit cap{address_space_, address_space_};
         ::setrlimit(RLIMIT_AS, &cap);
       }
+      if (open_files_ != RLIM_INFINITY) {
+        const rlimit cap{open_files_, open_files_};
+        ::setrlimit(RLIMIT_NOFILE, &cap);
+      }
       exec_shell(cmd, env);
     }
     ::close(out[1]);
@@ -209,6 +213,8 @@ class Cli : public ::testing::Test {
   std::string launcher_;
   /// The address-space limit (RLIMIT_AS, `ulimit -v`) of the runs run() starts.
   rlim_t address_space_ = RLIM_INFINITY;
+  /// The open-files limit (RLIMIT_NOFILE, `ulimit -n`) of the runs run() starts.
+  rlim_t open_files_ = RLIM_INFINITY;
   bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
   /// Every entry of the test's folder (names), hidden ones included.
   std::vector<std::string> entries(const fs::path& sub = {}) {
