@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "core/user_text.h"
 
 namespace push::cli {
 
@@ -25,14 +26,15 @@ int main(int argc, char** argv) {
   }
   auto it = commands.find(argv[1]);
   if (it == commands.end()) {
-    std::cerr << "push: unknown command '" << argv[1] << "'\n";
+    std::cerr << "push: unknown command '" << push::detail::printable(argv[1]) << "'\n";
     usage(std::cerr);
     return 2;
   }
   try {
     return it->second.run(argc - 1, argv + 1);
   } catch (const std::exception& e) {
-    std::cerr << "push " << argv[1] << ": " << e.what() << "\n";
+    // One line, whatever the message quotes (a path with a newline or an escape sequence).
+    std::cerr << "push " << argv[1] << ": " << push::detail::printable(e.what(), std::string::npos) << "\n";
     return 1;
   }
 }

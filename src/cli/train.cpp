@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "command.h"
+#include "core/user_text.h"
 #include "last_resort.h"
 #include "progress_bar.h"
 #include "stopwatch.h"
@@ -166,7 +167,7 @@ int train_main(int argc, char** argv) {
     return run_train(argc, argv);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
-    std::cerr << "push train: " << msg.substr(0, msg.find('\n')) << "\n";
+    std::cerr << "push train: " << push::detail::printable(msg.substr(0, msg.find('\n')), std::string::npos) << "\n";
     return 1;
   }
 }

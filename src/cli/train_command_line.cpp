@@ -61,11 +61,16 @@ void parse_devices(const std::string& text, TrainConfig& c) {
   } else if (colon == std::string::npos && digits(text)) {
     count = text;
   } else {
-    throw CLI::ValidationError("--devices", "'" + text + "' is not N, cpu, cpu:N, cuda or cuda:N");
+    throw CLI::ValidationError("--devices",
+                               "'" + push::detail::printable(text) + "' is not N, cpu, cpu:N, cuda or cuda:N");
   }
-  const int n = digits(count) && count.size() <= 3 ? std::stoi(count) : 0;
-  if (n < 1 || n > 256) throw CLI::ValidationError("--devices", "'" + text + "': the lane count must be 1 to 256");
-  c.devices = n;
+  // Read as every whole number of the command line is (0001 is 1).
+  const auto n = push::detail::parse_whole(count, 1, 256);
+  if (!n) {
+    throw CLI::ValidationError(
+        "--devices", "'" + push::detail::printable(text) + "': the lane count must be a whole number from 1 to 256");
+  }
+  c.devices = static_cast<int>(*n);
 }
 
 }  // namespace
@@ -251,7 +256,7 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
     std::cout << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "push train: " << e.what() << " (see push train --help)\n";
+    std::cerr << "push train: " << push::detail::printable(e.what(), std::string::npos) << " (see push train --help)\n";
     return 2;
   }
   return std::nullopt;

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/user_text.h"
+
 namespace push::cli {
 namespace {
 
@@ -137,7 +139,7 @@ void print_summary(const TrainConfig& c, const bayes::Infer& infer, const TrainD
   std::printf("%-22s %12s\n", "test metric", "value");
   for (const auto& [name, value] : e.table) std::printf("%-22s %12.4f\n", name.c_str(), value);
   std::printf("%-22s %12.2f\n", "train seconds", train_s);
-  std::printf("outputs in %s\n", out.string().c_str());
+  std::printf("outputs in %s\n", push::detail::printable(out.string(), std::string::npos).c_str());
 }
 
 }  // namespace push::cli

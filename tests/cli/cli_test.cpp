@@ -154,16 +154,32 @@ TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
       {"--resume no-such-dir", "no checkpoint to resume"},
       {"--data sine-gap --task classification", "not classification"},
       {"--devices gpu", "'gpu' is not N, cpu, cpu:N, cuda or cuda:N"},
-      {"--devices cpu:0", "the lane count must be 1 to 256"},
+      {"--devices cpu:0", "the lane count must be a whole number from 1 to 256"},
+      // Values are quoted with their control bytes escaped: one line, no escape sequence.
+      {"--algo 'x\ny'", "--algo: x\\x0ay"},
+      {"--data 'no\x1b[31mfile'", "no data set or file named 'no\\x1b[31mfile'"},
       {"--devices cuda:9", "--devices cuda"},
   };
   for (const auto& [args, needle] : cases) {
     auto r = run(args + " --quiet --out should-not-exist");
     EXPECT_NE(r.code, 0) << args;
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << args << ": a raw escape byte";
     EXPECT_NE(r.err.find(needle), std::string::npos) << args << " -> " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << " -> " << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "should-not-exist")) << args;
   }
+}
+
+TEST_F(Cli, LeadingZerosAndControlBytesInValuesAreReadAsEverywhere) {
+  // --devices cpu:0001 is one lane, as --epochs 0001 is one epoch.
+  auto zeros = run("--devices cpu:0001 --epochs 1 --particles 2 --quiet --out o");
+  ASSERT_EQ(zeros.code, 0) << zeros.err;
+  EXPECT_EQ(metrics("o")["run"]["devices"], 1) << metrics("o")["run"].dump();
+  // A folder name with an escape sequence: the report quotes it escaped.
+  auto odd = run("--epochs 1 --particles 2 --quiet --out 'odd\x1b[31m'");
+  ASSERT_EQ(odd.code, 0) << odd.err;
+  EXPECT_EQ(odd.out.find('\x1b'), std::string::npos) << odd.out;
+  EXPECT_NE(odd.out.find("odd\\x1b[31m"), std::string::npos) << odd.out;
 }
 
 TEST_F(Cli, BuiltinIrisWhenInstalled) {
