@@ -33,8 +33,12 @@ int main(int argc, char** argv) {
   try {
     return it->second.run(argc - 1, argv + 1);
   } catch (const std::exception& e) {
-    // One line, whatever the message quotes (a path with a newline or an escape sequence).
-    std::cerr << "push " << argv[1] << ": " << push::detail::printable(e.what(), std::string::npos) << "\n";
+    // One line, whatever the message quotes (a path with a newline or an escape sequence),
+    // and one prefix: "push train: x", not "push train: [push train] x".
+    std::string message = e.what();
+    const std::string own = "[push " + std::string(argv[1]) + "] ";
+    if (message.rfind(own, 0) == 0) message.erase(0, own.size());
+    std::cerr << "push " << argv[1] << ": " << push::detail::printable(message, std::string::npos) << "\n";
     return 1;
   }
 }

@@ -169,7 +169,8 @@ TEST_F(Cli, ARefusedOutEndsEveryRankAtOnceWithOneLine) {
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(r.code, 0);
   EXPECT_LT(took, 20.0);  // not rank 0's 30 s wait for the others to leave
-  EXPECT_NE(r.err.find("[push train] --out 'mine' holds"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("push train: --out 'mine' holds"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("[push train]"), std::string::npos) << r.err << ": the origin twice";
   EXPECT_EQ(r.err.find("did not"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("shutdown"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(dir_ / "mine" / "notes.txt"));
