@@ -32,7 +32,7 @@ set(uses_dist core)
 set(uses_runtime core dist)
 set(uses_server core dist parallel)
 set(uses_data_parallel core dist parallel)
-set(uses_bayes core data metrics parallel dist runtime data_parallel)
+set(uses_bayes core data dist runtime data_parallel)
 set(uses_cli core data metrics parallel dist runtime server data_parallel bayes everything)
 set(areas core data metrics parallel dist runtime server data_parallel bayes cli)
 
