@@ -57,6 +57,41 @@ TEST(ThreadPool, MapStarmapAndApplyKeepTheOrderOfTheirItems) {
   EXPECT_TRUE(pool.map([](int x) { return x; }, std::vector<int>{}).empty());
 }
 
+TEST(ThreadPool, ThreadsMaySubmitAtOnceAndCloseWhileOthersSubmit) {
+  // thread_pool.h: every method may be called from several threads at once.
+  ThreadPool pool(2);
+  std::atomic<int> ran{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      std::vector<push::Future<push::parallel::Unit>> futures;
+      for (int i = 0; i < 200; ++i) futures.push_back(pool.apply_async([&] { ++ran; }));
+      const auto squares = pool.map([](int x) { return x * x; }, std::vector<int>{t, t + 1});
+      EXPECT_EQ(squares, (std::vector<int>{t * t, (t + 1) * (t + 1)}));
+      for (auto& f : futures) f.wait();
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(ran.load(), 800);
+  // close() from one thread while another submits: each submission either runs or is
+  // refused with push::Error, never lost.
+  std::atomic<int> accepted{0}, refused{0};
+  std::thread submitter([&] {
+    for (int i = 0; i < 500; ++i) {
+      try {
+        pool.apply_async([] {});
+        ++accepted;
+      } catch (const push::Error&) {
+        ++refused;
+      }
+    }
+  });
+  pool.close();
+  submitter.join();
+  pool.join();
+  EXPECT_EQ(accepted.load() + refused.load(), 500);
+}
+
 TEST(ThreadPool, AFailedItemIsRethrownByIndexAfterEveryTaskEnded) {
   ThreadPool pool(2);
   std::atomic<int> ended{0};

@@ -22,6 +22,12 @@
 // TaskError naming the item's index (imap: when that item is reached). Destruction
 // cancels the tasks still queued (their futures fail with push::CancelledError) and joins
 // every thread; running tasks finish first, and waiting ones are unwound.
+//
+// Thread safety: every method may be called from any number of threads at once, tasks of
+// the pool included (submission takes the pool's lock; a submission after close() throws
+// push::Error), except join(), terminate() and the destructor, which wait for the workers
+// and so are refused from the pool's own tasks; destroy a pool only once no other thread
+// uses it (ThreadPool.ThreadsMaySubmitAtOnceAndCloseWhileOthersSubmit).
 #include <push/core/cores.h>
 #include <push/core/errors.h>
 #include <push/core/future.h>

@@ -1,4 +1,7 @@
 #pragma once
+// The options of a distribution (PushOptions: lanes, the particle cache, threads, seeds,
+// a World to span ranks) and of each particle (ParticleOptions: its optimizer, scheduler,
+// handlers, device), in LibTorch's builder style (TORCH_ARG).
 #include <torch/arg.h>
 
 #include <push/dist/world.h>
@@ -11,7 +14,6 @@
 
 namespace push {
 
-/// Options of a distribution: `PushOptions().devices(2).cache_size(4)`.
 /// Where particles created without an explicit device go.
 enum class Placement {
   /// Particle p on lane p % lanes (with a world: global lane p % all lanes), fixed by the
@@ -24,6 +26,7 @@ enum class Placement {
   by_size,
 };
 
+/// Options of a distribution: `PushOptions().devices(2).cache_size(4)`.
 struct PushOptions {
   /// Number of device lanes. On GPUs: the first n (default: all of them); on the CPU:
   /// n event loops (default 1).
