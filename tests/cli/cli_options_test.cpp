@@ -142,10 +142,20 @@ TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
 TEST_F(Cli, AnAddressSpaceLimitTooSmallIsOneLineNotAHang) {
   // Under ulimit -v 1000000 OpenBLAS retried its buffer's allocation forever: the run hung
   // without a word. Now it is refused at once; a limit that leaves room trains.
+  // What the binary needs to load at all depends on the build (LibTorch 1.13: 0.7 GB;
+  // the CUDA wheel's libraries: 2.6 GB): found first, as the least limit under which
+  // --help runs (below it the loader or LibTorch's static initialisers fail, before push).
   if (push::testing::sanitized()) GTEST_SKIP() << "a sanitizer's shadow memory needs terabytes of address space";
-  address_space_ = rlim_t{1000000} * 1024;
-  EXPECT_REFUSED("--epochs 2 --particles 2", "the address-space limit (ulimit -v 1000000) is below the about");
-  address_space_ = rlim_t{4000000} * 1024;
+  rlim_t lo = rlim_t{64} << 20, hi = rlim_t{32} << 30;
+  while (hi - lo > (rlim_t{16} << 20)) {
+    address_space_ = lo + (hi - lo) / 2;
+    (run("--help").code == 0 ? hi : lo) = address_space_;
+  }
+  // 96 MiB above it the binary starts, but training (BLAS buffers, particles) cannot fit.
+  address_space_ = hi + (rlim_t{96} << 20);
+  EXPECT_REFUSED("--epochs 2 --particles 2", "push train: the address-space limit (ulimit -v " +
+                                                 std::to_string(address_space_ / 1024) + ") is below the about");
+  address_space_ = hi + (rlim_t{3} << 30);
   auto roomy = run("--epochs 2 --particles 2 --quiet --out roomy");
   EXPECT_EQ(roomy.code, 0) << roomy.err;
 }
