@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "core/crc32c.h"
+#include "core/user_text.h"
 #include "stopwatch.h"
 
 namespace push::cli {
@@ -26,6 +27,9 @@ std::string fingerprint(const TrainData& d) {
 
 TrainData load_train_data(TrainConfig& c) {
   TrainData d;
+  // An empty value is a mistake (an unset shell variable), not "the default column".
+  PUSH_CHECK(!c.given.count("--target") || !c.target.empty(), "push train",
+             "--target is empty: name the target column, or leave --target out for the last column");
   data::CsvOptions csv;
   csv.target = c.target;
   if (!c.task.empty()) csv.task = data::parse_task(c.task);
@@ -46,6 +50,15 @@ TrainData load_train_data(TrainConfig& c) {
              " is for regression; ", c.data, " is a classification data set");
   c.task = data::to_string(d.train_raw.task);
 
+  // A regression target that never changes leaves nothing to learn (and every member
+  // "worse than the mean" by rounding alone).
+  if (!d.classify() && d.train_raw.size() > 0) {
+    const auto y = d.train_raw.y.to(torch::kFloat64);
+    PUSH_CHECK((y.max() != y.min()).item<bool>(), "push train", "the target column '",
+               push::detail::printable(d.train_raw.target_name), "' of ", push::detail::printable(c.data),
+               " has the same value (", y.max().item<double>(),
+               ") in every training row: there is nothing to learn; choose another --target");
+  }
   d.scaler = data::Standardizer::fit(d.train_raw);
   d.train = d.scaler.apply(d.train_raw);
   d.test = d.scaler.apply(d.test_raw);

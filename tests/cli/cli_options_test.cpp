@@ -170,6 +170,17 @@ TEST_F(Cli, TooFewOpenFilesForTheRanksIsOneLine) {
   EXPECT_EQ(one.code, 0) << one.err;
 }
 
+TEST_F(Cli, AnEmptyTargetOrOneThatNeverChangesIsRefused) {
+  std::string rows = "a,y\n";
+  for (int i = 0; i < 30; ++i) rows += std::to_string(i) + ",3\n";
+  write("flat.csv", rows);
+  EXPECT_REFUSED("--data flat.csv",
+                 "the target column 'y' of flat.csv has the same value (3) in every training row: there is nothing "
+                 "to learn");
+  write("two.csv", "a,b,y\n1,2,3\n2,1,4\n3,3,5\n4,0,6\n");
+  EXPECT_REFUSED("--data two.csv --target ''", "--target is empty: name the target column");
+}
+
 TEST_F(Cli, AMalformedJobSecretIsRefusedBeforeAnyRankStarts) {
   // Found in the parent, in one line, not inside each rank; a run of one process, which
   // needs no secret, is not refused for it.
