@@ -311,7 +311,11 @@ Dataset load(const std::string& spec, const CsvOptions& options, uint64_t seed) 
     return sklearn_set(spec == "boston" ? "boston_house_prices" : spec);
   }
   fs::path p(spec);
-  if (fs::is_directory(p)) return load_idx(p, true);
+  if (fs::is_directory(p)) {
+    PUSH_CHECK(options.target.empty(), origin, "--target applies to CSV files, not the IDX folder '", printable(spec),
+               "' (its labels are the target)");
+    return load_idx(p, true);
+  }
   if (!fs::exists(p)) {
     std::string all;
     for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;

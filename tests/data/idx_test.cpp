@@ -73,6 +73,14 @@ TEST_F(Idx, TestImagesOfAnotherSizeAreRefusedWhenLoaded) {
   EXPECT_PUSH_ERROR(load_split(dir_.string(), {}, 0.2, 0), "t10k-images-idx3-ubyte holds images of [1, 2, 3]");
 }
 
+TEST_F(Idx, ATargetColumnIsRefusedForAnIdxFolder) {
+  // IDX data have their labels as the target: a --target was ignored without a word.
+  write_set("train", 4);
+  write_set("t10k", 2);
+  EXPECT_PUSH_ERROR(load(dir_.string(), CsvOptions{"foo", std::nullopt}),
+                    "--target applies to CSV files, not the IDX folder");
+}
+
 TEST_F(Idx, ReadsImagesAndLabels) {
   write_set("train", 4);
   write_set("t10k", 2);
