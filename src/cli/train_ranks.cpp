@@ -59,7 +59,17 @@ constexpr const char* kLaunchOptions[] = {"--nproc", "--nnodes", "--node-rank", 
 }  // namespace
 
 void check_nodes(const TrainConfig& c) {
-  const bool launched = dist::WorldOptions::launched_world_size().has_value();
+  // A launcher's variables, checked before anything reads them (RANK=-1 made a bad_alloc,
+  // WORLD_SIZE=-5 an open-files estimate of -28).
+  const auto size = dist::WorldOptions::launched_world_size();
+  const auto rank = dist::WorldOptions::launched_rank();
+  PUSH_CHECK(!size || (*size >= 1 && *size <= 65536), "push train", "WORLD_SIZE ", size.value_or(0),
+             " is not a number of ranks (1 to 65536): start push train under its launcher, or unset it");
+  PUSH_CHECK(!rank || (*rank >= 0 && *rank < size.value_or(1)), "push train", "RANK ", rank.value_or(0),
+             size ? c10::str(" is not a rank of WORLD_SIZE ", *size, " (0 to ", *size - 1, ")")
+                  : std::string(" is set without WORLD_SIZE"),
+             ": start push train under its launcher, or unset it");
+  const bool launched = size.has_value();
   for (const char* option : kLaunchOptions) {
     if (std::string(option) == "--nproc" || !c.given.count(option)) continue;
     PUSH_CHECK(!launched, "push train", option,

@@ -223,6 +223,16 @@ TEST_F(Cli, AJobOverSeveralHostsNamesWhatItLacks) {
     launcher_.clear();
   }
   // Under a launcher its variables say where the ranks are.
+  // A launcher's variables that cannot be (found by this stop's campaign: a bad_alloc, and
+  // an open-files estimate of -28).
+  for (const auto& [env, needle] : {std::pair<std::string, std::string>{"RANK=-1", "RANK -1 is set without WORLD_SIZE"},
+                                    {"WORLD_SIZE=-5", "WORLD_SIZE -5 is not a number of ranks"}}) {
+    auto bad = run("--epochs 1 --quiet --out o", -1, "", {env, "RANK=-1"});
+    EXPECT_NE(bad.code, 0) << env;
+    EXPECT_EQ(lines_of(bad.err), 1) << env << ": " << bad.err;
+    EXPECT_NE(bad.err.find(env == "RANK=-1" ? needle : "WORLD_SIZE -5 is not a number of ranks"), std::string::npos)
+        << bad.err;
+  }
   auto launched = run("--nnodes 2 --quiet --out o", -1, "", {"WORLD_SIZE=1", "RANK=0"});
   EXPECT_NE(launched.code, 0);
   EXPECT_NE(launched.err.find("--nnodes is for a job push train starts itself"), std::string::npos) << launched.err;
