@@ -97,11 +97,17 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
     } else if (arg == "--master-port") {
       ok = whole("--master-port", 0, 65535, a.port);
     } else {
-      return usage();
+      std::cerr << "push launch: unknown option '" << push::detail::printable(arg)
+                << "' (push launch --nproc N [--nnodes M --node-rank K --master-addr A --master-port P] -- PROGRAM)\n";
+      return 2;
     }
     if (!ok) return 2;
   }
   if (i >= argc) return usage();
+  if (a.nproc < 1) {
+    std::cerr << "push launch: --nproc N is required: how many ranks to start on this host\n";
+    return 2;
+  }
   for (const auto& why : {nodes_refusal(a.nnodes, a.node_rank, a.addr_given ? a.addr : "", a.port), secret_refusal()}) {
     if (!why.empty()) {
       std::cerr << "push launch: " << why << "\n";

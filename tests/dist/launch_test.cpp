@@ -187,6 +187,8 @@ TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
       {{"--nproc", "0"}, "--nproc: '0' must be a whole number from 1 to 1024"},
       {{"--nproc", "2x"}, "--nproc: '2x' must be a whole number from 1 to 1024"},
       {{"--master-port", "70000"}, "--master-port: '70000' must be a whole number from 0 to 65535"},
+      {{}, "--nproc N is required"},
+      {{"--frob", "2"}, "unknown option '--frob'"},
   };
   for (const auto& [args, needle] : cases) {
     auto all = args;
