@@ -1,4 +1,6 @@
 // push: the command-line tool. `push <command> [options]`; `push help` lists commands.
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
@@ -39,6 +41,13 @@ int main(int argc, char** argv) {
     const std::string own = "[push " + std::string(argv[1]) + "] ";
     if (message.rfind(own, 0) == 0) message.erase(0, own.size());
     std::cerr << "push " << argv[1] << ": " << push::detail::printable(message, std::string::npos) << "\n";
-    return 1;
+    // The command's own objects are gone (unwound: staging folders removed, lanes and
+    // ranks joined). Skip the libraries' exit-time teardown: under an address-space limit
+    // OpenBLAS's threads retry a failed allocation forever, and its teardown waits for
+    // them, so the process printed its one line and then never ended.
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    std::_Exit(1);
   }
 }

@@ -79,6 +79,10 @@ int run_train(int argc, char** argv) {
   TrainConfig c;
   if (const auto exit_status = parse_train_command_line(argc, argv, c)) return *exit_status;
   check_nodes(c);
+  // Before any BLAS call: under a limit too small for OpenBLAS's buffers, its threads retry
+  // their allocation forever and the process could not even exit (the full check, with the
+  // particles, follows once the model is known).
+  check_address_space(c, 0);
   const bool starts_ranks = starts_its_ranks(c);
   // Where the results go: checked (on the rank that writes them: rank 0, on node 0) before
   // the ranks meet, so that a refused --out or --save ends the run at once with one line,

@@ -211,12 +211,13 @@ void check_address_space(const TrainConfig& c, double particles_here) {
   // What training maps beyond what is mapped now: OpenBLAS's buffer of every thread that
   // calls it (it retries a failed allocation forever: a hang, not an error), the
   // particles, and room for LibTorch's working tensors.
-  const double blas = static_cast<double>(kBlasBufferBytes) * static_cast<double>(c.devices * c.threads);
+  const int lanes = c.devices > 0 ? c.devices : 2;  // 0: the default's 2 CPU lanes (or every GPU)
+  const double blas = static_cast<double>(kBlasBufferBytes) * static_cast<double>(lanes * std::max(1, c.threads));
   const double need = static_cast<double>(mapped_bytes()) + blas + particles_here + kWorkingBytes;
   const double have = static_cast<double>(limit.rlim_cur);
   PUSH_CHECK(need <= have, "push train", "the address-space limit (ulimit -v ", limit.rlim_cur / 1024,
              ") is below the about ", static_cast<uint64_t>(need / 1024), " KiB this run maps (", gib(blas),
-             " of it BLAS buffers for ", c.devices * c.threads,
+             " of it BLAS buffers for ", lanes * std::max(1, c.threads),
              " threads): raise ulimit -v, or use fewer --devices or --threads");
 }
 
