@@ -59,8 +59,10 @@ std::string replaceable_outputs(const fs::path& dir) {
   }
   const std::string changed = changed_file(*marker, dir);
   if (!changed.empty()) {
-    return "holds '" + push::detail::printable(changed) +
-           "', changed since push train wrote it (it replaces --out as a whole)";
+    std::error_code ec;
+    const bool removed = !fs::exists(fs::symlink_status(dir / changed, ec));
+    return (removed ? "lacks '" : "holds '") + push::detail::printable(changed) + "', " +
+           (removed ? "removed" : "changed") + " since push train wrote it (it replaces --out as a whole)";
   }
   return "";
 }

@@ -74,6 +74,14 @@ TEST_F(Cli, UserFilesNamedLikePushOutputsAreNeverReplaced) {
       fs::remove(dir_ / "ck/checkpoint/particles/u");  // the folder made for the last one, if any
     }
   }
+  // A file push train wrote and the user removed is said to be removed, not changed.
+  const std::string metrics_before = slurp(dir_ / "o" / "metrics.json");
+  fs::remove(dir_ / "o" / "metrics.json");
+  auto removed = run("--epochs 1 --particles 2 --quiet --save ck --out o");
+  EXPECT_NE(removed.code, 0);
+  EXPECT_NE(removed.err.find("lacks 'metrics.json', removed since push train wrote it"), std::string::npos)
+      << removed.err;
+  write("o/metrics.json", metrics_before);
   // A marker that is a link to a real one is not a marker.
   fs::create_directories(dir_ / "linked");
   fs::create_symlink(dir_ / "o" / ".push-train", dir_ / "linked" / ".push-train");
