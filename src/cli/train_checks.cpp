@@ -211,7 +211,9 @@ void check_address_space(const TrainConfig& c, double particles_here) {
   // What training maps beyond what is mapped now: OpenBLAS's buffer of every thread that
   // calls it (it retries a failed allocation forever: a hang, not an error), the
   // particles, and room for LibTorch's working tensors.
-  const int lanes = c.devices > 0 ? c.devices : 2;  // 0: the default's 2 CPU lanes (or every GPU)
+  // Before settle_devices (the early check), 0 lanes means the default; every lane counted
+  // as a CPU lane, whose thread calls OpenBLAS.
+  const int lanes = c.devices > 0 ? c.devices : default_cpu_lanes();
   const double blas = static_cast<double>(kBlasBufferBytes) * static_cast<double>(lanes * std::max(1, c.threads));
   const double need = static_cast<double>(mapped_bytes()) + blas + particles_here + kWorkingBytes;
   const double have = static_cast<double>(limit.rlim_cur);

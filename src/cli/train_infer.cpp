@@ -24,9 +24,11 @@ void settle_devices(TrainConfig& c) {
     PUSH_CHECK(c.devices <= gpus, "push train", "--devices cuda:", c.devices, ": this machine has ", gpus,
                " CUDA device", gpus == 1 ? "" : "s");
   } else if (c.devices == 0) {
-    c.devices = std::min(usable_cores(), 2);
+    c.devices = default_cpu_lanes();
   }
 }
+
+int default_cpu_lanes() { return std::min(usable_cores(), 2); }
 
 bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify) {
   return classify                          ? bayes::Likelihood::categorical

@@ -15,6 +15,8 @@ namespace push::cli {
 /// lane count (every GPU; 2 CPU lanes, 1 on a one-core machine). --devices cuda where there
 /// is no usable GPU, or more GPUs than there are, is a push::Error.
 void settle_devices(TrainConfig& c);
+/// The CPU lanes of a run that names none: 2, or 1 where this thread may run on one core.
+int default_cpu_lanes();
 
 /// The likelihood --likelihood names (settled by load_train_data; categorical when `classify`).
 bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify);
