@@ -31,6 +31,7 @@ struct WorldState {
   WorldOptions options;
   std::vector<std::string> names;
   handshake::Bytes secret{};  // the job's (world_join.h): RPC group keys derive from it
+  std::string secret_file;    // where rank 0 handed a secret it drew to the others (secret_file.h)
   c10::intrusive_ptr<c10d::TCPStore> store;
   std::shared_ptr<::gloo::transport::Device> device;
   std::unique_ptr<StoreBarrier> barrier;

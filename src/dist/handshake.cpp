@@ -100,12 +100,14 @@ Bytes hmac(const Bytes& key, std::string_view message) {
   return out;
 }
 
+std::string fingerprint(const Bytes& secret) { return to_hex(hmac(secret, "push job secret fingerprint")); }
+
 Bytes group_key(const Bytes& secret, const std::string& prefix) {
   return hmac(secret, "push rpc group key\n" + prefix);
 }
 
 Bytes proof(const Bytes& key, std::string_view role, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
-            int listener) {
+            int listener, std::string_view listener_address) {
   std::string message("push rpc handshake\n");
   message.append(role);
   message.push_back('\n');
@@ -113,6 +115,7 @@ Bytes proof(const Bytes& key, std::string_view role, const Bytes& dialer_nonce, 
   append(message, listener_nonce);
   append(message, dialer);
   append(message, listener);
+  message.append(listener_address);
   return hmac(key, message);
 }
 
@@ -168,7 +171,8 @@ std::vector<char> challenge_frame(int listener, const Bytes& listener_nonce, con
 
 std::vector<char> proof_frame(const Bytes& dialer_proof) { return frame(wire::kProof, 0, {&dialer_proof}); }
 
-void dial(int fd, const Bytes& key, int dialer, int listener, Clock::time_point deadline, const std::string& who) {
+void dial(int fd, const Bytes& key, int dialer, int listener, std::string_view listener_address,
+          Clock::time_point deadline, const std::string& who) {
   const Bytes mine = random_bytes();
   write_all(fd, hello_frame(dialer, mine), deadline, who);
   char in[kChallengeBytes];
@@ -180,10 +184,11 @@ void dial(int fd, const Bytes& key, int dialer, int listener, Clock::time_point 
   Bytes theirs, their_proof;
   std::memcpy(theirs.data(), in + wire::kHeaderBytes, kBytes);
   std::memcpy(their_proof.data(), in + wire::kHeaderBytes + kBytes, kBytes);
-  PUSH_CHECK(same(their_proof, proof(key, "listener", mine, theirs, dialer, listener)), kRpcOrigin, who,
+  PUSH_CHECK(same(their_proof, proof(key, "listener", mine, theirs, dialer, listener, listener_address)), kRpcOrigin,
+             who, " at ", listener_address,
              " could not prove it belongs to this job (its group key differs: another job at its address, or a "
-             "different PUSH_JOB_SECRET)");
-  write_all(fd, proof_frame(proof(key, "dialer", mine, theirs, dialer, listener)), deadline, who);
+             "different PUSH_JOB_SECRET; or it is not listening there: someone put another address in the store)");
+  write_all(fd, proof_frame(proof(key, "dialer", mine, theirs, dialer, listener, listener_address)), deadline, who);
 }
 
 }  // namespace push::dist::detail::handshake

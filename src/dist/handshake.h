@@ -11,9 +11,12 @@
 //                                    meta = listener's nonce (32 B) | listener's proof (32 B)
 //   dialer   -> listener  kProof     meta = dialer's proof (32 B)
 //
-// A proof is HMAC(key, role | both nonces | both ranks): it cannot be replayed on another
-// connection (fresh nonces), reflected (the role differs) or moved to another rank (the
-// ranks are in it). Every handshake frame has a fixed size, so a listener reads at most
+// A proof is HMAC(key, role | both nonces | both ranks | the listener's address): it cannot
+// be replayed on another connection (fresh nonces), reflected (the role differs), moved to
+// another rank (the ranks are in it) or relayed: a member dialing an address someone put in
+// the store in place of the listener's real one (a relay that forwards the handshake to the
+// real listener) gets a proof for the real address and hangs up, and the listener refuses
+// the dialer's proof for the other one. Every handshake frame has a fixed size, so a listener reads at most
 // kChallengeBytes from a peer that has not proved itself, and allocates nothing for it.
 #include <array>
 #include <chrono>
@@ -37,12 +40,15 @@ constexpr std::size_t kProofBytes = wire::kHeaderBytes + kBytes;
 Bytes random_bytes();
 /// HMAC-SHA256 of `message` under `key`.
 Bytes hmac(const Bytes& key, std::string_view message);
+/// A fingerprint of the job secret `secret` (64 hex digits) that says nothing about it:
+/// ranks compare theirs to find a rank given another secret.
+std::string fingerprint(const Bytes& secret);
 /// The key of the group with store prefix `prefix` in the job with secret `secret`.
 Bytes group_key(const Bytes& secret, const std::string& prefix);
 /// A proof for the connection from group rank `dialer` to group rank `listener`, by the
-/// side `role` ("dialer" or "listener").
+/// side `role` ("dialer" or "listener"), to the listener at `listener_address` ("a.b.c.d:port").
 Bytes proof(const Bytes& key, std::string_view role, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
-            int listener);
+            int listener, std::string_view listener_address);
 /// Compares in time independent of where the two differ.
 bool same(const Bytes& a, const Bytes& b);
 
@@ -61,10 +67,11 @@ std::vector<char> challenge_frame(int listener, const Bytes& listener_nonce, con
 std::vector<char> proof_frame(const Bytes& dialer_proof);
 
 /// The dialer's side on a connected blocking socket `fd`: sends the hello, reads and checks
-/// the listener's challenge (its rank must be `listener`), sends the proof. Waits at most
+/// the listener's challenge (its rank must be `listener`, its address `listener_address`),
+/// sends the proof. Waits at most
 /// until `deadline` (steady clock). Throws push::Error saying what failed (`who` names the
 /// listener).
-void dial(int fd, const Bytes& key, int dialer, int listener, std::chrono::steady_clock::time_point deadline,
-          const std::string& who);
+void dial(int fd, const Bytes& key, int dialer, int listener, std::string_view listener_address,
+          std::chrono::steady_clock::time_point deadline, const std::string& who);
 
 }  // namespace push::dist::detail::handshake

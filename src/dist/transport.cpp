@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include "dist/rpc_origin.h"
@@ -49,7 +50,12 @@ sockaddr_in parse_address(const std::string& address) {
   const std::string host = address.substr(0, colon);
   PUSH_CHECK(::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, kRpcOrigin, "bad member address '", address,
              "' (an IPv4 address is expected)");
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  const std::string port = address.substr(colon + 1);
+  char* end = nullptr;
+  const long number = std::strtol(port.c_str(), &end, 10);
+  PUSH_CHECK(!port.empty() && port.size() <= 5 && *end == '\0' && port[0] != '-' && number >= 0 && number <= 65535,
+             kRpcOrigin, "bad member address '", address, "' (a port 0..65535 is expected)");
+  sa.sin_port = htons(static_cast<uint16_t>(number));
   return sa;
 }
 
@@ -116,7 +122,8 @@ std::string Transport::listen(const std::string& host) {
   ev.events = EPOLLIN;
   ev.data.u64 = kListenTag;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  return c10::str(host, ":", port_);
+  address_ = canonical_address(c10::str(host, ":", port_));
+  return address_;
 }
 
 void Transport::start() {
@@ -174,7 +181,7 @@ ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_
     set_send_timeout(fd, options_.send_timeout);
     try {
       // At least a second for the handshake, however little of the dial's time is left.
-      handshake::dial(fd, options_.key, options_.rank, peer,
+      handshake::dial(fd, options_.key, options_.rank, peer, canonical_address(address),
                       std::max(deadline, Clock::deadline_after(std::chrono::seconds(1))), describe(peer));
     } catch (...) {
       ::close(fd);
@@ -427,6 +434,13 @@ void Transport::close(Connection* c, const std::string& why) {
 }
 
 // -- addresses ----------------------------------------------------------------------------
+
+std::string canonical_address(const std::string& address) {
+  const sockaddr_in sa = parse_address(address);
+  char text[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
+  return c10::str(text, ":", ntohs(sa.sin_port));
+}
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 

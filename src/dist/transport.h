@@ -178,6 +178,7 @@ class Transport {
   std::shared_ptr<ReceivePool> pool_;
   int listen_fd_ = -1;
   int port_ = 0;
+  std::string address_;  // where this member listens, "a.b.c.d:port" (its handshakes prove it)
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;
@@ -220,5 +221,8 @@ int poll_timeout_ms(Clock::time_point deadline, int longest_ms);
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface);
 /// Whether `host` names this machine's loopback: localhost, 127.x.y.z or ::1.
 bool is_loopback(const std::string& host);
+/// "host:port" as "a.b.c.d:port" (one spelling per address, for the handshake's proofs).
+/// Throws push::Error when it is not an IPv4 address and port.
+std::string canonical_address(const std::string& address);
 
 }  // namespace push::dist::detail

@@ -97,7 +97,7 @@ bool Transport::read_handshake(Connection& c, std::string& why) {
       c.listener_nonce = hs::random_bytes();
       const auto challenge = hs::challenge_frame(
           options_.rank, c.listener_nonce,
-          hs::proof(options_.key, "listener", c.dialer_nonce, c.listener_nonce, c.peer, options_.rank));
+          hs::proof(options_.key, "listener", c.dialer_nonce, c.listener_nonce, c.peer, options_.rank, address_));
       // A fresh connection's send buffer takes these few bytes at once; the I/O thread
       // never waits on a peer.
       const ssize_t sent = ::send(c.fd, challenge.data(), challenge.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -107,9 +107,10 @@ bool Transport::read_handshake(Connection& c, std::string& why) {
     }
     hs::Bytes theirs;
     std::memcpy(theirs.data(), c.handshake_in + wire::kHeaderBytes, hs::kBytes);
-    PUSH_CHECK(
-        hs::same(theirs, hs::proof(options_.key, "dialer", c.dialer_nonce, c.listener_nonce, c.peer, options_.rank)),
-        kRpcOrigin, "a wrong proof for group rank ", c.peer, " (not this job's key)");
+    PUSH_CHECK(hs::same(theirs, hs::proof(options_.key, "dialer", c.dialer_nonce, c.listener_nonce, c.peer,
+                                          options_.rank, address_)),
+               kRpcOrigin, "a wrong proof for group rank ", c.peer,
+               " (not this job's key, or it dialed another address: a relay)");
     c.introduced = true;
     forget_pending(&c);
     c.staging.resize(kStagingBytes);

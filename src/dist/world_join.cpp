@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "handshake.h"
+#include "secret_file.h"
 
 namespace push::dist::detail {
 namespace {
@@ -16,8 +17,10 @@ constexpr const char* kOrigin = "push::dist::World";
 struct Record {
   std::string job_id;
   int world_size = 0;
-  std::string process;      // host:pid
-  std::string fingerprint;  // of the job secret given to this rank; "-" when it has none
+  std::string process;  // host:pid
+  // Of the job secret given to this rank; "~" and the fingerprint when rank 0 drew it (no
+  // secret given); "-" for other ranks given none.
+  std::string fingerprint;
   std::string name;
 };
 
@@ -38,6 +41,9 @@ Record decode(const std::string& text, int rank) {
   std::getline(in, r.name, '\0');
   return r;
 }
+
+/// Whether the record's rank was given PUSH_JOB_SECRET.
+bool given(const std::string& fingerprint) { return fingerprint != "-" && fingerprint.rfind('~', 0) != 0; }
 
 std::string job_text(const std::string& id) { return id.empty() ? std::string("no job id") : "job '" + id + "'"; }
 
@@ -75,11 +81,16 @@ void join_job(WorldState& s, Clock::time_point deadline) {
   Record mine{o.job_id(), n, this_process(), "-", o.name()};
   if (!o.job_secret().empty()) {
     s.secret = handshake::from_hex(o.job_secret(), "PUSH_JOB_SECRET");
-    mine.fingerprint = handshake::to_hex(handshake::hmac(s.secret, "push job secret fingerprint"));
+    mine.fingerprint = handshake::fingerprint(s.secret);
   } else if (me == 0) {
-    // Drawn here, shared through the store (before rank 0's record, which the others wait for).
+    // Drawn here and handed to the others through a file only this user can read (before
+    // rank 0's record, which they wait for), never through the store.
     s.secret = handshake::random_bytes();
-    store.set(key(o, "secret"), std::vector<uint8_t>(s.secret.begin(), s.secret.end()));
+    mine.fingerprint = "~" + handshake::fingerprint(s.secret);
+    if (n > 1) {
+      s.secret_file = secret_file::path_for(o.master_addr(), o.master_port(), o.job_id());
+      secret_file::write(s.secret_file, s.secret);
+    }
   }
   // Every other rank's record must agree with this one's.
   auto check = [&](const Record& theirs, int r) {
@@ -88,9 +99,10 @@ void join_job(WorldState& s, Clock::time_point deadline) {
                mine.process, ") to ", job_text(o.job_id()));
     PUSH_CHECK(theirs.world_size == n, kOrigin, them, " was started with WORLD_SIZE=", theirs.world_size,
                ", this rank (", mine.process, ") with WORLD_SIZE=", n);
-    PUSH_CHECK(theirs.fingerprint == mine.fingerprint, kOrigin, them, " and this rank (", mine.process, ") were given ",
-               theirs.fingerprint == "-" || mine.fingerprint == "-" ? "PUSH_JOB_SECRET on one side only"
-                                                                    : "different PUSH_JOB_SECRETs");
+    const bool one_side = given(theirs.fingerprint) != given(mine.fingerprint);
+    PUSH_CHECK(!one_side && (!given(mine.fingerprint) || theirs.fingerprint == mine.fingerprint), kOrigin, them,
+               " and this rank (", mine.process, ") were given ",
+               one_side ? "PUSH_JOB_SECRET on one side only" : "different PUSH_JOB_SECRETs");
   };
   // The store's host says which job it serves: a rank of another job (two jobs on one
   // MASTER_PORT, its own rank 0 could not bind it) is refused at once and leaves the job
@@ -133,6 +145,7 @@ void join_job(WorldState& s, Clock::time_point deadline) {
   store.set(key(o, c10::str("rank/", me)), string_to_bytes(encode(mine)));
 
   s.names.assign(n, "");
+  std::string first_record_fingerprint;
   for (int r = 0; r < n; ++r) {
     const std::string k = key(o, c10::str("rank/", r));
     if (!arrives(store, k, deadline)) {
@@ -147,12 +160,12 @@ void join_job(WorldState& s, Clock::time_point deadline) {
     const Record theirs = decode(bytes_to_string(store.get(k)), r);
     check(theirs, r);
     s.names[r] = theirs.name;
+    if (r == 0) first_record_fingerprint = theirs.fingerprint;
   }
   if (o.job_secret().empty() && me != 0) {
-    const auto bytes = store.get(key(o, "secret"));
-    PUSH_CHECK(bytes.size() == s.secret.size(), kOrigin, "the job secret in the store has ", bytes.size(),
-               " bytes, not ", s.secret.size());
-    std::copy(bytes.begin(), bytes.end(), s.secret.begin());
+    const std::string& drawn = first_record_fingerprint;
+    PUSH_CHECK(drawn.rfind('~', 0) == 0, kOrigin, "rank 0 published no fingerprint of a secret it drew");
+    s.secret = secret_file::read(secret_file::path_for(o.master_addr(), o.master_port(), o.job_id()), drawn.substr(1));
   }
   std::set<std::string> unique(s.names.begin(), s.names.end());
   PUSH_CHECK(unique.size() == s.names.size(), kOrigin, "two ranks have the same name: ", c10::Join(", ", s.names));

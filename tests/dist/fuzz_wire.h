@@ -5,7 +5,8 @@
 //      bytes that follow (as transport_read.cpp does);
 //   1: the listener's side of a handshake: the hello's and the proof's headers, and the
 //      proof checked against a fixed key (handshake.h);
-//   2: the dialer's side: a challenge frame checked as handshake::dial checks it.
+//   2: the dialer's side: a challenge frame checked as handshake::dial checks it;
+//   3: a member's address from the store: its seal checked (and a sealed copy round-tripped).
 // Every input must end in a value or a push::Error (or c10::Error), never a crash, a hang or
 // a read out of bounds. The regression corpus (tests/dist/fuzz_corpus/) runs in the default
 // suite through the same function.

@@ -29,7 +29,8 @@ RawPeer::RawPeer(int port) {
 
 RawPeer::RawPeer(int port, const dist::detail::handshake::Bytes& key, int rank, int listener) : RawPeer(port) {
   try {
-    dist::detail::handshake::dial(fd_, key, rank, listener, std::chrono::steady_clock::now() + std::chrono::seconds(10),
+    dist::detail::handshake::dial(fd_, key, rank, listener, "127.0.0.1:" + std::to_string(port),
+                                  std::chrono::steady_clock::now() + std::chrono::seconds(10),
                                   "the member at port " + std::to_string(port));
   } catch (...) {
     ::close(fd_);

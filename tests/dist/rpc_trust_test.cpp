@@ -102,7 +102,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     ASSERT_TRUE(challenge);
     hs::Bytes theirs;
     std::memcpy(theirs.data(), challenge->data() + wire::kHeaderBytes, hs::kBytes);
-    peer.write(hs::proof_frame(hs::proof(wrong, "dialer", mine, theirs, 0, 0)));
+    peer.write(hs::proof_frame(hs::proof(wrong, "dialer", mine, theirs, 0, 0, c10::str("127.0.0.1:", g.port()))));
     peer.write(RawPeer::call_frame(1, "trust_answer", {}));
     EXPECT_FALSE(peer.read_reply(2s));
     EXPECT_TRUE(peer.closed_within(10s));
@@ -120,7 +120,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     ASSERT_TRUE(challenge);
     hs::Bytes theirs;
     std::memcpy(theirs.data(), challenge->data() + wire::kHeaderBytes, hs::kBytes);
-    proof = hs::proof_frame(hs::proof(g.key(), "dialer", mine, theirs, 0, 0));
+    proof = hs::proof_frame(hs::proof(g.key(), "dialer", mine, theirs, 0, 0, c10::str("127.0.0.1:", g.port())));
     peer.write(proof);
     peer.write(RawPeer::call_frame(1, "trust_answer", {}));
     ASSERT_TRUE(peer.read_reply(10s));  // the recording was of a good handshake
