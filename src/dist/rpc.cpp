@@ -355,7 +355,8 @@ RpcGroup World::rpc_group(const std::string& name, std::vector<std::string> memb
   PUSH_CHECK(options.reply_spin().count() >= 0 && options.reply_spin() <= std::chrono::seconds(1), origin,
              "reply_spin must be between 0 (sleep at once) and 1 s, got ", options.reply_spin().count(), " us");
   auto barrier =
-      std::make_unique<detail::StoreBarrier>(state_->new_client(), prefix + "barrier/", static_cast<int>(ranks.size()));
+      std::make_unique<detail::StoreBarrier>(state_->new_client(), prefix + "barrier/", static_cast<int>(ranks.size()),
+                                             state_->options.master_addr(), state_->options.master_port());
   auto s = std::make_shared<detail::RpcState>(*this, name, std::move(ranks), timeout, prefix, state_->store,
                                               std::move(barrier));
   // Every member listens, publishes its address and dials the others; all within

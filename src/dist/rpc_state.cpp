@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <iostream>
 #include "dist/rpc_origin.h"
+#include "sealed_value.h"
 #include "world_access.h"
 
 namespace push::dist::detail {
-
-namespace {}  // namespace
 
 RpcState::RpcState(World world, std::string name, std::vector<int> members, Milliseconds timeout, std::string prefix,
                    c10::intrusive_ptr<c10d::Store> store, std::unique_ptr<StoreBarrier> barrier)
@@ -86,7 +85,8 @@ void RpcState::connect(Milliseconds init_timeout, const c10::intrusive_ptr<c10d:
   transport_ = std::make_unique<Transport>(std::move(to), std::move(cb));
   const std::string address = transport_->listen(advertised_host(wo.master_addr(), wo.master_port(), wo.interface()));
   // "host:port identity": members with this host's identity are reached through shared memory too.
-  store_->set(c10::str(prefix_, "addr/", group_rank_), string_to_bytes(address + " " + host_identity()));
+  const std::string key = c10::str(prefix_, "addr/", group_rank_);
+  store_->set(key, string_to_bytes(seal(key_, key, address + " " + host_identity())));
   started_ = true;
   try {
     join_members(deadline, init_timeout, waiter, handler_threads);
@@ -118,7 +118,8 @@ void RpcState::join_members(Clock::time_point deadline, Milliseconds init_timeou
                            " did not join RPC group '", name_, "' within ", init_timeout.count(),
                            " ms (init_timeout)"));
     }
-    const std::string published = bytes_to_string(waiter->get(key));
+    const std::string published =
+        unseal(key_, key, bytes_to_string(waiter->get(key)), c10::str("the address of ", describe(peer)));
     const auto space = published.find(' ');
     transport_->connect(peer, published.substr(0, space),
                         space == std::string::npos ? std::string() : published.substr(space + 1), deadline);
@@ -145,9 +146,17 @@ void RpcState::shutdown() {
   std::exception_ptr error;
   // A lost member never reaches the barrier: it opens when the others have arrived
   // (asking again while it waits: another member may learn of a loss before this one).
+  // Rank 0 hosts the store (unless a launcher does): once it is lost, the store cannot
+  // hold a barrier, and waiting on it would wait for the store's own timeouts (none under
+  // LibTorch 1.13).
+  const int store_host =
+      !WorldAccess::state(world_).options.launcher_hosts_store() && members_.front() == 0 && group_rank_ != 0 ? 0 : -1;
+  const bool store_lost = store_host == 0 && lost_.members().count(0) > 0;
   try {
-    barrier_->arrive_and_wait_for_live(group_rank_, timeout_, "push::dist::RpcGroup::shutdown",
-                                       [this] { return lost_.members(); });
+    PUSH_CHECK(!store_lost, "push::dist::RpcGroup::shutdown", describe(0),
+               ", which hosts the job's store, was lost: the group cannot meet to shut down");
+    barrier_->arrive_and_wait_for_live(
+        group_rank_, timeout_, "push::dist::RpcGroup::shutdown", [this] { return lost_.members(); }, store_host);
   } catch (...) {
     error = std::current_exception();
   }

@@ -2,6 +2,7 @@
 
 #include "c10d.h"
 #include "core/clock.h"
+#include "store_deadline.h"
 
 #include <push/core/errors.h>
 
@@ -11,16 +12,34 @@ namespace push::dist::detail {
 
 using push::detail::Clock;
 
+namespace {
+
+/// How long past a barrier's timeout its store calls are cut off: a store that answers
+/// reports the timeout itself first.
+std::chrono::milliseconds slack(std::chrono::milliseconds timeout) {
+  return std::chrono::milliseconds(500) + timeout / 10;
+}
+
+std::string stopped_store() {
+  return "the store (hosted by rank 0) stopped answering: is rank 0 stopped or its host unreachable?";
+}
+
+}  // namespace
+
 void StoreBarrier::arrive_and_wait_for_live(int rank, std::chrono::milliseconds timeout, const char* origin,
-                                            const std::function<std::set<int>()>& lost) {
+                                            const std::function<std::set<int>()>& lost, int store_host) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t generation = generation_++;
   const std::string base = c10::str(prefix_, "live/", generation, "/");
+  auto store_lost = [&] { return store_host >= 0 && lost().count(store_host) > 0; };
+  StoreDeadline bound(host_, port_, Clock::deadline_after(timeout + slack(timeout)),
+                      store_host >= 0 ? std::function<bool()>(store_lost) : nullptr);
   try {
     waiter_->set(base + std::to_string(rank), std::vector<uint8_t>{1});
     std::vector<std::string> missing;
     const bool all = Clock::poll_until(Clock::deadline_after(timeout), std::chrono::milliseconds(20), [&] {
       const std::set<int> gone = lost();
+      if (store_host >= 0 && gone.count(store_host)) throw Error(stopped_store());
       missing.clear();
       for (int r = 0; r < size_; ++r) {
         if (!gone.count(r) && !waiter_->check({base + std::to_string(r)})) missing.push_back(std::to_string(r));
@@ -29,8 +48,13 @@ void StoreBarrier::arrive_and_wait_for_live(int rank, std::chrono::milliseconds 
     });
     if (!all) throw Error(c10::str("ranks ", c10::Join(", ", missing), " of the group did not arrive"));
   } catch (const std::exception&) {
+    if (store_lost()) {
+      throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_, " ranks: member ", store_host,
+                           ", which hosts the job's store, was lost (stopped, killed or cut off)"));
+    }
     throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_, " ranks did not complete within ",
-                         timeout.count(), " ms (a rank left or is stuck): ", current_message()));
+                         timeout.count(),
+                         " ms (a rank left or is stuck): ", bound.fired() ? stopped_store() : current_message()));
   }
 }
 
@@ -38,6 +62,7 @@ void StoreBarrier::arrive_and_wait(std::chrono::milliseconds timeout, const char
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t generation = generation_++;
   const std::string base = c10::str(prefix_, generation);
+  StoreDeadline bound(host_, port_, Clock::deadline_after(timeout + slack(timeout)));
   try {
     if (waiter_->add(base + "/arrived", 1) == size_) {
       // Last to arrive: release this generation, and drop the previous one's keys, which
@@ -53,7 +78,8 @@ void StoreBarrier::arrive_and_wait(std::chrono::milliseconds timeout, const char
     }
   } catch (const std::exception&) {
     throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_, " ranks did not complete within ",
-                         timeout.count(), " ms (a rank left or is stuck): ", current_message()));
+                         timeout.count(),
+                         " ms (a rank left or is stuck): ", bound.fired() ? stopped_store() : current_message()));
   }
 }
 

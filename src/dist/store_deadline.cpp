@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -82,9 +83,9 @@ int shutdown_sockets_to(const std::string& host, int port) {
   return count;
 }
 
-StoreDeadline::StoreDeadline(std::string host, int port, Clock::time_point deadline)
+StoreDeadline::StoreDeadline(std::string host, int port, Clock::time_point deadline, std::function<bool()> give_up)
     : host_(std::move(host)), port_(port) {
-  thread_ = std::thread([this, deadline] { run(deadline); });
+  thread_ = std::thread([this, deadline, give_up = std::move(give_up)] { run(deadline, give_up); });
 }
 
 StoreDeadline::~StoreDeadline() {
@@ -101,9 +102,17 @@ bool StoreDeadline::fired() {
   return fired_;
 }
 
-void StoreDeadline::run(Clock::time_point deadline) {
+void StoreDeadline::run(Clock::time_point deadline, const std::function<bool()>& give_up) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (Clock::wait_until(cv_, lock, deadline, [this] { return done_; })) return;
+  if (give_up) {
+    for (;;) {
+      const auto next = std::min(deadline, Clock::deadline_after(std::chrono::milliseconds(50)));
+      if (Clock::wait_until(cv_, lock, next, [this] { return done_; })) return;
+      if (Clock::now() >= deadline || give_up()) break;
+    }
+  } else if (Clock::wait_until(cv_, lock, deadline, [this] { return done_; })) {
+    return;
+  }
   // Only a connection that was open counts: without one, the store's own error (nobody
   // listening) is the one to report.
   fired_ = shutdown_sockets_to(host_, port_) > 0;

@@ -9,6 +9,7 @@
 //   ... store calls ...
 //   if (bound.fired()) throw ...;   // in the handler of their failure
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,7 +20,10 @@ namespace push::dist::detail {
 
 class StoreDeadline {
  public:
-  StoreDeadline(std::string host, int port, push::detail::Clock::time_point deadline);
+  /// `give_up`, when given, is asked every 50 ms: true cuts the connections before the
+  /// deadline (the store's host is known to be lost).
+  StoreDeadline(std::string host, int port, push::detail::Clock::time_point deadline,
+                std::function<bool()> give_up = nullptr);
   /// Stops the thread (joined) without touching the sockets.
   ~StoreDeadline();
   StoreDeadline(const StoreDeadline&) = delete;
@@ -29,7 +33,7 @@ class StoreDeadline {
   bool fired();
 
  private:
-  void run(push::detail::Clock::time_point deadline);
+  void run(push::detail::Clock::time_point deadline, const std::function<bool()>& give_up);
 
   std::string host_;
   int port_;

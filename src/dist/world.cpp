@@ -62,11 +62,22 @@ WorldState::~WorldState() {
   // Rank 0 hosts the store: it stays until the others have left (or shutdown_timeout),
   // so that nobody loses the store in the middle of its own shutdown. Ranks an RPC group
   // lost (killed, cut off) will never leave: it does not wait for them.
+  if (!secret_file.empty()) ::unlink(secret_file.c_str());  // the others read it while joining
   if (!store || !joined) return;
   try {
     const std::string left = "push/world/left/";
+    if (options.rank() != 0) {
+      {
+        std::lock_guard<std::mutex> lock(lost_mutex);
+        if (lost_ranks.count(0) && !options.launcher_hosts_store()) return;  // the store went with rank 0
+      }
+      // Bounded: a stopped rank 0 never answers (LibTorch 1.13's client has no deadline).
+      detail::StoreDeadline bound(options.master_addr(), options.master_port(),
+                                  push::detail::Clock::deadline_after(options.shutdown_timeout()));
+      store->set(left + std::to_string(options.rank()), std::vector<uint8_t>{1});
+      return;
+    }
     store->set(left + std::to_string(options.rank()), std::vector<uint8_t>{1});
-    if (options.rank() != 0) return;
     using push::detail::Clock;
     const bool all_left =
         Clock::poll_until(Clock::deadline_after(options.shutdown_timeout()), std::chrono::milliseconds(5), [&] {
@@ -313,7 +324,8 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
     throw Error(c10::str("[", origin, "] cannot open a Gloo device (interface '", options.interface(),
                          "'): ", detail::current_message()));
   }
-  s.barrier = std::make_unique<detail::StoreBarrier>(s.new_client(), "push/world/barrier/", options.world_size());
+  s.barrier = std::make_unique<detail::StoreBarrier>(s.new_client(), "push/world/barrier/", options.world_size(),
+                                                     options.master_addr(), options.master_port());
   s.joined = true;
 }
 
