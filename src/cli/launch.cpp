@@ -43,6 +43,7 @@ void on_signal(int sig) { g_signal = sig; }
 
 struct LaunchArgs {
   int nproc = -1, port = 0, nnodes = 1, node_rank = 0;
+  int grace = 120;  // seconds the other ranks get once one has exited
   std::string addr = "127.0.0.1";
   bool addr_given = false;
   std::vector<char*> program;                            // argv of the program, null-terminated
@@ -50,13 +51,15 @@ struct LaunchArgs {
 };
 
 int usage() {
-  std::cerr << "usage: push launch --nproc N [--nnodes M --node-rank K] [--master-addr A] [--master-port P] -- "
-               "PROGRAM [ARGS...]\n"
-               "  Starts N ranks of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
-               "  MASTER_ADDR, MASTER_PORT set (as torchrun --no-python), and a fresh PUSH_JOB_ID and\n"
-               "  PUSH_JOB_SECRET unless set already. --master-port 0 (the default) picks a free port.\n"
-               "  On M hosts: the same command on each, --node-rank 0 to M-1, --master-addr the address of\n"
-               "  node 0, a --master-port, and one PUSH_JOB_SECRET (64 hex digits) in every host's environment.\n";
+  std::cerr
+      << "usage: push launch --nproc N [--nnodes M --node-rank K] [--master-addr A] [--master-port P] "
+         "[--grace S] -- PROGRAM [ARGS...]\n"
+         "  Starts N ranks of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+         "  MASTER_ADDR, MASTER_PORT set (as torchrun --no-python), and a fresh PUSH_JOB_ID and\n"
+         "  PUSH_JOB_SECRET unless set already. --master-port 0 (the default) picks a free port.\n"
+         "  On M hosts: the same command on each, --node-rank 0 to M-1, --master-addr the address of\n"
+         "  node 0, a --master-port, and one PUSH_JOB_SECRET (64 hex digits) in every host's environment.\n"
+         "  Once a rank has exited, the others get --grace S seconds (default 120) to finish, then are stopped.\n";
   return 2;
 }
 
@@ -96,9 +99,12 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
       a.addr_given = true;
     } else if (arg == "--master-port") {
       ok = whole("--master-port", 0, 65535, a.port);
+    } else if (arg == "--grace") {
+      ok = whole("--grace", 1, 86400, a.grace);
     } else {
       std::cerr << "push launch: unknown option '" << push::detail::printable(arg)
-                << "' (push launch --nproc N [--nnodes M --node-rank K --master-addr A --master-port P] -- PROGRAM)\n";
+                << "' (push launch --nproc N [--nnodes M --node-rank K --master-addr A --master-port P --grace S] -- "
+                   "PROGRAM)\n";
       return 2;
     }
     if (!ok) return 2;
@@ -233,12 +239,15 @@ void drain_output(Ranks& ranks, int first) {
 }
 
 /// Forwards the ranks' output until every rank has exited, and stops them all when one
-/// fails or the launcher is signalled. Returns the launcher's exit status. `first`: the job
-/// rank of local rank 0.
-int supervise(Ranks& ranks, int first) {
+/// fails, when the launcher is signalled, or when ranks still run `grace` after one exited
+/// (a rank stopped or hung near the end would otherwise hold the launcher forever).
+/// Returns the launcher's exit status. `first`: the job rank of local rank 0.
+int supervise(Ranks& ranks, int first, std::chrono::seconds grace) {
   int first_failure = 0;
   int forwarded = 0;  // the signal the launcher got and passed on
   std::optional<Clock::time_point> kill_at;
+  std::optional<std::pair<int, Clock::time_point>> first_exit;  // which rank, and when
+  bool outlived = false;
   auto stop_all = [&](int sig) {
     for (int r = 0; r < ranks.size(); ++r) {
       if (ranks[r].running) kill(-ranks[r].pid, sig);
@@ -255,8 +264,9 @@ int supervise(Ranks& ranks, int first) {
     for (int r = 0; r < ranks.size(); ++r) {
       int status = 0;
       if (ranks.reap(r, status)) {
+        if (!first_exit) first_exit = std::make_pair(first + r, Clock::now());
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 && first_failure == 0 && !forwarded) {
+        if (code != 0 && first_failure == 0 && !forwarded && !outlived) {
           first_failure = code;
           std::cerr << "push launch: rank " << first + r
                     << (WIFEXITED(status) ? " exited with code " : " was killed by signal ")
@@ -267,11 +277,24 @@ int supervise(Ranks& ranks, int first) {
       any_running |= ranks[r].running;
     }
     if (!any_running) break;
+    if (first_exit && !kill_at && Clock::now() - first_exit->second > grace) {
+      std::string left;
+      int count = 0;
+      for (int r = 0; r < ranks.size(); ++r) {
+        if (ranks[r].running) left += (count++ ? ", " : "") + std::to_string(first + r);
+      }
+      std::cerr << "push launch: rank" << (count > 1 ? "s " : " ") << left << " still ran " << grace.count()
+                << " s after rank " << first_exit->first << " exited (stopped or hung?); stopping "
+                << (count > 1 ? "them" : "it") << " (--grace S gives the ranks longer)\n";
+      outlived = true;
+      stop_all(SIGTERM);
+    }
     if (kill_at && Clock::now() > *kill_at) stop_all(SIGKILL);
   }
   drain_output(ranks, first);
   if (forwarded) return 128 + forwarded;
-  return first_failure;
+  if (first_failure != 0) return first_failure;
+  return outlived ? 1 : 0;
 }
 
 int launch_main(int argc, char** argv) {
@@ -302,7 +325,7 @@ int launch_main(int argc, char** argv) {
     envp.push_back(nullptr);
     ranks.start(r, a.program.data(), envp.data());
   }
-  return supervise(ranks, a.node_rank * a.nproc);
+  return supervise(ranks, a.node_rank * a.nproc, std::chrono::seconds(a.grace));
 }
 
 }  // namespace

@@ -181,6 +181,23 @@ TEST(DistLaunch, TooFewFileDescriptorsIsAClearErrorAndNoRankIsOrphaned) {
   }
 }
 
+TEST(DistLaunch, ARankStillRunningAGraceAfterAnotherExitedIsStoppedAndNamed) {
+  Subreaper reaper;
+  // Rank 1 stops itself (SIGSTOP) near the end; rank 0 finishes with 0.
+  auto launcher = start_launcher({"--nproc", "2", "--grace", "2", "--", "/bin/sh", "-c",
+                                  "if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; echo rank $RANK done"});
+  const auto start = std::chrono::steady_clock::now();
+  const int code = wait_launcher(launcher.pid, 60s);
+  const std::string output = read_output(launcher.out, 1000, 5s);
+  close(launcher.out);
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << output;  // 2 s of grace, 5 s to SIGKILL
+  EXPECT_NE(output.find("rank 0 done"), std::string::npos) << output;
+  EXPECT_NE(output.find("rank 1 still ran 2 s after rank 0 exited (stopped or hung?); stopping it"), std::string::npos)
+      << output;
+  EXPECT_TRUE(reaper.reap_all(10s).empty());
+}
+
 TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
   // Each is named in one line, exit status 2, and nothing starts (the rank would print).
   const std::pair<std::vector<std::string>, std::string> cases[] = {
@@ -189,6 +206,7 @@ TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
       {{"--master-port", "70000"}, "--master-port: '70000' must be a whole number from 0 to 65535"},
       {{}, "--nproc N is required"},
       {{"--frob", "2"}, "unknown option '--frob'"},
+      {{"--nproc", "2", "--grace", "0"}, "--grace: '0' must be a whole number from 1 to 86400"},
   };
   for (const auto& [args, needle] : cases) {
     auto all = args;
