@@ -2,7 +2,9 @@
 #include <push/data/dataset.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -194,9 +196,29 @@ Dataset from_table(const Table& t, int64_t target, Task task, const std::string&
 
 at::Generator make_gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
+/// Folder `sub` of data_dir(), checked when data_dir() is the default one (not a
+/// PUSH_DATA_DIR the user named): each of the two that exists must belong to this user (or
+/// root) and be writable by no one else, or another user could have planted the data.
+fs::path builtin_dir(const std::string& sub) {
+  const fs::path base = data_dir();
+  const fs::path dir = base / sub;
+  const char* named = std::getenv("PUSH_DATA_DIR");
+  if (named && *named) return dir;
+  for (const fs::path& p : {base, dir}) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) continue;
+    const bool owned = st.st_uid == ::geteuid() || st.st_uid == 0;
+    PUSH_CHECK(owned && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0, "push::data::load", "the data folder ", p.string(),
+               owned ? " is writable by other users" : c10::str(" belongs to uid ", st.st_uid, ", not this user"),
+               ", who could have planted its files: fix it (chmod go-w / remove it and run scripts/fetch-data), or "
+               "set PUSH_DATA_DIR to a folder you trust");
+  }
+  return dir;
+}
+
 Dataset sklearn_set(const std::string& name) {
   const char* origin = "push::data::load";
-  auto dir = data_dir() / "sklearn";
+  auto dir = builtin_dir("sklearn");
   auto file = [&](const std::string& f) {
     auto p = dir / f;
     PUSH_CHECK(fs::exists(p), origin, "built-in data set '", name, "' is not installed (no ", p.string(),
@@ -293,7 +315,11 @@ fs::path data_dir() {
   if (const char* d = std::getenv("PUSH_DATA_DIR"); d && *d) return d;
   if (const char* c = std::getenv("XDG_CACHE_HOME"); c && *c) return fs::path(c) / "push" / "data";
   const char* home = std::getenv("HOME");
-  return fs::path(home && *home ? home : "/tmp") / ".cache" / "push" / "data";
+  // Never a shared fallback such as /tmp, where another user could plant the data first.
+  PUSH_CHECK(home && *home, "push::data",
+             "HOME is not set, so the built-in data sets have no folder of this user's: "
+             "set PUSH_DATA_DIR to one (and run scripts/fetch-data with it set)");
+  return fs::path(home) / ".cache" / "push" / "data";
 }
 
 Dataset load(const std::string& spec, const CsvOptions& options, uint64_t seed) {
@@ -303,7 +329,7 @@ Dataset load(const std::string& spec, const CsvOptions& options, uint64_t seed) 
     PUSH_CHECK(options.target.empty(), origin, "--target applies to CSV files, not the built-in set '", spec, "'");
     if (spec == "sine-gap") return synthetic_gap(512, seed);
     if (spec == "fashion-mnist") {
-      auto dir = data_dir() / "fashion-mnist";
+      auto dir = builtin_dir("fashion-mnist");
       PUSH_CHECK(fs::exists(dir), origin, "built-in data set 'fashion-mnist' is not installed (no ", dir.string(),
                  "); run scripts/fetch-data");
       return load_idx(dir, true);

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include <sys/stat.h>
 
@@ -209,6 +211,58 @@ TEST(Data, BuiltinSetsLoadWhenInstalled) {
   auto digits = load("digits");
   EXPECT_EQ(digits.input_shape(), (std::vector<int64_t>{1, 8, 8}));
   EXPECT_EQ(digits.num_classes, 10);
+}
+
+}  // namespace
+}  // namespace push::data
+
+namespace push::data {
+namespace {
+
+/// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(DataDir, WithoutHomeTheBuiltInSetsAreRefusedNotReadFromASharedFolder) {
+  ScopedEnv named("PUSH_DATA_DIR", nullptr), cache("XDG_CACHE_HOME", nullptr), home("HOME", nullptr);
+  for (const char* set : {"iris", "boston_house_prices", "fashion-mnist"}) {
+    EXPECT_PUSH_ERROR(load(set),
+                      "HOME is not set, so the built-in data sets have no folder of this user's: set "
+                      "PUSH_DATA_DIR");
+  }
+  EXPECT_EQ(load("sine-gap").x.size(0), 512);  // made here: no folder needed
+}
+
+TEST(DataDir, ADefaultDataFolderOthersCanWriteOrThatIsNotThisUsersIsRefused) {
+  const fs::path root = fs::temp_directory_path() / ("push-data-dir-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const fs::path sklearn = root / "push" / "data" / "sklearn";
+  fs::create_directories(sklearn);
+  std::ofstream(sklearn / "iris.csv") << "planted\n";
+  ScopedEnv named("PUSH_DATA_DIR", nullptr), cache("XDG_CACHE_HOME", root.c_str());
+  ::chmod(sklearn.c_str(), 0777);
+  EXPECT_PUSH_ERROR(load("iris"), "sklearn is writable by other users");
+  ::chmod(sklearn.c_str(), 0755);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(sklearn.c_str(), 65534, 65534), 0);
+    EXPECT_PUSH_ERROR(load("iris"), "sklearn belongs to uid 65534, not this user");
+  }
+  {
+    // A folder the user names is the user's choice: it is read as it is.
+    ScopedEnv chosen("PUSH_DATA_DIR", (root / "push" / "data").c_str());
+    EXPECT_PUSH_ERROR(load("iris"), "iris.csv");  // the planted file is read (and is no table)
+  }
+  fs::remove_all(root);
 }
 
 }  // namespace
