@@ -146,17 +146,18 @@ void RpcState::shutdown() {
   std::exception_ptr error;
   // A lost member never reaches the barrier: it opens when the others have arrived
   // (asking again while it waits: another member may learn of a loss before this one).
-  // Rank 0 hosts the store (unless a launcher does): once it is lost, the store cannot
-  // hold a barrier, and waiting on it would wait for the store's own timeouts (none under
-  // LibTorch 1.13).
-  const int store_host =
-      !WorldAccess::state(world_).options.launcher_hosts_store() && members_.front() == 0 && group_rank_ != 0 ? 0 : -1;
-  const bool store_lost = store_host == 0 && lost_.members().count(0) > 0;
+  // Rank 0 hosts the store (unless a launcher does): once it is stopped or cut off, the
+  // store cannot hold a barrier, and waiting on it would wait for the store's own timeouts
+  // (none under LibTorch 1.13). A rank 0 that merely left after the barrier is not silent.
+  const bool store_here =
+      !WorldAccess::state(world_).options.launcher_hosts_store() && members_.front() == 0 && group_rank_ != 0;
+  std::function<bool()> store_lost;
+  if (store_here) store_lost = [this] { return transport_->silent(0); };
   try {
-    PUSH_CHECK(!store_lost, "push::dist::RpcGroup::shutdown", describe(0),
-               ", which hosts the job's store, was lost: the group cannot meet to shut down");
+    PUSH_CHECK(!store_lost || !store_lost(), "push::dist::RpcGroup::shutdown", describe(0),
+               ", which hosts the job's store, is stopped or cut off: the group cannot meet to shut down");
     barrier_->arrive_and_wait_for_live(
-        group_rank_, timeout_, "push::dist::RpcGroup::shutdown", [this] { return lost_.members(); }, store_host);
+        group_rank_, timeout_, "push::dist::RpcGroup::shutdown", [this] { return lost_.members(); }, store_lost);
   } catch (...) {
     error = std::current_exception();
   }

@@ -27,19 +27,18 @@ std::string stopped_store() {
 }  // namespace
 
 void StoreBarrier::arrive_and_wait_for_live(int rank, std::chrono::milliseconds timeout, const char* origin,
-                                            const std::function<std::set<int>()>& lost, int store_host) {
+                                            const std::function<std::set<int>()>& lost,
+                                            const std::function<bool()>& store_lost) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t generation = generation_++;
   const std::string base = c10::str(prefix_, "live/", generation, "/");
-  auto store_lost = [&] { return store_host >= 0 && lost().count(store_host) > 0; };
-  StoreDeadline bound(host_, port_, Clock::deadline_after(timeout + slack(timeout)),
-                      store_host >= 0 ? std::function<bool()>(store_lost) : nullptr);
+  auto host_lost = [&] { return store_lost && store_lost(); };
+  StoreDeadline bound(host_, port_, Clock::deadline_after(timeout + slack(timeout)), store_lost);
   try {
     waiter_->set(base + std::to_string(rank), std::vector<uint8_t>{1});
     std::vector<std::string> missing;
     const bool all = Clock::poll_until(Clock::deadline_after(timeout), std::chrono::milliseconds(20), [&] {
       const std::set<int> gone = lost();
-      if (store_host >= 0 && gone.count(store_host)) throw Error(stopped_store());
       missing.clear();
       for (int r = 0; r < size_; ++r) {
         if (!gone.count(r) && !waiter_->check({base + std::to_string(r)})) missing.push_back(std::to_string(r));
@@ -48,9 +47,10 @@ void StoreBarrier::arrive_and_wait_for_live(int rank, std::chrono::milliseconds 
     });
     if (!all) throw Error(c10::str("ranks ", c10::Join(", ", missing), " of the group did not arrive"));
   } catch (const std::exception&) {
-    if (store_lost()) {
-      throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_, " ranks: member ", store_host,
-                           ", which hosts the job's store, was lost (stopped, killed or cut off)"));
+    if (host_lost()) {
+      throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_,
+                           " ranks: rank 0, which hosts the job's store, is stopped or cut off (nothing heard from "
+                           "it within the heartbeat timeout)"));
     }
     throw Error(c10::str("[", origin, "] barrier ", generation, " of ", size_, " ranks did not complete within ",
                          timeout.count(),

@@ -28,10 +28,11 @@ class StoreBarrier {
   /// names (asked again while waiting: a member may be found lost meanwhile): it returns
   /// once every other member has arrived. It polls the store every 20 ms on push's Clock
   /// (core/clock.h): with a ManualClock installed, only moving that clock ends its wait.
-  /// `store_host` is the member that hosts the store (-1: none does): once lost() names it,
-  /// the wait ends at once, failing.
+  /// `store_lost`, when given, says whether the store's host (rank 0) is known to be
+  /// stopped or cut off: then the wait ends at once, failing.
   void arrive_and_wait_for_live(int rank, std::chrono::milliseconds timeout, const char* origin,
-                                const std::function<std::set<int>()>& lost, int store_host = -1);
+                                const std::function<std::set<int>()>& lost,
+                                const std::function<bool()>& store_lost = nullptr);
 
  private:
   std::mutex mutex_;  // one barrier at a time per object: generations stay in order

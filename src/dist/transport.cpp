@@ -106,6 +106,13 @@ std::string Transport::describe(int peer) const {
   return c10::str(options_.names[peer], " (rank ", peer, " of the group)");
 }
 
+bool Transport::silent(int peer) const {
+  if (options_.heartbeat_timeout.count() <= 0 || !last_heard_) return false;
+  const Clock::time_point heard(
+      Clock::duration(last_heard_[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed)));
+  return Clock::now() - heard > std::chrono::duration_cast<Clock::duration>(options_.heartbeat_timeout);
+}
+
 std::string Transport::listen(const std::string& host) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   PUSH_CHECK(listen_fd_ >= 0, kRpcOrigin, "cannot open a socket: ", std::strerror(errno));

@@ -119,6 +119,9 @@ class Transport {
   /// Stops the I/O thread and closes every connection. Idempotent.
   void stop();
 
+  /// Whether nothing has come from `peer` for longer than heartbeat_timeout (never when
+  /// heartbeats are off): it is stopped, hung or cut off, not merely gone after leaving.
+  bool silent(int peer) const;
   /// "worker1 (rank 1)".
   std::string describe(int peer) const;
   /// The listening port (tests throw raw bytes at it).

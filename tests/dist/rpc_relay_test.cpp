@@ -166,14 +166,17 @@ PUSH_DIST_WORKER(stopped_store_host) {
   const pid_t pid = std::stoi(relay_text(world.store().get("test/pid")));
   rpc.barrier(30s);
   if (world.rank() == 0) {
+    // Once rank 1 is out of the barrier (whose last store calls may be rank 1's).
+    world.store().wait({"test/out"}, 30s);
     ::raise(SIGSTOP);  // rank 1 kills it
     return;
   }
+  world.store().set("test/out", relay_bytes("1"));
   ASSERT_TRUE(push::testing::eventually([&] { return push::testing::is_stopped(pid); }, 10s));
   const auto start = std::chrono::steady_clock::now();
   {
     World leaving = std::move(world);
-    EXPECT_PUSH_ERROR(rpc.shutdown(), "which hosts the job's store, was lost");
+    EXPECT_PUSH_ERROR(rpc.shutdown(), "which hosts the job's store, is stopped or cut off");
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, beat + 10s);
   ::kill(pid, SIGKILL);
