@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -160,15 +161,29 @@ std::vector<std::string> rank_environment(int r, const LaunchArgs& a) {
 /// A line that never ends (or a very long one) is forwarded in pieces of this size.
 constexpr size_t kLongestLine = 64 << 10;
 
+/// The error lines of push programs ("push train: ...") already forwarded from some rank:
+/// every rank of `push train --nproc` finds the same bad input, and says so once.
+std::set<std::string>& errors_said() {
+  static std::set<std::string> said;
+  return said;
+}
+
 /// Writes the complete lines of a rank's stream (all of it with `all`) to `to`, each
 /// prefixed with the rank. A carriage return ends a line too (a progress bar redraws its
 /// line with one): it is forwarded as it comes, so the bar moves in the launcher's terminal.
-void flush_lines(int rank, Stream& s, bool all, std::ostream& to) {
+/// On stderr (`errors`), a push program's error line that another rank said already is
+/// left out.
+void flush_lines(int rank, Stream& s, bool all, std::ostream& to, bool errors) {
   size_t start = 0;
   for (size_t end; (end = s.partial.find_first_of("\n\r", start)) != std::string::npos; start = end + 1) {
     if (s.partial[end] == '\r' && end == start) {
       to << '\r';  // an empty redraw: nothing to label
       continue;
+    }
+    const std::string_view line = std::string_view(s.partial).substr(start, end - start);
+    if (errors && s.partial[end] == '\n' && line.rfind("push ", 0) == 0 && line.find(": ") != std::string_view::npos) {
+      s.said = line;
+      if (!errors_said().insert(s.said).second) continue;
     }
     to << "[rank " << rank << "] " << std::string_view(s.partial).substr(start, end - start + 1);
   }
@@ -214,11 +229,23 @@ void forward_output(Ranks& ranks, int first, std::chrono::milliseconds timeout) 
     auto& stream = ranks[r].streams[which];
     const ssize_t got = read_some(stream);
     if (got > 0) {
-      flush_lines(first + r, stream, false, destination(which));
+      flush_lines(first + r, stream, false, destination(which), which == 1);
     } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-      flush_lines(first + r, stream, true, destination(which));
+      flush_lines(first + r, stream, true, destination(which), which == 1);
       close(stream.fd);
       stream.fd = -1;
+    }
+  }
+}
+
+/// Forwards what rank `r` has written so far without waiting (it has exited; a child of
+/// its may hold its streams open).
+void forward_ready(Ranks& ranks, int r, int first) {
+  for (size_t which = 0; which < ranks[r].streams.size(); ++which) {
+    auto& stream = ranks[r].streams[which];
+    for (pollfd p{stream.fd, POLLIN, 0}; stream.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);) {
+      if (read_some(stream) <= 0) break;
+      flush_lines(first + r, stream, false, destination(which), which == 1);
     }
   }
 }
@@ -231,7 +258,7 @@ void drain_output(Ranks& ranks, int first) {
       if (stream.fd < 0) continue;
       while (read_some(stream) > 0) {
       }
-      flush_lines(first + r, stream, true, destination(which));
+      flush_lines(first + r, stream, true, destination(which), which == 1);
       close(stream.fd);
       stream.fd = -1;
     }
@@ -268,9 +295,13 @@ int supervise(Ranks& ranks, int first, std::chrono::seconds grace) {
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (code != 0 && first_failure == 0 && !forwarded && !outlived) {
           first_failure = code;
-          std::cerr << "push launch: rank " << first + r
-                    << (WIFEXITED(status) ? " exited with code " : " was killed by signal ")
-                    << (WIFEXITED(status) ? code : WTERMSIG(status)) << "; stopping the other ranks\n";
+          // A rank that said why it failed (a push program's error line) needs no second line.
+          forward_ready(ranks, r, first);
+          if (!WIFEXITED(status) || ranks[r].streams[1].said.empty()) {
+            std::cerr << "push launch: rank " << first + r
+                      << (WIFEXITED(status) ? " exited with code " : " was killed by signal ")
+                      << (WIFEXITED(status) ? code : WTERMSIG(status)) << "; stopping the other ranks\n";
+          }
           stop_all(SIGTERM);
         }
       }

@@ -22,6 +22,7 @@ namespace push::cli {
 struct Stream {
   int fd = -1;
   std::string partial;
+  std::string said;  // the last error line of a push program forwarded from it ("push train: ...")
 };
 
 struct Rank {

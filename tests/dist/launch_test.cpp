@@ -198,6 +198,25 @@ TEST(DistLaunch, ARankStillRunningAGraceAfterAnotherExitedIsStoppedAndNamed) {
   EXPECT_TRUE(reaper.reap_all(10s).empty());
 }
 
+TEST(DistLaunch, AnErrorEveryRankFindsIsOneLine) {
+  // Every rank of `push train --nproc` meets the same bad input and says so, in a push
+  // program's one-line form: the user reads it once, with no second line from the launcher.
+  auto launcher =
+      start_launcher({"--nproc", "3", "--", "/bin/sh", "-c", "echo 'push train: the same bad input' >&2; exit 1"});
+  const int code = wait_launcher(launcher.pid, 60s);
+  const std::string output = read_output(launcher.out, 1000, 5s);
+  close(launcher.out);
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  EXPECT_NE(output.find("] push train: the same bad input\n"), std::string::npos) << output;
+  // A rank that fails without saying why is still named by the launcher.
+  auto silent = start_launcher({"--nproc", "2", "--", "/bin/sh", "-c", "exit 3"});
+  EXPECT_EQ(wait_launcher(silent.pid, 60s), 3);
+  const std::string said = read_output(silent.out, 1000, 5s);
+  close(silent.out);
+  EXPECT_NE(said.find("exited with code 3; stopping the other ranks"), std::string::npos) << said;
+}
+
 TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
   // Each is named in one line, exit status 2, and nothing starts (the rank would print).
   const std::pair<std::vector<std::string>, std::string> cases[] = {
