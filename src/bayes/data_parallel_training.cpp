@@ -13,7 +13,7 @@ constexpr const char* kDataParallelTraining = "push::bayes::Infer (data parallel
 
 Replica::Replica(const DataParallelSpec& spec) : spec_(spec) {
   if (spec.mode() == DataParallelMode::daso) {
-    daso_groups_ = data_parallel::DasoGroups::make(spec.world(), spec.ranks_per_node());
+    daso_groups_ = data_parallel::DasoGroups::make(spec.world(), spec.daso().ranks_per_node());
     everyone_ = daso_groups_->everyone;
   } else {
     everyone_ = data_parallel::group_of_everyone(spec.world());
@@ -36,12 +36,9 @@ void Replica::begin_epoch(Particle& p, int64_t epochs_left, int64_t batches, int
     diverged_ = false;
     daso_.reset();
     if (daso_groups_) {  // it starts from rank 0's parameters itself
-      daso_ = std::make_unique<data_parallel::Daso>(p.module(), p.optimizer(), *daso_groups_,
-                                                    data_parallel::DasoOptions(std::max<int64_t>(1, epochs_left))
-                                                        .warmup_epochs(spec_.daso_warmup_epochs())
-                                                        .cooldown_epochs(spec_.daso_cooldown_epochs())
-                                                        .max_global_skips(spec_.daso_max_global_skips())
-                                                        .average_in_step(true));
+      auto options = spec_.daso();
+      options.total_epochs(std::max<int64_t>(1, epochs_left)).average_in_step(true);
+      daso_ = std::make_unique<data_parallel::Daso>(p.module(), p.optimizer(), *daso_groups_, options);
     } else {
       data_parallel::broadcast_from_first(p.module().parameters(), everyone_);
     }

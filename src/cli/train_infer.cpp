@@ -82,7 +82,7 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
       .fuse(!data_parallel && c.fuse.value_or(spec.kind != "cnn"));
   if (data_parallel) {
     options.data_parallel(bayes::DataParallelSpec(*world, bayes::parse_data_parallel_mode(c.data_parallel))
-                              .ranks_per_node(c.ranks_per_node));
+                              .daso(data_parallel::DasoOptions(1).ranks_per_node(c.ranks_per_node)));
   }
   return options;
 }

@@ -102,7 +102,8 @@ PUSH_DIST_WORKER(data_parallel_infer) {
   }
   {
     Ensemble daso(model, InferOptions(base).batch_size(8).lr(1e-2).optimizer(nullptr).data_parallel(
-                             DataParallelSpec(world, DataParallelMode::daso).ranks_per_node(1)));
+                             DataParallelSpec(world, DataParallelMode::daso)
+                                 .daso(push::data_parallel::DasoOptions(1).ranks_per_node(1))));
     daso.fit(train, 12);
     EXPECT_LT(daso.losses().back(), daso.losses().front());
     same_everywhere(daso.predict(test.x).members);

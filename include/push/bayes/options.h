@@ -7,6 +7,7 @@
 //   auto options = push::bayes::InferOptions()
 //       .particles(8).likelihood(push::bayes::Likelihood::heteroscedastic).lr(1e-2)
 //       .distribution(push::PushOptions().devices(2).seed(1));
+#include <push/data_parallel/daso_schedule.h>
 #include <push/dist/world.h>
 #include <push/runtime/options.h>
 
@@ -57,13 +58,11 @@ struct DataParallelSpec {
   DataParallelSpec(dist::World world, DataParallelMode mode) : world_(std::move(world)), mode_(mode) {}
   TORCH_ARG(dist::World, world);
   TORCH_ARG(DataParallelMode, mode);
-  /// daso: ranks per node (0: LOCAL_WORLD_SIZE; see data_parallel::DasoOptions).
-  TORCH_ARG(int, ranks_per_node) = 0;
-  /// daso: the schedule's warm-up and cool-down epochs (each fit() call is one schedule:
-  /// a call of at most their sum epochs syncs after every batch) and its largest skip.
-  TORCH_ARG(int64_t, daso_warmup_epochs) = 4;
-  TORCH_ARG(int64_t, daso_cooldown_epochs) = 4;
-  TORCH_ARG(int64_t, daso_max_global_skips) = 8;
+  /// daso: DASO's options (ranks per node, the schedule's warm-up, cool-down and largest
+  /// skip, ...). Each fit() call is one schedule: its total_epochs is the call's epochs (a
+  /// call of at most warm-up + cool-down epochs syncs after every batch), and the node's
+  /// gradients are averaged in step() (average_in_step), as particle handlers need.
+  TORCH_ARG(data_parallel::DasoOptions, daso) = data_parallel::DasoOptions(1);
 };
 
 struct InferOptions {
