@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "dist/handshake.h"
