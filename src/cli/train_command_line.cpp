@@ -90,7 +90,7 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--devices", [&c](const std::string& text) { parse_devices(text, c); },
-         "device lanes: N, cpu, cpu:N, cuda or cuda:N (default: every GPU, else 2 CPU lanes)")
+         "device lanes: N, cpu, cpu:N, cuda or cuda:N (default: every GPU, else 2 CPU lanes, 1 on a one-core machine)")
       ->type_name("N|cpu[:N]|cuda[:N]");
   // Small networks gain nothing from intra-op parallelism, and on a busy machine its
   // spinning threads cost more than they give: one per lane unless asked.
