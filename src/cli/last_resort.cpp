@@ -4,12 +4,15 @@
 #include <c10/util/Exception.h>
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "core/staged_folder.h"
 
@@ -32,8 +35,30 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
     for (;;) ::pause();
   }
   g_terminator.store(pthread_self());
+  const std::exception_ptr e = std::current_exception();
+  if (e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      // Out of memory, perhaps before main (LibTorch's static initialisers under a small
+      // ulimit -v): the line is made without allocating, where even a short string fails.
+      char line[256];
+      rlimit as{};
+      const bool limited = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
+      const int n = limited ? std::snprintf(line, sizeof(line),
+                                            "%s: out of memory (std::bad_alloc) under the address-space limit "
+                                            "(ulimit -v %llu): raise it\n",
+                                            g_tool, static_cast<unsigned long long>(as.rlim_cur / 1024))
+                            : std::snprintf(line, sizeof(line), "%s: out of memory (std::bad_alloc)\n", g_tool);
+      ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<size_t>(std::max(n, 0)));
+      (void)ignored;
+      push::detail::StagedFolder::abandon_all();
+      ::_exit(1);
+    } catch (...) {
+    }
+  }
   std::string what = "an unexpected error";
-  if (auto e = std::current_exception()) {
+  if (e) {
     try {
       std::rethrow_exception(e);
     } catch (const c10::Error& x) {
@@ -54,6 +79,19 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
   push::detail::StagedFolder::abandon_all();
   ::_exit(1);
 }
+
+/// Before any shared library's initialisers (.preinit_array runs first): LibTorch's
+/// static initialisers throw std::bad_alloc under a small ulimit -v, before main.
+void install_early(int argc, char** argv, char**) {
+  static char tool[32] = "push";
+  bool word = argc > 1 && argv[1][0] != '\0' && std::strlen(argv[1]) < 20;
+  for (const char* c = word ? argv[1] : ""; *c != '\0'; ++c) word = word && *c >= 'a' && *c <= 'z';
+  if (word) std::snprintf(tool, sizeof(tool), "push %s", argv[1]);
+  g_tool = tool;
+  std::set_terminate(on_terminate);
+}
+
+__attribute__((section(".preinit_array"), used)) void (*const g_install_early)(int, char**, char**) = install_early;
 
 }  // namespace
 

@@ -151,6 +151,17 @@ TEST_F(Cli, AnAddressSpaceLimitTooSmallIsOneLineNotAHang) {
     address_space_ = lo + (hi - lo) / 2;
     (run("--help").code == 0 ? hi : lo) = address_space_;
   }
+  // Below it, what fails is the loader (its own one line) or LibTorch's static initialisers
+  // (std::bad_alloc before main, which aborted with a backtrace): one line either way.
+  for (rlim_t below = lo > (rlim_t{256} << 20) ? lo - (rlim_t{256} << 20) : lo; below <= lo;
+       below += rlim_t{64} << 20) {
+    address_space_ = below;
+    const auto r = run("--epochs 1 --quiet --out below");
+    EXPECT_TRUE(r.code == 1 || r.code == 127) << below / 1024 << " KiB -> " << r.code << ": " << r.err;
+    EXPECT_EQ(lines_of(r.err), 1) << below / 1024 << " KiB -> " << r.err;
+    if (r.code == 1)
+      EXPECT_NE(r.err.find("(ulimit -v " + std::to_string(below / 1024) + ")"), std::string::npos) << r.err;
+  }
   // 96 MiB above it the binary starts, but training (BLAS buffers, particles) cannot fit.
   address_space_ = hi + (rlim_t{96} << 20);
   EXPECT_REFUSED("--epochs 2 --particles 2", "push train: the address-space limit (ulimit -v " +
