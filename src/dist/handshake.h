@@ -2,7 +2,8 @@
 // How a connection proves it belongs to the job (docs/distributed.md, "Who gets in").
 //
 // Every member of an RPC group holds the group's key: HMAC-SHA256 of the job's secret
-// (World: from PUSH_JOB_SECRET, else drawn by rank 0 and shared through the store) and the
+// (World: from PUSH_JOB_SECRET, else drawn by rank 0 and handed on in a private file,
+// secret_file.h) and the
 // group's store prefix. Neither the secret nor the key ever travels on an RPC connection.
 // A connection opens with a challenge–response that both sides check:
 //

@@ -1,5 +1,7 @@
 #include "dist_test_util.h"
 
+#include "poll_real.h"
+
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
@@ -106,17 +108,19 @@ std::vector<int> run_workers(int n, const std::string& worker, std::chrono::seco
   // process has installed.
   const auto end = std::chrono::steady_clock::now() + deadline;
   int left = n;
-  while (left > 0 && std::chrono::steady_clock::now() < end) {
-    for (int r = 0; r < n; ++r) {
-      int status = 0;
-      if (!done[r] && waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        codes[r] = status_code(status);
-        done[r] = true;
-        --left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  poll_real(
+      [&] {
+        for (int r = 0; r < n; ++r) {
+          int status = 0;
+          if (!done[r] && waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+            codes[r] = status_code(status);
+            done[r] = true;
+            --left;
+          }
+        }
+        return left == 0;
+      },
+      end - std::chrono::steady_clock::now(), std::chrono::milliseconds(20));
   for (int r = 0; r < n; ++r) {
     if (done[r]) continue;
     ADD_FAILURE() << "rank " << r << " of worker '" << worker << "' still ran after " << deadline.count()
@@ -150,10 +154,9 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv, co
   int status = 0;
   if (waitpid(pid, &status, WNOHANG) == 0) {
     // Output closed (or deadline) but still running: give it the rest of the deadline.
-    while (std::chrono::steady_clock::now() < end && waitpid(pid, &status, WNOHANG) == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (waitpid(pid, &status, WNOHANG) == 0) {
+    const bool exited = poll_real([&] { return waitpid(pid, &status, WNOHANG) != 0; },
+                                  end - std::chrono::steady_clock::now(), std::chrono::milliseconds(20));
+    if (!exited) {
       ADD_FAILURE() << argv[0] << " still ran after " << deadline.count() << " s: killed";
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);

@@ -4,6 +4,8 @@
 // the test can see it (and reap it: a container's PID 1 may never reap zombies).
 #include <gtest/gtest.h>
 
+#include "poll_real.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -37,18 +39,17 @@ class Subreaper {
   /// Reaps every child that has exited, waiting up to `patience` for all to be gone;
   /// returns the pids of children still running.
   std::set<pid_t> reap_all(std::chrono::milliseconds patience) {
-    const auto end = std::chrono::steady_clock::now() + patience;
-    for (;;) {
-      int status = 0;
-      const pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid > 0) {
-        reaped_.insert(pid);
-        continue;
-      }
-      if (pid < 0 && errno == ECHILD) return {};
-      if (std::chrono::steady_clock::now() >= end) return children_left();
-      std::this_thread::sleep_for(10ms);
-    }
+    const bool none_left = push::testing::poll_real(
+        [&] {
+          for (;;) {
+            int status = 0;
+            const pid_t pid = waitpid(-1, &status, WNOHANG);
+            if (pid <= 0) return pid < 0 && errno == ECHILD;
+            reaped_.insert(pid);
+          }
+        },
+        patience);
+    return none_left ? std::set<pid_t>{} : children_left();
   }
   bool reaped(pid_t pid) const { return reaped_.count(pid) > 0; }
   size_t reaped_count() const { return reaped_.size(); }
@@ -121,15 +122,11 @@ std::vector<pid_t> pids_after(const std::string& output, const std::string& tag)
 
 /// The launcher's exit status as a code (128 + signal when killed); -1 if it hangs.
 int wait_launcher(pid_t pid, std::chrono::milliseconds patience) {
-  const auto end = std::chrono::steady_clock::now() + patience;
   int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() >= end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(10ms);
+  if (!push::testing::poll_real([&] { return waitpid(pid, &status, WNOHANG) != 0; }, patience)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

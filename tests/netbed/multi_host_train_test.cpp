@@ -12,6 +12,7 @@
 
 #include "dist/dist_test_util.h"
 #include "netbed/train_on_hosts.h"
+#include "poll_real.h"
 
 namespace {
 using namespace push::testing;
@@ -93,11 +94,12 @@ TEST_F(MultiHostTrain, DasoAcrossTwoHostsGivesTheNumbersOfTwoSimulatedNodes) {
 
 /// Waits for `pid` at most `seconds`: its exit status, or nullopt (then it is killed).
 std::optional<int> wait_for(pid_t pid, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int status = 0;
+  if (push::testing::poll_real(
+          [&] { return ::waitpid(pid, &status, WNOHANG) == pid; },
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds)),
+          std::chrono::milliseconds(20))) {
+    return status;
   }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
@@ -145,10 +147,12 @@ class HostFaults : public MultiHostTrain {
     // longer with LibTorch 2's store). A fixed wait would be too short on a loaded machine:
     // a fault before the join ends costs init_timeout (120 s).
     const auto joining = std::chrono::steady_clock::now();
-    const auto within = [&] { return std::chrono::steady_clock::now() - joining < std::chrono::seconds(120); };
-    while (!connected_to(rank0, bed.address(1)) && within()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto left = [&] { return std::chrono::seconds(120) - (std::chrono::steady_clock::now() - joining); };
+    push::testing::poll_real([&] { return connected_to(rank0, bed.address(1)); }, left(),
+                             std::chrono::milliseconds(50));
     const double joined_cpu = cpu_seconds(rank0);
-    while (cpu_seconds(rank0) < joined_cpu + 1 && within()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    push::testing::poll_real([&] { return cpu_seconds(rank0) >= joined_cpu + 1; }, left(),
+                             std::chrono::milliseconds(50));
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const auto start = std::chrono::steady_clock::now();
     fault(bed);

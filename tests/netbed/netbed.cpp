@@ -1,6 +1,8 @@
 // The namespaces, links and signals of NetBed (netbed.h), through iproute2's `ip` and `tc`.
 #include "netbed.h"
 
+#include "poll_real.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -91,12 +93,14 @@ std::vector<pid_t> processes_in(const std::string& name) {
 
 /// SIGKILLs everything in namespace `name` and removes it (no error when it is gone).
 void remove_namespace(const std::string& name) {
-  for (int round = 0; round < 500; ++round) {  // at most 5 s: a process in D state may linger
-    const auto pids = processes_in(name);
-    if (pids.empty()) break;
-    for (pid_t p : pids) ::kill(p, SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // At most 5 s: a process in D state may linger.
+  push::testing::poll_real(
+      [&] {
+        const auto pids = processes_in(name);
+        for (pid_t p : pids) ::kill(p, SIGKILL);
+        return pids.empty();
+      },
+      std::chrono::seconds(5));
   run({"ip", "netns", "del", name});
 }
 

@@ -3,6 +3,8 @@
 // be made (not root), and small socket and process tools that run inside a host.
 #include <gtest/gtest.h>
 
+#include "poll_real.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -217,8 +219,8 @@ inline pid_t spawn(const std::string& command) {
 
 /// Polls `done` every 10 ms for at most `seconds`.
 inline void wait_until(const std::function<bool()>& done, double seconds = 10) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  push::testing::poll_real(
+      done, std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds)));
 }
 
 /// A process's state letter from /proc/PID/stat (R, S, T, Z, ...), or '?' when gone.

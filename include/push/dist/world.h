@@ -43,8 +43,10 @@ struct WorldOptions {
   /// namespace); `push launch` draws one. Empty: ranks without a job id form one job.
   TORCH_ARG(std::string, job_id) = "";
   /// The job's secret, 64 hexadecimal digits (PUSH_JOB_SECRET; `push launch` draws one):
-  /// every RPC connection proves it knows it. Empty: rank 0 draws one and shares it
-  /// through the store, which then must be reachable by the job only (docs/distributed.md).
+  /// every RPC connection proves it knows it. Empty: rank 0 draws one and hands it to the
+  /// others through a file only this user can read (ranks on hosts that share rank 0's
+  /// file system; others fail, saying how to set one), never through the store
+  /// (docs/distributed.md, "A job started without a secret").
   TORCH_ARG(std::string, job_secret) = "";
   /// This rank's name; empty means "worker<rank>".
   TORCH_ARG(std::string, name) = "";
