@@ -104,14 +104,11 @@ bool StoreDeadline::fired() {
 
 void StoreDeadline::run(Clock::time_point deadline, const std::function<bool()>& give_up) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (give_up) {
-    for (;;) {
-      const auto next = std::min(deadline, Clock::deadline_after(std::chrono::milliseconds(50)));
-      if (Clock::wait_until(cv_, lock, next, [this] { return done_; })) return;
-      if (Clock::now() >= deadline || give_up()) break;
-    }
-  } else if (Clock::wait_until(cv_, lock, deadline, [this] { return done_; })) {
-    return;
+  for (;;) {
+    // With give_up, a look every 50 ms; without, one wait for the deadline.
+    const auto next = give_up ? std::min(deadline, Clock::deadline_after(std::chrono::milliseconds(50))) : deadline;
+    if (Clock::wait_until(cv_, lock, next, [this] { return done_; })) return;
+    if (Clock::now() >= deadline || (give_up && give_up())) break;
   }
   // Only a connection that was open counts: without one, the store's own error (nobody
   // listening) is the one to report.

@@ -280,12 +280,8 @@ std::optional<Clock::time_point> Transport::keep_alive() {
       if (n > 0 && static_cast<std::size_t>(n) < sizeof(head)) c->owed.assign(head + n, head + sizeof(head));
     }
   }
-  const auto silence = std::chrono::duration_cast<Clock::duration>(options_.heartbeat_timeout);
   for (auto& c : out) {
-    if (!c) continue;
-    const Clock::time_point heard(
-        Clock::duration(last_heard_[static_cast<std::size_t>(c->peer)].load(std::memory_order_relaxed)));
-    if (now - heard <= silence) continue;
+    if (!c || !silent(c->peer)) continue;
     const std::string why = c10::str("nothing heard from it for ", options_.heartbeat_timeout.count(),
                                      " ms (heartbeat_timeout): it is stopped, hung or cut off");
     // Its own connections too: a reply blocked on one (the peer stopped reading) fails now,

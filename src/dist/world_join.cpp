@@ -145,7 +145,7 @@ void join_job(WorldState& s, Clock::time_point deadline) {
   store.set(key(o, c10::str("rank/", me)), string_to_bytes(encode(mine)));
 
   s.names.assign(n, "");
-  std::string first_record_fingerprint;
+  std::string rank0_fingerprint;
   for (int r = 0; r < n; ++r) {
     const std::string k = key(o, c10::str("rank/", r));
     if (!arrives(store, k, deadline)) {
@@ -160,12 +160,12 @@ void join_job(WorldState& s, Clock::time_point deadline) {
     const Record theirs = decode(bytes_to_string(store.get(k)), r);
     check(theirs, r);
     s.names[r] = theirs.name;
-    if (r == 0) first_record_fingerprint = theirs.fingerprint;
+    if (r == 0) rank0_fingerprint = theirs.fingerprint;
   }
   if (o.job_secret().empty() && me != 0) {
-    const std::string& drawn = first_record_fingerprint;
-    PUSH_CHECK(drawn.rfind('~', 0) == 0, kOrigin, "rank 0 published no fingerprint of a secret it drew");
-    s.secret = secret_file::read(secret_file::path_for(o.master_addr(), o.master_port(), o.job_id()), drawn.substr(1));
+    PUSH_CHECK(rank0_fingerprint.rfind('~', 0) == 0, kOrigin, "rank 0 published no fingerprint of a secret it drew");
+    s.secret = secret_file::read(secret_file::path_for(o.master_addr(), o.master_port(), o.job_id()),
+                                 rank0_fingerprint.substr(1));
   }
   std::set<std::string> unique(s.names.begin(), s.names.end());
   PUSH_CHECK(unique.size() == s.names.size(), kOrigin, "two ranks have the same name: ", c10::Join(", ", s.names));
