@@ -1,9 +1,11 @@
 #pragma once
-// push::bayes: deep ensembles, MultiSWAG, SVGD and MC dropout as particle programs, the
-// objective they share, fused particles, and the models push train builds.
+// push::bayes: deep ensembles, MultiSWAG, SVGD, MC dropout, SG-MCMC and last-layer Laplace
+// as particle programs, the interface a new algorithm is written against (algorithm.h),
+// the objective they share, fused particles, and the models push train builds.
 //   push::bayes::Ensemble ens(push::bayes::make_model("mlp:64,64", {1}, 2),
 //                             push::bayes::InferOptions().particles(8));
 //   ens.fit(train, 50);  auto p = ens.predict(test.x);
+#include <push/bayes/algorithm.h>
 #include <push/bayes/ensemble.h>
 #include <push/bayes/fused.h>
 #include <push/bayes/infer.h>

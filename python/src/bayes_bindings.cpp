@@ -299,7 +299,7 @@ void bind_bayes(py::module_& parent) {
              infer.load(dir);
            })
       .def("fused", &bayes::Infer::fused, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("name", &bayes::Infer::name)
+      .def_property_readonly("name", [](const bayes::Infer& infer) { return infer.name(); })
       .def_property_readonly("epochs_done", &bayes::Infer::epochs_done)
       .def_property_readonly("losses", &bayes::Infer::losses)
       .def_property_readonly("particle_losses",

@@ -2,10 +2,10 @@
 // Infer's training loop: one epoch of minibatch steps on the objective for every particle
 // of this rank, one particle at a time (UnfusedEpochs: an "epoch" message per particle) or
 // as stacked groups (FusedEpochs: a "fused_epoch" message per group, fused.h), running the
-// algorithm's hooks (Infer::prepare_epoch, epoch_rows, epoch_hooks, fused_epoch_hooks,
-// finish_epoch) the same way in both, and each data-parallel replica's communication
+// algorithm's hooks (Algorithm::prepare_epoch, epoch_rows, epoch_hooks, fused_epoch_hooks,
+// finish_epoch, push/bayes/algorithm.h) the same way in both, and each data-parallel replica's communication
 // (data_parallel_training.h) around its steps.
-#include <push/bayes/infer.h>
+#include <push/bayes/algorithm.h>
 
 #include <map>
 #include <memory>
@@ -13,9 +13,12 @@
 
 namespace push::bayes::detail {
 
+struct TrainingState;
+
 class EpochEngine {
  public:
-  explicit EpochEngine(Infer& algorithm) : algorithm_(algorithm) {}
+  /// `state` is Infer's: the algorithm whose hooks run, and what they train with.
+  explicit EpochEngine(TrainingState& state);
   virtual ~EpochEngine() = default;
   EpochEngine(const EpochEngine&) = delete;
   EpochEngine& operator=(const EpochEngine&) = delete;
@@ -34,7 +37,9 @@ class EpochEngine {
   std::map<Pid, double> launch(Push& dist, const std::vector<std::vector<Pid>>& groups, const char* message,
                                const torch::Tensor& x, const torch::Tensor& y, int64_t epoch, bool with_group);
 
-  Infer& algorithm_;
+  TrainingState& state_;
+  Algorithm& algorithm_;  // state_.algorithm
+  Training training_;     // the services, as algorithms see them
 };
 
 class UnfusedEpochs : public EpochEngine {

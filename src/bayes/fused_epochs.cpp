@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "epoch_engine.h"
+#include "training_state.h"
 
 namespace push::bayes::detail {
 
@@ -17,17 +18,16 @@ void FusedEpochs::add_handlers(ParticleOptions& options) {
 }
 
 std::map<Pid, double> FusedEpochs::run(Push& dist, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
-  return launch(dist, algorithm_.fused_groups(), "fused_epoch", x, y, epoch, /*with_group=*/true);
+  return launch(dist, training_.fused_groups(), "fused_epoch", x, y, epoch, /*with_group=*/true);
 }
 
 std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>& members, const torch::Tensor& x,
                                              const torch::Tensor& y, int64_t epoch) {
-  Infer& a = algorithm_;
   std::vector<double> losses;
   p.borrow(members, [&](const std::vector<Particle*>& ps) {
     for (Particle* m : ps) {
-      a.schedule_lr(*m, epoch);
-      a.prepare_epoch(*m, epoch);
+      training_.schedule_lr(*m, epoch);
+      algorithm_.prepare_epoch(*m, epoch);
     }
     // The model fuses (checked on a scratch copy), but these members may not: their
     // optimizers or step counts differ (loaded from elsewhere), or a subclass's rows do
@@ -36,21 +36,29 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
     std::vector<torch::Tensor> rows;
     try {
       for (Particle* m : ps) {
-        rows.push_back(a.epoch_rows(*m, x.size(0)));  // host indices, whatever device the hook used
+        rows.push_back(algorithm_.epoch_rows(*m, x.size(0)));  // host indices, whatever device the hook used
         if (rows.back().defined()) rows.back() = rows.back().to(torch::kCPU);
         PUSH_CHECK(!rows.back().defined() || rows.back().size(0) == x.size(0), "push::bayes::Infer",
                    "epoch_rows of particle ", m->pid(), " gives ", rows.back().size(0), " rows of ", x.size(0));
       }
-      stack = a.make_stack(ps);
+      stack = training_.make_stack(ps);
     } catch (const Error&) {
       for (Particle* m : ps) losses.push_back(prepared_epoch(*m, x, y, epoch));
       return;
     }
-    const StepHooks hooks = a.fused_epoch_hooks(*stack, ps, epoch);
+    const std::optional<StepHooks> group_hooks = algorithm_.fused_epoch_hooks(*stack, ps, epoch);
+    if (!group_hooks && !algorithm_.epoch_hooks(*ps.front(), epoch).empty()) {
+      // The algorithm adds to a particle's steps and has nothing for a stack: the members
+      // train one by one (the stack is a working copy; dropped, it leaves them as they were).
+      stack.reset();
+      for (Particle* m : ps) losses.push_back(prepared_epoch(*m, x, y, epoch));
+      return;
+    }
+    const StepHooks hooks = group_hooks.value_or(StepHooks{});
     losses = train_group(*stack, ps, rows, x, y, epoch, hooks);
     stack->write_back();
     if (hooks.finish) hooks.finish();
-    for (Particle* m : ps) a.finish_epoch(*m, epoch);
+    for (Particle* m : ps) algorithm_.finish_epoch(*m, epoch);
   });
   return losses;
 }
@@ -58,14 +66,13 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
 std::vector<double> FusedEpochs::train_group(FusedStack& stack, const std::vector<Particle*>& members,
                                              const std::vector<torch::Tensor>& rows, const torch::Tensor& x,
                                              const torch::Tensor& y, int64_t epoch, const StepHooks& hooks) {
-  Infer& a = algorithm_;
-  const Objective& u = a.objective();
-  const int64_t n = x.size(0), bs = a.options().batch_size(), count = stack.size();
+  const Objective& u = state_.objective;
+  const int64_t n = x.size(0), bs = state_.options.batch_size(), count = stack.size();
   const torch::Device device = members.front()->device();
   // Each member's rows in its own order: what train_epoch draws for it alone.
   std::vector<torch::Tensor> orders;
   for (size_t i = 0; i < members.size(); ++i) {
-    auto order = a.epoch_order(members[i]->pid(), epoch, n);
+    auto order = training_.epoch_order(members[i]->pid(), epoch, n);
     orders.push_back(rows[i].defined() ? rows[i].index_select(0, order) : order);
   }
   // Drawn on the host; the rows are picked where the data is (a message brings it to the lane's device).
@@ -85,9 +92,10 @@ std::vector<double> FusedEpochs::train_group(FusedStack& stack, const std::vecto
     stack.zero_grad();
     auto nll = u.mean_nll(stack.forward(xb), yb);  // [N]
     auto loss = nll;
-    if (auto noise = u.noise_prior(stack); noise.defined()) loss = loss + noise / static_cast<double>(a.dataset_size());
+    if (auto noise = u.noise_prior(stack); noise.defined())
+      loss = loss + noise / static_cast<double>(state_.dataset_size);
     loss.sum().backward();
-    u.add_weight_prior_gradient(stack, static_cast<double>(a.dataset_size()));
+    u.add_weight_prior_gradient(stack, static_cast<double>(state_.dataset_size));
     if (hooks.step) {
       hooks.step();
     } else {
@@ -96,12 +104,12 @@ std::vector<double> FusedEpochs::train_group(FusedStack& stack, const std::vecto
     auto host = nll.detach().to(torch::kCPU, torch::kFloat64);
     const double* v = host.data_ptr<double>();
     for (size_t i = 0; i < members.size(); ++i) {
-      a.check_finite(*members[i], epoch, v[i]);
+      training_.check_finite(*members[i], epoch, v[i]);
       total[i] += v[i];
     }
     if (hooks.after_step) hooks.after_step();
   }
-  a.check_parameters_finite(stack, members, epoch);
+  training_.check_finite(stack, members, epoch);
   for (double& t : total) t /= static_cast<double>(batches);
   return total;
 }

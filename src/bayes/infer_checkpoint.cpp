@@ -21,7 +21,7 @@ void Infer::save(const std::filesystem::path& dir) {
   } catch (...) {
     error = std::current_exception();
   }
-  exchange({}, error, "push::bayes::Infer::save (folder)");
+  training_.exchange({}, error, "push::bayes::Infer::save (folder)");
   dist_->save(dir / "particles");  // collective with a world
   // One rank writes the algorithm's own state (the same on every rank).
   if (dist_->rank() == 0) {
@@ -31,12 +31,12 @@ void Infer::save(const std::filesystem::path& dir) {
       error = std::current_exception();
     }
   }
-  exchange({}, error, "push::bayes::Infer::save");
+  training_.exchange({}, error, "push::bayes::Infer::save");
 }
 
 void Infer::write_meta(const std::filesystem::path& dir) const {
   std::ostringstream out;
-  out << std::setprecision(17) << "algorithm " << name() << "\nparticles " << options_.particles() << "\nepochs "
+  out << std::setprecision(17) << "algorithm " << name() << "\nparticles " << options().particles() << "\nepochs "
       << epochs_done_ << "\nlosses";
   for (double l : losses_) out << ' ' << l;
   out << "\n";
@@ -62,7 +62,7 @@ void Infer::load(const std::filesystem::path& dir) {
   } catch (...) {
     error = std::current_exception();
   }
-  exchange({}, error, origin);  // every rank read the same checkpoint, or all throw
+  training_.exchange({}, error, origin);  // every rank read the same checkpoint, or all throw
   dist_->load(dir / "particles");
   epochs_done_ = epochs;
   losses_ = std::move(losses);
@@ -105,8 +105,8 @@ void Infer::read_meta(const std::filesystem::path& dir, int64_t& epochs, std::ve
     }
   }
   PUSH_CHECK(algorithm == name(), origin, "checkpoint ", dir, " holds algorithm '", algorithm, "', not '", name(), "'");
-  PUSH_CHECK(particles == options_.particles(), origin, "checkpoint ", dir, " holds ", particles, " particles, not ",
-             options_.particles());
+  PUSH_CHECK(particles == options().particles(), origin, "checkpoint ", dir, " holds ", particles, " particles, not ",
+             options().particles());
   PUSH_CHECK(epochs >= 0 && static_cast<int64_t>(losses.size()) == epochs, origin, "checkpoint ", dir,
              " has a damaged infer.meta");
   for (const auto& [pid, l] : particle_losses) {

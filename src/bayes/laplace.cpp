@@ -259,7 +259,7 @@ void Laplace::approximate(const data::Dataset& train) {
   } catch (...) {
     error = std::current_exception();
   }
-  exchange({}, error, origin);  // every rank approximated its own, or all throw
+  training().exchange({}, error, origin);  // every rank approximated its own, or all throw
 }
 
 LastLayerPosterior Laplace::posterior(Pid pid) {
@@ -286,7 +286,7 @@ torch::Tensor Laplace::predict_particle(Particle& p, const torch::Tensor& x) {
   const auto mu = outputs(phi, theta);  // [M, o]
   const auto dtype = parts.last->weight.scalar_type();
   if (laplace_.predictive() == LaplacePredictive::sampling) {
-    auto gen = generator(static_cast<uint64_t>(p.pid()), push::detail::seed_purpose::kLaplace);
+    auto gen = training().generator(static_cast<uint64_t>(p.pid()), push::detail::seed_purpose::kLaplace);
     auto z = torch::randn({laplace_.samples(), mean.numel()}, gen, mean.options());
     auto draws = cov.dim() == 2 ? mean + z.mm(torch::linalg_cholesky(cov).t()) : mean + z * cov.sqrt();
     std::vector<torch::Tensor> outs;
@@ -314,10 +314,6 @@ torch::Tensor Laplace::predict_particle(Particle& p, const torch::Tensor& x) {
   auto sd = torch::zeros_like(mu);
   sd.narrow(1, 0, t).copy_(var.narrow(1, 0, t).sqrt());
   return torch::stack({mu + sd, mu - sd}).to(x.device(), dtype);
-}
-
-std::string Laplace::data_parallel_refusal(DataParallelMode mode) const {
-  return Ensemble::data_parallel_refusal(mode);
 }
 
 }  // namespace push::bayes

@@ -175,10 +175,10 @@ void SGMCMC::count_step(Particle& p, const std::function<torch::Tensor()>& theta
 
 StepHooks SGMCMC::epoch_hooks(Particle& p, int64_t epoch) {
   const EpochPlan e = plan(epoch);
-  const double n = static_cast<double>(dataset_size());
+  const double n = static_cast<double>(training().dataset_size());
   auto gens = std::make_shared<std::vector<at::Generator>>(
-      1,
-      generator(static_cast<uint64_t>(p.pid()), static_cast<uint64_t>(epoch), push::detail::seed_purpose::kLangevin));
+      1, training().generator(static_cast<uint64_t>(p.pid()), static_cast<uint64_t>(epoch),
+                              push::detail::seed_purpose::kLangevin));
   StepHooks hooks;
   hooks.step = [this, &p, e, n, gens] {
     const auto params = p.module().parameters();
@@ -203,13 +203,14 @@ StepHooks SGMCMC::epoch_hooks(Particle& p, int64_t epoch) {
   return hooks;
 }
 
-StepHooks SGMCMC::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) {
+std::optional<StepHooks> SGMCMC::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members,
+                                                   int64_t epoch) {
   const EpochPlan e = plan(epoch);
-  const double n = static_cast<double>(dataset_size());
+  const double n = static_cast<double>(training().dataset_size());
   auto gens = std::make_shared<std::vector<at::Generator>>();
   for (Particle* p : members) {
-    gens->push_back(generator(static_cast<uint64_t>(p->pid()), static_cast<uint64_t>(epoch),
-                              push::detail::seed_purpose::kLangevin));
+    gens->push_back(training().generator(static_cast<uint64_t>(p->pid()), static_cast<uint64_t>(epoch),
+                                         push::detail::seed_purpose::kLangevin));
   }
   // The members' buffers stacked [N, D]; new ones start at zero (each member's own "first").
   const char* key = buffer_key(chains_);

@@ -107,14 +107,14 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
                              const torch::Tensor& x, const torch::Tensor& y, int64_t epoch) {
   if (!fused()) {
     // A group of one unfused particle: p.
-    if (phi.numel() == 0) schedule_lr(p, epoch);  // the epoch's first batch: its steps follow
+    if (phi.numel() == 0) training().schedule_lr(p, epoch);  // the epoch's first batch: its steps follow
     if (phi.numel() > 0) apply_direction(p, phi[0]);
     auto& module = p.module();
     p.optimizer().zero_grad();
     auto nll = objective().mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
-    auto u = nll * static_cast<double>(dataset_size()) + objective().neg_log_prior(module);
+    auto u = nll * static_cast<double>(training().dataset_size()) + objective().neg_log_prior(module);
     const double loss = nll.item<double>();
-    check_finite(p, epoch, loss);
+    training().check_finite(p, epoch, loss);
     u.backward();
     torch::NoGradGuard no_grad;  // copies of the values, not a graph
     std::vector<torch::Tensor> grads;
@@ -129,8 +129,8 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     auto& stack = stacks_[p.pid()];
     lock.unlock();
     if (phi.numel() == 0) {
-      for (Particle* m : ps) schedule_lr(*m, epoch);
-      stack = make_stack(ps);  // the epoch's first batch
+      for (Particle* m : ps) training().schedule_lr(*m, epoch);
+      stack = training().make_stack(ps);  // the epoch's first batch
     } else {
       PUSH_CHECK(stack != nullptr, "push::bayes::SVGD", "group of particle ", p.pid(), " was not stacked");
       apply_direction(*stack, phi);
@@ -138,12 +138,12 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     const int64_t g = stack->size();
     stack->zero_grad();
     auto nll = objective().mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
-    auto u = nll * static_cast<double>(dataset_size());
+    auto u = nll * static_cast<double>(training().dataset_size());
     if (auto noise = objective().noise_prior(*stack); noise.defined()) u = u + noise;
     u = u.sum();
     auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);
     std::vector<double> each(losses.data_ptr<double>(), losses.data_ptr<double>() + g);
-    for (int64_t i = 0; i < g; ++i) check_finite(*ps[i], epoch, each[i]);
+    for (int64_t i = 0; i < g; ++i) training().check_finite(*ps[i], epoch, each[i]);
     u.backward();
     objective().add_weight_prior_gradient(*stack, 1.0);
     std::vector<torch::Tensor> grads;
@@ -156,7 +156,7 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
 void SVGD::group_apply(Particle& p, const std::vector<Pid>& members, const torch::Tensor& phi, int64_t epoch) {
   if (!fused()) {
     apply_direction(p, phi[0]);
-    check_parameters_finite(p, epoch);
+    training().check_finite(p, epoch);
     return;
   }
   std::unique_ptr<FusedStack> stack;
@@ -168,7 +168,7 @@ void SVGD::group_apply(Particle& p, const std::vector<Pid>& members, const torch
   PUSH_CHECK(stack != nullptr, "push::bayes::SVGD", "group of particle ", p.pid(), " was not stacked");
   p.borrow(members, [&](const std::vector<Particle*>& ps) {
     apply_direction(*stack, phi);
-    check_parameters_finite(*stack, ps, epoch);
+    training().check_finite(*stack, ps, epoch);
     stack->write_back();
   });
 }
@@ -177,7 +177,7 @@ c10::IValue SVGD::drive_epoch(Particle& p, const torch::Tensor& x, const torch::
                               const std::vector<std::vector<Pid>>& groups) {
   const int64_t n = x.size(0), bs = options().batch_size();
   // Every particle sees the same minibatches: the leader's order, as unfused.
-  auto order = epoch_order(static_cast<Pid>(seed_purpose::kLeader), epoch, n).to(x.device());
+  auto order = training().epoch_order(static_cast<Pid>(seed_purpose::kLeader), epoch, n).to(x.device());
   std::vector<torch::Tensor> phi(groups.size(), torch::zeros({0}));
   std::map<Pid, double> loss;
   // Rows come in group order; to_id_order[r] is the row of the r-th smallest id.
@@ -258,14 +258,14 @@ std::map<Pid, double> SVGD::run_epoch(const torch::Tensor& x, const torch::Tenso
   // Fused groups, or every particle a group of its own.
   c10::impl::GenericList groups(c10::ListType::ofInts());
   if (fused()) {
-    for (const auto& g : fused_groups(/*every_rank=*/true)) groups.push_back(c10::IValue(g));
+    for (const auto& g : training().fused_groups(/*every_rank=*/true)) groups.push_back(c10::IValue(g));
   } else {
     for (Pid pid : ids) groups.push_back(c10::IValue(std::vector<int64_t>{pid}));
   }
   auto losses = d.p_launch(ids.front(), "svgd_epoch", x, y, epoch, groups).wait().toDoubleVector();
   double mean = 0;
   for (double l : losses) mean += l / static_cast<double>(losses.size());
-  report(epoch + 1, fit_last_epoch(), static_cast<int64_t>(losses.size()), mean);
+  training().report(epoch + 1, training().fit_last_epoch(), static_cast<int64_t>(losses.size()), mean);
   std::map<Pid, double> out;
   for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = losses.at(i);
   return out;

@@ -130,7 +130,7 @@ void MultiSWAG::prepare_epoch(Particle& p, int64_t epoch) {
   if (swag_.swag_lr()) {
     for (auto& g : p.optimizer().param_groups()) g.options().set_lr(*swag_.swag_lr());
   } else if (options().cosine_epochs() > 0) {
-    set_lr_fraction(p, 1.0);
+    training().set_lr_fraction(p, 1.0);
   }
 }
 
@@ -172,7 +172,8 @@ StepHooks MultiSWAG::epoch_hooks(Particle& p, int64_t epoch) {
   return hooks;
 }
 
-StepHooks MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) {
+std::optional<StepHooks> MultiSWAG::fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members,
+                                                      int64_t epoch) {
   StepHooks hooks;
   if (!collecting(epoch)) return hooks;
   if (swag_.collect_every_steps() > 0) {
@@ -249,7 +250,7 @@ torch::Tensor MultiSWAG::predict_particle(Particle& p, const torch::Tensor& x) {
   auto m = read_state(p.state());
   // Before any moments are collected the particle is a point estimate.
   if (m.count == 0) return torch::stack({forward_chunked(p, x)});  // fresh, as Infer's
-  auto gen = generator(static_cast<uint64_t>(p.pid()), seed_purpose::kSample);
+  auto gen = training().generator(static_cast<uint64_t>(p.pid()), seed_purpose::kSample);
   auto thetas = sample(m, swag_.samples(), swag_.min_variance(), gen);
   return forward_each(p, thetas, x);
 }

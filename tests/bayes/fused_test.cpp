@@ -399,7 +399,7 @@ class OwnEpoch : public Ensemble {
   ParticleOptions particle_options() override {
     return ParticleOptions().on("epoch", [this](Particle& p, const Args& a) {
       ++ran;
-      return c10::IValue(train_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt()));
+      return c10::IValue(training().train_epoch(p, a[0].toTensor(), a[1].toTensor(), a[2].toInt()));
     });
   }
 };

@@ -85,7 +85,6 @@ class Laplace : public Ensemble {
  protected:
   ParticleOptions particle_options() override;
   torch::Tensor predict_particle(Particle& p, const torch::Tensor& x) override;
-  std::string data_parallel_refusal(DataParallelMode mode) const override;
 
  private:
   LaplaceOptions laplace_;

@@ -79,7 +79,8 @@ class SGMCMC : public Infer {
   ParticleOptions particle_options() override;
   torch::Tensor predict_particle(Particle& p, const torch::Tensor& x) override;
   StepHooks epoch_hooks(Particle& p, int64_t epoch) override;
-  StepHooks fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) override;
+  std::optional<StepHooks> fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members,
+                                             int64_t epoch) override;
   std::string data_parallel_refusal(DataParallelMode mode) const override;
 
  private:

@@ -59,7 +59,8 @@ class MultiSWAG : public Infer {
   torch::Tensor predict_particle(Particle& p, const torch::Tensor& x) override;
   void prepare_epoch(Particle& p, int64_t epoch) override;
   StepHooks epoch_hooks(Particle& p, int64_t epoch) override;
-  StepHooks fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members, int64_t epoch) override;
+  std::optional<StepHooks> fused_epoch_hooks(FusedStack& stack, const std::vector<Particle*>& members,
+                                             int64_t epoch) override;
   void finish_epoch(Particle& p, int64_t epoch) override;
   std::string data_parallel_refusal(DataParallelMode mode) const override;
 
