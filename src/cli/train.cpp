@@ -63,7 +63,7 @@ Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
   const double parameters = train_model_parameters(p.spec, p.data, p.likelihood);
   check_memory(c, parameters, ranks, ranks_on_host);
   p.model = make_train_model(c, p.spec, p.data, p.likelihood);
-  if (c.algo == "laplace") {
+  if (c.algo == Algo::laplace) {
     const int64_t last_layer = bayes::last_layer_parameters(p.model);
     PUSH_CHECK(c.laplace_structure == "diagonal" || last_layer <= bayes::kMaxFullParameters, "push train", "--model ",
                c.model, " has ", last_layer, " parameters in its last layer, too many for a full covariance (at most ",
@@ -113,7 +113,7 @@ int run_train(int argc, char** argv) {
   ProgressBar bar(c.particles, c.quiet);
   auto options = infer_options(c, spec, likelihood, ranks.world);
   options.on_progress([&bar](const bayes::Progress& p) { bar.update(p); });
-  auto infer = make_infer(c, model, options);
+  auto [infer, after_fit] = make_infer(c, model, options);
   if (!c.resume.empty()) infer->load(std::filesystem::path(c.resume) / "checkpoint");
 
   // ---- train and predict (collective: every rank takes part) ----
@@ -122,7 +122,7 @@ int run_train(int argc, char** argv) {
   const Stopwatch training;
   infer->fit(data.train, todo);
   // laplace: each particle's last-layer posterior, on the training set (collective).
-  if (auto* laplace = dynamic_cast<bayes::Laplace*>(infer.get())) laplace->approximate(data.train);
+  if (after_fit) after_fit(data.train);
   timings.train_s = training.seconds();
   const Stopwatch predicting;
   auto pred = infer->predict(data.test.x);

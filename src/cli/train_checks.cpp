@@ -16,7 +16,6 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,54 +39,21 @@ constexpr uint64_t kBlasBufferBytes = uint64_t{128} << 20;
 /// the default job hung under ulimit -v 1100000 and trained under 1200000 (KiB).
 constexpr double kWorkingBytes = 160.0 * (1 << 20);
 
-/// The algorithms an algorithm-specific option applies to.
-struct OptionScope {
-  const char* option;
-  const char* algos;  // space-separated
-};
-
-constexpr OptionScope kScopes[] = {
-    {"--bootstrap", "ensemble laplace"},
-    {"--laplace", "ensemble laplace"},
-    {"--laplace-structure", "laplace"},
-    {"--laplace-predictive", "laplace"},
-    {"--laplace-prior-precision", "laplace"},
-    {"--bandwidth", "svgd"},
-    {"--rank", "mswag"},
-    {"--pretrain-epochs", "mswag"},
-    {"--swag-lr", "mswag"},
-    {"--collect-every", "mswag"},
-    {"--samples", "mswag mcdropout sgld sghmc laplace"},
-    {"--dropout", "mcdropout"},
-    {"--friction", "sghmc"},
-    {"--preconditioned", "sgld"},
-    {"--cycles", "sgld sghmc"},
-    {"--burn-in", "sgld sghmc"},
-    {"--thin", "sgld sghmc"},
-    {"--lr-schedule", "ensemble mswag svgd mcdropout laplace"},
-};
-
 std::string gib(double bytes) { return c10::str(bytes / (1 << 30), " GiB"); }
 
 }  // namespace
 
 void check_options_apply(const TrainConfig& c) {
-  for (const auto& scope : kScopes) {
-    const std::string algos = std::string(" ") + scope.algos + " ";
-    if (!c.given.count(scope.option) || algos.find(" " + c.algo + " ") != std::string::npos) continue;
-    std::vector<std::string> words;
-    std::istringstream in(scope.algos);
-    for (std::string word; in >> word;) words.push_back(word);
-    std::string named;  // "mswag, mcdropout or sgld"
-    for (size_t i = 0; i < words.size(); ++i) named += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
-    throw Error(
-        c10::str("[push train] ", scope.option, " is for --algo ", named, ", not ", c.algo, " (it would be ignored)"));
+  for (const auto& [option, algos] : algo_options()) {
+    if (!c.given.count(option) || std::find(algos.begin(), algos.end(), c.algo) != algos.end()) continue;
+    throw Error(c10::str("[push train] ", option, " is for --algo ", named(algos, /*with_or=*/true), ", not ",
+                         to_string(c.algo), " (it would be ignored)"));
   }
-  PUSH_CHECK(!c.given.count("--samples") || c.algo != "laplace" || c.laplace_predictive == "sampling", "push train",
+  PUSH_CHECK(!c.given.count("--samples") || c.algo != Algo::laplace || c.laplace_predictive == "sampling", "push train",
              "--samples is for --laplace-predictive sampling (it would be ignored)");
-  PUSH_CHECK(c.algo != "laplace" || c.likelihood != "learned-noise", "push train",
+  PUSH_CHECK(c.algo != Algo::laplace || c.likelihood != "learned-noise", "push train",
              "--algo laplace does not take --likelihood learned-noise");
-  PUSH_CHECK(c.algo != "laplace" || c.prior_scale == 0, "push train",
+  PUSH_CHECK(c.algo != Algo::laplace || c.prior_scale == 0, "push train",
              "--algo laplace does not take --prior-scale (the last-layer Laplace needs the network's own last layer, "
              "not one summed with a prior network's)");
   PUSH_CHECK(!c.given.count("--noise-std") || c.likelihood == "gaussian", "push train",
@@ -111,7 +77,7 @@ int64_t sampling_epochs_before(int64_t end, int64_t length, int64_t first) {
 }  // namespace
 
 void settle_chains(TrainConfig& c, int64_t train_rows) {
-  if (!c.sgmcmc() || c.epochs == 0) return;  // no epoch to train: nothing to sample
+  if (!is_sgmcmc(c.algo) || c.epochs == 0) return;  // no epoch to train: nothing to sample
   PUSH_CHECK(c.cycles <= c.epochs, "push train", "--cycles ", c.cycles, " is more than the ", c.epochs,
              " epochs (--epochs): a cycle takes an epoch at least");
   PUSH_CHECK(c.burn_in < c.epochs, "push train", "--burn-in ", c.burn_in, " leaves none of the ", c.epochs,
@@ -142,16 +108,16 @@ double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_
   // Copies of the parameters per particle: weights, gradients and Adam's two moments;
   // MultiSWAG adds its mean, its mean of squares and --rank deviation columns.
   double copies = 4;
-  if (c.algo == "mswag") copies += 2 + static_cast<double>(c.rank);
+  if (c.algo == Algo::mswag) copies += 2 + static_cast<double>(c.rank);
   if (c.prior_scale > 0) copies += 1;  // the frozen prior network
   // SG-MCMC keeps --samples copies on the host and a momentum or preconditioner.
-  if (c.sgmcmc()) copies += 1 + static_cast<double>(c.samples);
+  if (is_sgmcmc(c.algo)) copies += 1 + static_cast<double>(c.samples);
   double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);
   // The particles are spread over the ranks, unless each rank trains them all.
   const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
   // laplace: each particle keeps its last layer's posterior; each lane fits one at a time.
   double fitting = 0;
-  if (c.algo == "laplace") {
+  if (c.algo == Algo::laplace) {
     const auto laplace =
         bayes::laplace_bytes(last_layer, c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
                                                                            : bayes::LaplaceStructure::full);
@@ -175,9 +141,10 @@ void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_
   // (a copy of every particle's parameters each), or the particles.
   const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
   const double samples =
-      c.sgmcmc() ? parameters * 4 * static_cast<double>(c.samples) * static_cast<double>(here) * ranks_on_host : 0;
+      is_sgmcmc(c.algo) ? parameters * 4 * static_cast<double>(c.samples) * static_cast<double>(here) * ranks_on_host
+                        : 0;
   std::string advice = "use fewer particles or a smaller --model";
-  if (c.algo == "laplace" && c.laplace_structure == "full") advice += " (or --laplace-structure diagonal)";
+  if (c.algo == Algo::laplace && c.laplace_structure == "full") advice += " (or --laplace-structure diagonal)";
   if (samples > need / 2) {
     advice = "use fewer --samples (each keeps a copy of every particle's parameters: " + gib(samples) + " in all)";
   } else if (processes > need / 2) {

@@ -79,12 +79,21 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   const auto up_to_2_40 = whole(1, int64_t{1} << 40);
   const auto up_to_100000 = whole(1, 100000);
   CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
-  app.add_option("--algo", c.algo,
-                 "ensemble, mswag (MultiSWAG), svgd, mcdropout, sgld (stochastic gradient Langevin dynamics) or "
-                 "sghmc (stochastic gradient Hamiltonian Monte Carlo): each particle one chain, or laplace (each "
-                 "particle trained as an ensemble member, then a last-layer Laplace approximation)")
-      ->check(CLI::IsMember({"ensemble", "mswag", "svgd", "mcdropout", "sgld", "sghmc", "laplace"}))
-      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--algo",
+         [&c](const std::string& text) {
+           const auto algo = parse_algo(text);
+           if (!algo) {
+             throw CLI::ValidationError(
+                 "--algo", "'" + push::detail::printable(text) + "' is not " + named(every_algo(), /*with_or=*/true));
+           }
+           c.algo = *algo;
+         },
+         "ensemble, mswag (MultiSWAG), svgd, mcdropout, sgld (stochastic gradient Langevin dynamics) or "
+         "sghmc (stochastic gradient Hamiltonian Monte Carlo): each particle one chain, or laplace (each "
+         "particle trained as an ensemble member, then a last-layer Laplace approximation)")
+      ->type_name("ALGO")
+      ->default_str(to_string(c.algo));
   app.add_option("--particles", c.particles, "networks in the distribution")
       ->check(whole(1, 100000))
       ->capture_default_str();
@@ -105,8 +114,8 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
   app.add_option("--lr-schedule", c.lr_schedule,
-                 "cosine: the learning rate falls as a half cosine to 0 over --epochs (mswag: over its pretraining; "
-                 "a resumed run over its new --epochs), or constant (default: cosine, for mswag constant; when "
+                 "cosine (the learning rate falls as a half cosine to 0 over --epochs; mswag: over its pretraining; "
+                 "a resumed run: over its new --epochs) or constant (default: cosine, for mswag constant; when "
                  "resuming, the checkpoint's)")
       ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_option("--model", c.model, "mlp:W1,W2,... or cnn[:C1,C2] (image data)")->capture_default_str();
@@ -148,18 +157,18 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
          "seed of the split, initialisation, shuffling and sampling (default 0)")
       ->type_name("UINT64");
   app.add_option("--samples", c.samples,
-                 "mswag, mcdropout: samples per particle at prediction; sgld, sghmc: samples each chain keeps (the "
-                 "latest) and predicts with")
+                 "samples per particle at prediction (mswag, mcdropout; laplace with --laplace-predictive sampling), "
+                 "or that each chain keeps, the latest, and predicts with (sgld, sghmc)")
       ->check(up_to_100000)
       ->capture_default_str();
-  app.add_option("--rank", c.rank, "mswag: deviation columns K")->check(up_to_100000)->capture_default_str();
+  app.add_option("--rank", c.rank, "deviation columns K")->check(up_to_100000)->capture_default_str();
   app.add_option("--pretrain-epochs", c.pretrain_epochs,
-                 "mswag: epochs before collecting moments (default: half of --epochs; when resuming, the checkpoint's)")
+                 "epochs before collecting moments (default: half of --epochs; when resuming, the checkpoint's)")
       ->check(whole(0, int64_t{1} << 40));
   app.add_option("--swag-lr", c.swag_lr,
-                 "mswag: learning rate of the collection phase, SGD with momentum 0.9 (default: --lr x 0.1)")
+                 "learning rate of the collection phase, SGD with momentum 0.9 (default: --lr x 0.1)")
       ->check(decimal_in(0, kNoLimit, true));
-  app.add_option("--collect-every", c.collect_every, "mswag: collect every this many steps (default 0: every epoch)")
+  app.add_option("--collect-every", c.collect_every, "collect every this many steps (default 0: every epoch)")
       ->check(whole(0, int64_t{1} << 40));
   app.add_option("--prior-scale", c.prior_scale,
                  "randomized prior functions: each particle adds this times the output of a frozen network of the "
@@ -168,38 +177,36 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
       ->capture_default_str();
   bool laplace = false;
   app.add_flag("--laplace", laplace,
-               "ensemble: approximate each trained member's last layer by a Laplace (a mixture of Laplaces; the same "
+               "approximate each trained member's last layer by a Laplace (a mixture of Laplaces; the same "
                "as --algo laplace)");
-  app.add_option("--laplace-structure", c.laplace_structure, "laplace: the last layer's covariance, full or diagonal")
+  app.add_option("--laplace-structure", c.laplace_structure, "the last layer's covariance, full or diagonal")
       ->check(CLI::IsMember({"full", "diagonal"}))
       ->capture_default_str();
   app.add_option("--laplace-predictive", c.laplace_predictive,
-                 "laplace: linearized (closed form; probit for classes) or sampling (--samples last layers)")
+                 "linearized (closed form; probit for classes) or sampling (--samples last layers)")
       ->check(CLI::IsMember({"linearized", "sampling"}))
       ->capture_default_str();
   app.add_option("--laplace-prior-precision", c.laplace_prior_precision,
-                 "laplace: the last layer's prior precision (default: the marginal likelihood's maximiser)")
+                 "the last layer's prior precision (default: the marginal likelihood's maximiser)")
       ->check(decimal_in(0, kNoLimit, true));
-  app.add_option("--friction", c.friction, "sghmc: the fraction of the momentum lost per step, in (0, 1]")
+  app.add_option("--friction", c.friction, "the fraction of the momentum lost per step, in (0, 1]")
       ->check(decimal_in(0, 1, true))
       ->capture_default_str();
-  app.add_flag("--preconditioned", c.preconditioned, "sgld: precondition with RMSprop's second moment (pSGLD)");
+  app.add_flag("--preconditioned", c.preconditioned, "precondition with RMSprop's second moment (pSGLD)");
   app.add_option("--cycles", c.cycles,
-                 "sgld, sghmc: cycles of a cyclical step size over --epochs, each half exploring (no noise) and half "
+                 "cycles of a cyclical step size over --epochs, each half exploring (no noise) and half "
                  "sampling (cSG-MCMC; default 0: a constant step size)")
       ->check(whole(0, int64_t{1} << 40));
   app.add_option("--burn-in", c.burn_in,
-                 "sgld, sghmc: epochs before samples are kept (default: half of --epochs, 0 with --cycles; when "
+                 "epochs before samples are kept (default: half of --epochs, 0 with --cycles; when "
                  "resuming, the checkpoint's)")
       ->check(whole(0, int64_t{1} << 40));
   app.add_option("--thin", c.thin,
-                 "sgld, sghmc: keep one sample in this many steps (default: --samples spread over the sampling steps)")
+                 "keep one sample in this many steps (default: --samples spread over the sampling steps)")
       ->check(whole(1, int64_t{1} << 40));
-  app.add_option("--dropout", c.dropout, "mcdropout: dropout probability")
-      ->check(decimal_in(0, 0.95))
-      ->capture_default_str();
-  app.add_flag("--bootstrap", c.bootstrap, "ensemble: train each particle on a bootstrap resample");
-  app.add_option("--bandwidth", c.bandwidth, "svgd: RBF bandwidth h (default: median heuristic)")
+  app.add_option("--dropout", c.dropout, "dropout probability")->check(decimal_in(0, 0.95))->capture_default_str();
+  app.add_flag("--bootstrap", c.bootstrap, "train each particle on a bootstrap resample");
+  app.add_option("--bandwidth", c.bandwidth, "RBF bandwidth h (default: median heuristic)")
       ->check(decimal_in(0, kNoLimit, true));
   app.add_option("--out", c.out, "output folder")->capture_default_str();
   app.add_option("--save", c.save, "write a checkpoint (particles + config) to this folder");
@@ -241,6 +248,11 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_flag("--strict", c.strict,
                "fail the run (writing nothing) when a particle trained badly: its training loss ended far above its "
                "best, or it predicts the test set worse than the training mean (default: a warning)");
+  // Each option of some algorithms only says which, from the one table.
+  for (const auto& [name, algos] : algo_options()) {
+    auto* option = app.get_option(name);
+    option->description(named(algos) + ": " + option->get_description());
+  }
   try {
     app.parse(argc, argv);
     for (const auto* option : app.get_options()) {
@@ -248,10 +260,10 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
     }
     // SGHMC's steps add up in its momentum (about 1 / --friction of them), pSGLD's are
     // scaled up by its preconditioner: both diverged at Adam's 0.01 on sine-gap.
-    if (!c.given.count("--lr") && (c.algo == "sghmc" || c.preconditioned)) c.lr = 1e-3;
+    if (!c.given.count("--lr") && (c.algo == Algo::sghmc || c.preconditioned)) c.lr = 1e-3;
     // --algo ensemble --laplace is --algo laplace: one algorithm, one name in metrics.json
     // and checkpoints. With another algorithm, check_options_apply names the misfit.
-    if (laplace && c.algo == "ensemble") c.algo = "laplace";
+    if (laplace && c.algo == Algo::ensemble) c.algo = Algo::laplace;
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;

@@ -9,10 +9,13 @@
 #include <set>
 #include <string>
 
+#include "train_algorithms.h"
+
 namespace push::cli {
 
 struct TrainConfig {
-  std::string algo = "ensemble", model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
+  Algo algo = Algo::ensemble;
+  std::string model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
   std::string out = "push-out", save, resume;
   // cosine (over --epochs; mswag: its pretraining) or constant; unset: cosine (mswag:
   // constant), or when resuming the checkpoint's (train_resume.h).
@@ -58,12 +61,11 @@ struct TrainConfig {
   double prior_scale = 0;
   bool preconditioned = false;
   int64_t cycles = 0, burn_in = -1, thin = 0;
-  bool sgmcmc() const { return algo == "sgld" || algo == "sghmc"; }
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
   /// --epochs is not one of them: a resumed run continues to a new total.
   nlohmann::ordered_json identity() const {
-    return {{"algo", algo},
+    return {{"algo", to_string(algo)},
             {"model", model},
             {"data", data},
             {"target", target},
@@ -76,19 +78,19 @@ struct TrainConfig {
             {"test_fraction", test_fraction},
             {"seed", seed},
             {"limit", limit},
-            {"dropout", algo == "mcdropout" ? dropout : 0.0},
-            {"rank", algo == "mswag" ? rank : 0},
-            {"pretrain_epochs", algo == "mswag" ? pretrain_epochs : 0},
-            {"swag_lr", algo == "mswag" ? swag_lr : 0.0},
-            {"collect_every", algo == "mswag" ? collect_every : 0},
-            {"friction", algo == "sghmc" ? friction : 0.0},
-            {"laplace_structure", algo == "laplace" ? laplace_structure : ""},
-            {"laplace_predictive", algo == "laplace" ? laplace_predictive : ""},
-            {"laplace_prior_precision", algo == "laplace" ? laplace_prior_precision : 0.0},
-            {"preconditioned", algo == "sgld" && preconditioned},
-            {"cycles", sgmcmc() ? cycles : 0},
-            {"samples", sgmcmc() ? samples : 0},
-            {"burn_in", sgmcmc() ? burn_in : 0},
+            {"dropout", algo == Algo::mcdropout ? dropout : 0.0},
+            {"rank", algo == Algo::mswag ? rank : 0},
+            {"pretrain_epochs", algo == Algo::mswag ? pretrain_epochs : 0},
+            {"swag_lr", algo == Algo::mswag ? swag_lr : 0.0},
+            {"collect_every", algo == Algo::mswag ? collect_every : 0},
+            {"friction", algo == Algo::sghmc ? friction : 0.0},
+            {"laplace_structure", algo == Algo::laplace ? laplace_structure : ""},
+            {"laplace_predictive", algo == Algo::laplace ? laplace_predictive : ""},
+            {"laplace_prior_precision", algo == Algo::laplace ? laplace_prior_precision : 0.0},
+            {"preconditioned", algo == Algo::sgld && preconditioned},
+            {"cycles", is_sgmcmc(algo) ? cycles : 0},
+            {"samples", is_sgmcmc(algo) ? samples : 0},
+            {"burn_in", is_sgmcmc(algo) ? burn_in : 0},
             {"bootstrap", bootstrap},
             {"bandwidth", bandwidth},
             {"noise_std", noise_std},

@@ -46,7 +46,7 @@ int64_t output_units(const TrainData& d, bayes::Likelihood likelihood) {
 ModuleFactory make_train_model(const TrainConfig& c, const bayes::ModelSpec& spec, const TrainData& d,
                                bayes::Likelihood likelihood) {
   auto model = bayes::make_model(spec, d.train.input_shape(), output_units(d, likelihood),
-                                 c.algo == "mcdropout" ? c.dropout : 0.0);
+                                 c.algo == Algo::mcdropout ? c.dropout : 0.0);
   if (c.prior_scale == 0) return model;
   // The prior is deterministic: a network of the same spec without dropout.
   return bayes::with_randomized_prior(
@@ -77,7 +77,7 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
       .batch_size(c.batch_size)
       .lr(c.lr)
       .cosine_epochs(c.lr_schedule == "constant" ? 0
-                     : c.algo == "mswag"         ? c.pretrain_epochs
+                     : c.algo == Algo::mswag     ? c.pretrain_epochs
                                                  : c.epochs)
       .fuse(!data_parallel && c.fuse.value_or(spec.kind != "cnn"));
   if (data_parallel) {
@@ -89,7 +89,7 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
 
 bayes::SGMCMCOptions sgmcmc_options(const TrainConfig& c) {
   return bayes::SGMCMCOptions()
-      .method(c.algo == "sghmc" ? bayes::SGMCMCMethod::sghmc : bayes::SGMCMCMethod::sgld)
+      .method(c.algo == Algo::sghmc ? bayes::SGMCMCMethod::sghmc : bayes::SGMCMCMethod::sgld)
       .step_size(c.lr)
       .friction(c.friction)
       .preconditioned(c.preconditioned)
@@ -99,39 +99,44 @@ bayes::SGMCMCOptions sgmcmc_options(const TrainConfig& c) {
       .samples(c.samples);
 }
 
-std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
-  if (c.algo == "ensemble") {
-    return std::make_unique<bayes::Ensemble>(model, options, bayes::EnsembleOptions().bootstrap(c.bootstrap));
+TrainAlgorithm make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options) {
+  switch (c.algo) {
+    case Algo::ensemble:
+      return {std::make_unique<bayes::Ensemble>(model, options, bayes::EnsembleOptions().bootstrap(c.bootstrap)), {}};
+    case Algo::mswag: {
+      auto s = bayes::SWAGOptions()
+                   .pretrain_epochs(c.pretrain_epochs)
+                   .rank(c.rank)
+                   .samples(c.samples)
+                   .collect_every_steps(c.collect_every);
+      if (c.swag_lr > 0) s.swag_lr(c.swag_lr);
+      return {std::make_unique<bayes::MultiSWAG>(model, options, s), {}};
+    }
+    case Algo::svgd: {
+      auto s = bayes::SVGDOptions();
+      if (c.bandwidth > 0) s.bandwidth(c.bandwidth);
+      return {std::make_unique<bayes::SVGD>(model, options, s), {}};
+    }
+    case Algo::sgld:
+    case Algo::sghmc:
+      return {std::make_unique<bayes::SGMCMC>(model, options, sgmcmc_options(c)), {}};
+    case Algo::laplace: {
+      auto l = bayes::LaplaceOptions()
+                   .structure(c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
+                                                                : bayes::LaplaceStructure::full)
+                   .predictive(c.laplace_predictive == "sampling" ? bayes::LaplacePredictive::sampling
+                                                                  : bayes::LaplacePredictive::linearized)
+                   .samples(c.samples);
+      if (c.laplace_prior_precision > 0) l.prior_precision(c.laplace_prior_precision);
+      auto laplace =
+          std::make_unique<bayes::Laplace>(model, options, l, bayes::EnsembleOptions().bootstrap(c.bootstrap));
+      auto* made = laplace.get();
+      return {std::move(laplace), [made](const data::Dataset& train) { made->approximate(train); }};
+    }
+    case Algo::mcdropout:
+      return {std::make_unique<bayes::MCDropout>(model, options, bayes::McDropoutOptions().samples(c.samples)), {}};
   }
-  if (c.algo == "mswag") {
-    auto s = bayes::SWAGOptions()
-                 .pretrain_epochs(c.pretrain_epochs)
-                 .rank(c.rank)
-                 .samples(c.samples)
-                 .collect_every_steps(c.collect_every);
-    if (c.swag_lr > 0) s.swag_lr(c.swag_lr);
-    return std::make_unique<bayes::MultiSWAG>(model, options, s);
-  }
-  if (c.algo == "svgd") {
-    auto s = bayes::SVGDOptions();
-    if (c.bandwidth > 0) s.bandwidth(c.bandwidth);
-    return std::make_unique<bayes::SVGD>(model, options, s);
-  }
-  if (c.sgmcmc()) return std::make_unique<bayes::SGMCMC>(model, options, sgmcmc_options(c));
-  if (c.algo == "laplace") {
-    auto l = bayes::LaplaceOptions()
-                 .structure(c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
-                                                              : bayes::LaplaceStructure::full)
-                 .predictive(c.laplace_predictive == "sampling" ? bayes::LaplacePredictive::sampling
-                                                                : bayes::LaplacePredictive::linearized)
-                 .samples(c.samples);
-    if (c.laplace_prior_precision > 0) l.prior_precision(c.laplace_prior_precision);
-    return std::make_unique<bayes::Laplace>(model, options, l, bayes::EnsembleOptions().bootstrap(c.bootstrap));
-  }
-  if (c.algo == "mcdropout") {
-    return std::make_unique<bayes::MCDropout>(model, options, bayes::McDropoutOptions().samples(c.samples));
-  }
-  throw Error("[push train] unknown algorithm '" + c.algo + "'");
+  throw Error(c10::str("[push train] --algo ", static_cast<int>(c.algo), " has no builder"));
 }
 
 }  // namespace push::cli

@@ -3,6 +3,7 @@
 // distribution (particles, lanes, threads, cache, seed, ranks) and of its training.
 #include <push/bayes.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -38,7 +39,14 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
 /// --cycles over --epochs, --burn-in, --thin, --samples).
 bayes::SGMCMCOptions sgmcmc_options(const TrainConfig& c);
 
+/// What a run trains, and what follows its training: laplace's last-layer posteriors on the
+/// training set (collective), nothing for the others.
+struct TrainAlgorithm {
+  std::unique_ptr<bayes::Infer> infer;
+  std::function<void(const data::Dataset& train)> after_fit;
+};
+
 /// --algo with its own options (--bootstrap, --rank, --bandwidth, ...).
-std::unique_ptr<bayes::Infer> make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options);
+TrainAlgorithm make_infer(const TrainConfig& c, ModuleFactory model, bayes::InferOptions options);
 
 }  // namespace push::cli

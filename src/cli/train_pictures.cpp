@@ -58,7 +58,7 @@ std::vector<std::string> write_pictures(const push::detail::StagedFolder& out, c
     picture("loss", "$loss << EOD\n" + loss.str() +
                         "EOD\nset xlabel 'epoch'\nset ylabel 'training loss (nll per point)'\n"
                         "plot $loss using 1:2 with lines lw 2 title " +
-                        gnuplot_quoted(c.algo) + "\n");
+                        gnuplot_quoted(to_string(c.algo)) + "\n");
   if (train_raw.task == data::Task::classification) {
     // Room above the bars (yrange to 1.1) for each bin's count of test points.
     const std::string script =

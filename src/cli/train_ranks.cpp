@@ -21,12 +21,13 @@ void check_data_parallel(const TrainConfig& c, int ranks) {
              " needs several ranks: add --nproc N (N >= 2), or start push train under a launcher");
   PUSH_CHECK(c.ranks_per_node == 0 || c.data_parallel == "daso", "push train",
              "--ranks-per-node is for --data-parallel daso");
-  PUSH_CHECK(!is_data_parallel || !c.sgmcmc(), "push train", "--data-parallel does not train --algo ", c.algo,
+  PUSH_CHECK(!is_data_parallel || !is_sgmcmc(c.algo), "push train", "--data-parallel does not train --algo ",
+             to_string(c.algo),
              " (each chain's noise and samples are its own); without --data-parallel the ranks share the chains");
-  PUSH_CHECK(!is_data_parallel || c.algo != "svgd", "push train",
+  PUSH_CHECK(!is_data_parallel || c.algo != Algo::svgd, "push train",
              "--data-parallel does not train svgd (its update couples the particles); without --data-parallel the "
              "ranks share the particles");
-  PUSH_CHECK(!is_data_parallel || c.algo != "mswag" || c.data_parallel == "blocking", "push train",
+  PUSH_CHECK(!is_data_parallel || c.algo != Algo::mswag || c.data_parallel == "blocking", "push train",
              "--algo mswag trains data-parallel only with --data-parallel blocking (it collects every step's "
              "parameters, which differ between the ranks in ",
              c.data_parallel, " mode)");

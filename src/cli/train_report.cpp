@@ -127,13 +127,14 @@ json metrics_document(const TrainConfig& c, bayes::Infer& infer, int ranks, cons
               {"data_parallel", c.data_parallel.empty() ? "no" : c.data_parallel},
               {"resumed_from", c.resume}};
   json timings = {{"load_s", t.load_s}, {"train_s", t.train_s}, {"predict_s", t.predict_s}, {"total_s", t.total_s}};
-  return {{"algorithm", c.algo},  {"config", c.identity()},       {"run", run},         {"data", data_info},
-          {"metrics", e.metrics}, {"loss_curve", infer.losses()}, {"timings", timings}, {"pictures", pictures}};
+  return {
+      {"algorithm", to_string(c.algo)}, {"config", c.identity()},       {"run", run},         {"data", data_info},
+      {"metrics", e.metrics},           {"loss_curve", infer.losses()}, {"timings", timings}, {"pictures", pictures}};
 }
 
 void print_summary(const TrainConfig& c, const bayes::Infer& infer, const TrainData& d, const Evaluation& e,
                    double train_s, const std::filesystem::path& out) {
-  std::printf("%s on %s (%s): %d particles, %lld epochs, %lld train / %lld test points\n", c.algo.c_str(),
+  std::printf("%s on %s (%s): %d particles, %lld epochs, %lld train / %lld test points\n", to_string(c.algo),
               c.data.c_str(), c.task.c_str(), c.particles, static_cast<long long>(infer.epochs_done()),
               static_cast<long long>(d.train.size()), static_cast<long long>(d.test.size()));
   std::printf("%-22s %12s\n", "test metric", "value");

@@ -37,9 +37,9 @@ void match_checkpoint(TrainConfig& c) {
   }
   if (c.lr_schedule.empty()) {
     const bool kept = saved.contains("lr_schedule") && saved["lr_schedule"].is_string();
-    c.lr_schedule = kept                              ? saved["lr_schedule"].get<std::string>()
-                    : c.algo == "mswag" || c.sgmcmc() ? "constant"
-                                                      : "cosine";
+    c.lr_schedule = kept                                         ? saved["lr_schedule"].get<std::string>()
+                    : c.algo == Algo::mswag || is_sgmcmc(c.algo) ? "constant"
+                                                                 : "cosine";
     PUSH_CHECK(c.lr_schedule == "cosine" || c.lr_schedule == "constant", "push train", "cannot resume from '", c.resume,
                "': its config.json has lr_schedule=\"", c.lr_schedule, "\" (cosine or constant)");
   }

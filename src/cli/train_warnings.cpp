@@ -36,7 +36,8 @@ std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::M
            ": it likely needs more --epochs than " + std::to_string(infer.epochs_done()) + rate;
   }
   std::string rate = "--lr " + decimal(c.lr);
-  if (c.algo == "mswag") rate += ", --swag-lr " + decimal(c.swag_lr > 0 ? c.swag_lr : c.lr * 0.1) + " while collecting";
+  if (c.algo == Algo::mswag)
+    rate += ", --swag-lr " + decimal(c.swag_lr > 0 ? c.swag_lr : c.lr * 0.1) + " while collecting";
   return w.describe() + "; the learning rate (" + rate + ") is likely too high";
 }
 
@@ -46,7 +47,7 @@ std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const ba
                                                   const bayes::Predictive& pred, const TrainData& d) {
   // A chain samples: its loss wanders above its best by design (at T = 1 by about half a
   // nat per parameter over N), so only its predictions are judged.
-  auto found = c.sgmcmc() ? std::vector<bayes::MemberWarning>{} : bayes::loss_warnings(infer.particle_losses());
+  auto found = is_sgmcmc(c.algo) ? std::vector<bayes::MemberWarning>{} : bayes::loss_warnings(infer.particle_losses());
   // A particle that has trained no epoch (--epochs 0 on new particles) is not judged: its
   // predictions are its initialisation's.
   for (auto& w : bayes::prediction_warnings(pred, d.test, d.train, c.particles)) {

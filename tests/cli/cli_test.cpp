@@ -156,7 +156,7 @@ TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {
       {"--devices gpu", "'gpu' is not N, cpu, cpu:N, cuda or cuda:N"},
       {"--devices cpu:0", "the lane count must be a whole number from 1 to 256"},
       // Values are quoted with their control bytes escaped: one line, no escape sequence.
-      {"--algo 'x\ny'", "--algo: x\\x0ay"},
+      {"--algo 'x\ny'", "--algo: 'x\\x0ay' is not ensemble"},
       {"--data 'no\x1b[31mfile'", "no data set or file named 'no\\x1b[31mfile'"},
       {"--devices cuda:9", "--devices cuda"},
   };

@@ -1,6 +1,8 @@
 # docs/cli.md against the tool: its "push train" part names exactly the options that
 # `push train --help` prints, and its "push launch" part exactly those of push launch's usage
-# text, so the reference cannot drift from the tool.
+# text, so the reference cannot drift from the tool; and its "Per algorithm" table gives each
+# option that applies to some algorithms only the list `push train --help` prints before its
+# text (both come from one table, src/cli/train_algorithms.cpp), and no other option.
 #   cmake -DPUSH=path/to/push -DDOC=docs/cli.md -P reference.cmake
 cmake_minimum_required(VERSION 3.25)
 file(READ ${DOC} doc)
@@ -50,6 +52,44 @@ foreach(tool train launch)
     endif()
   endforeach()
 endforeach()
+# The per-algorithm options: docs/cli.md's table rows `| `--opt` [default] | algos | ... |`
+# against the "algos: " that begins the option's text in --help.
+execute_process(COMMAND ${PUSH} train --help OUTPUT_VARIABLE help)
+set(algo "(ensemble|mswag|svgd|mcdropout|sgld|sghmc|laplace)")
+string(FIND "${train_doc}" "**Per algorithm**" per_at)
+if(per_at LESS 0)
+  string(APPEND failures "\n  docs/cli.md's push train section has no **Per algorithm** table")
+else()
+  string(SUBSTRING "${train_doc}" ${per_at} -1 per_doc)
+  string(FIND "${per_doc}" "\n\n**" end_at)  # the next table's heading
+  string(SUBSTRING "${per_doc}" 0 ${end_at} per_doc)
+  string(REGEX MATCHALL "\n\\| `--[a-z0-9-]+[^|]*\\| [a-z, ]+ \\|" rows "${per_doc}")
+  set(doc_scoped "")
+  foreach(row IN LISTS rows)
+    string(REGEX MATCH "`(--[a-z0-9-]+)" _ "${row}")
+    set(o "${CMAKE_MATCH_1}")
+    string(REGEX MATCH "\\| ([a-z, ]+) \\|$" _ "${row}")
+    set(for_${o} "${CMAKE_MATCH_1}")
+    list(APPEND doc_scoped ${o})
+  endforeach()
+  options_of("${help}" every)
+  foreach(o IN LISTS every)
+    # The option's line and the line below it (CLI11 puts a long option's text there).
+    string(REGEX MATCH "\n  ${o}[ =A-Z][^\n]*(\n      [^\n]*)?" block "${help}")
+    set(tool_for "")
+    if(block MATCHES "  (${algo}(, ${algo})*): ")
+      set(tool_for "${CMAKE_MATCH_1}")
+    endif()
+    if(o IN_LIST doc_scoped AND NOT tool_for STREQUAL for_${o})
+      string(APPEND failures "\n  ${o} is for '${for_${o}}' in docs/cli.md, for '${tool_for}' in push train --help")
+    elseif(tool_for AND NOT o IN_LIST doc_scoped)
+      string(APPEND failures "\n  ${o} is for ${tool_for} (push train --help) but not in docs/cli.md's Per algorithm table")
+    endif()
+  endforeach()
+  if(NOT doc_scoped)
+    string(APPEND failures "\n  docs/cli.md's Per algorithm table has no rows")
+  endif()
+endif()
 if(failures)
   message(FATAL_ERROR "docs/cli.md and the tool disagree:${failures}")
 endif()

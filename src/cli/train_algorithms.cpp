@@ -1,0 +1,82 @@
+// push train's algorithms and the table of the options that apply to some of them.
+#include "train_algorithms.h"
+
+#include <algorithm>
+
+namespace push::cli {
+
+const char* to_string(Algo algo) {
+  switch (algo) {
+    case Algo::ensemble:
+      return "ensemble";
+    case Algo::mswag:
+      return "mswag";
+    case Algo::svgd:
+      return "svgd";
+    case Algo::mcdropout:
+      return "mcdropout";
+    case Algo::sgld:
+      return "sgld";
+    case Algo::sghmc:
+      return "sghmc";
+    case Algo::laplace:
+      return "laplace";
+  }
+  return "?";
+}
+
+const std::vector<Algo>& every_algo() {
+  static const std::vector<Algo> every = {Algo::ensemble, Algo::mswag, Algo::svgd,   Algo::mcdropout,
+                                          Algo::sgld,     Algo::sghmc, Algo::laplace};
+  return every;
+}
+
+std::optional<Algo> parse_algo(const std::string& text) {
+  for (Algo a : every_algo()) {
+    if (text == to_string(a)) return a;
+  }
+  return std::nullopt;
+}
+
+const std::vector<AlgoOption>& algo_options() {
+  using enum Algo;
+  static const std::vector<AlgoOption> table = {
+      {"--bootstrap", {ensemble, laplace}},
+      {"--laplace", {ensemble, laplace}},
+      {"--laplace-structure", {laplace}},
+      {"--laplace-predictive", {laplace}},
+      {"--laplace-prior-precision", {laplace}},
+      {"--bandwidth", {svgd}},
+      {"--rank", {mswag}},
+      {"--pretrain-epochs", {mswag}},
+      {"--swag-lr", {mswag}},
+      {"--collect-every", {mswag}},
+      {"--samples", {mswag, mcdropout, sgld, sghmc, laplace}},
+      {"--dropout", {mcdropout}},
+      {"--friction", {sghmc}},
+      {"--preconditioned", {sgld}},
+      {"--cycles", {sgld, sghmc}},
+      {"--burn-in", {sgld, sghmc}},
+      {"--thin", {sgld, sghmc}},
+      {"--lr-schedule", {ensemble, mswag, svgd, mcdropout, laplace}},
+  };
+  return table;
+}
+
+std::vector<Algo> algos_of(const std::string& option) {
+  const auto& table = algo_options();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const AlgoOption& o) { return option == o.option; });
+  if (it != table.end()) return it->algos;
+  return every_algo();
+}
+
+std::string named(const std::vector<Algo>& algos, bool with_or) {
+  std::string text;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    if (i > 0) text += with_or && i + 1 == algos.size() ? " or " : ", ";
+    text += to_string(algos[i]);
+  }
+  return text;
+}
+
+}  // namespace push::cli
