@@ -65,9 +65,10 @@ Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
   p.model = make_train_model(c, p.spec, p.data, p.likelihood);
   if (c.algo == Algo::laplace) {
     const int64_t last_layer = bayes::last_layer_parameters(p.model);
-    PUSH_CHECK(c.laplace_structure == "diagonal" || last_layer <= bayes::kMaxFullParameters, "push train", "--model ",
-               c.model, " has ", last_layer, " parameters in its last layer, too many for a full covariance (at most ",
-               bayes::kMaxFullParameters, "): use --laplace-structure diagonal");
+    PUSH_CHECK(c.laplace_structure == bayes::LaplaceStructure::diagonal || last_layer <= bayes::kMaxFullParameters,
+               "push train", "--model ", c.model, " has ", last_layer,
+               " parameters in its last layer, too many for a full covariance (at most ", bayes::kMaxFullParameters,
+               "): use --laplace-structure diagonal");
     check_memory(c, parameters, ranks, ranks_on_host, last_layer);
   }
   return p;

@@ -25,17 +25,12 @@ const char* to_string(Algo algo) {
   return "?";
 }
 
+const char* to_string(LrSchedule schedule) { return schedule == LrSchedule::cosine ? "cosine" : "constant"; }
+
 const std::vector<Algo>& every_algo() {
   static const std::vector<Algo> every = {Algo::ensemble, Algo::mswag, Algo::svgd,   Algo::mcdropout,
                                           Algo::sgld,     Algo::sghmc, Algo::laplace};
   return every;
-}
-
-std::optional<Algo> parse_algo(const std::string& text) {
-  for (Algo a : every_algo()) {
-    if (text == to_string(a)) return a;
-  }
-  return std::nullopt;
 }
 
 const std::vector<AlgoOption>& algo_options() {
@@ -68,15 +63,6 @@ std::vector<Algo> algos_of(const std::string& option) {
   const auto it = std::find_if(table.begin(), table.end(), [&](const AlgoOption& o) { return option == o.option; });
   if (it != table.end()) return it->algos;
   return every_algo();
-}
-
-std::string named(const std::vector<Algo>& algos, bool with_or) {
-  std::string text;
-  for (size_t i = 0; i < algos.size(); ++i) {
-    if (i > 0) text += with_or && i + 1 == algos.size() ? " or " : ", ";
-    text += to_string(algos[i]);
-  }
-  return text;
 }
 
 }  // namespace push::cli

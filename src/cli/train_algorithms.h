@@ -4,20 +4,22 @@
 // text with its algorithms, check_options_apply refuses one given for another, and
 // docs/cli.md's "Per algorithm" table is checked against --help
 // (Cli.TheOptionReferenceNamesExactlyTheToolsOptions).
-#include <optional>
 #include <string>
 #include <vector>
+
+#include "train_choices.h"
 
 namespace push::cli {
 
 enum class Algo { ensemble, mswag, svgd, mcdropout, sgld, sghmc, laplace };
+/// --lr-schedule.
+enum class LrSchedule { cosine, constant };
+const char* to_string(LrSchedule schedule);
 
 /// The name --algo takes, metrics.json and checkpoints record.
 const char* to_string(Algo algo);
 /// Every algorithm, in --help's order.
 const std::vector<Algo>& every_algo();
-/// The algorithm named `text`; nullopt for none.
-std::optional<Algo> parse_algo(const std::string& text);
 /// sgld and sghmc: each particle one chain.
 inline bool is_sgmcmc(Algo algo) { return algo == Algo::sgld || algo == Algo::sghmc; }
 
@@ -31,7 +33,5 @@ struct AlgoOption {
 const std::vector<AlgoOption>& algo_options();
 /// The algorithms `option` applies to; every algorithm for an option not in the table.
 std::vector<Algo> algos_of(const std::string& option);
-/// "mswag, mcdropout, sgld" (--help, docs/cli.md) or, `with_or`, "mswag, mcdropout or sgld".
-std::string named(const std::vector<Algo>& algos, bool with_or = false);
 
 }  // namespace push::cli

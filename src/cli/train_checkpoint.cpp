@@ -12,7 +12,7 @@ namespace push::cli {
 std::optional<int> save_checkpoint(const TrainConfig& c, bayes::Infer& infer, const TrainRanks& ranks,
                                    const std::optional<push::detail::StagedFolder>& save,
                                    std::exception_ptr report_failed) {
-  const bool lead = ranks.lead(), data_parallel = !c.data_parallel.empty();
+  const bool lead = ranks.lead(), data_parallel = c.data_parallel.has_value();
   std::string staged = save ? save->path().string() : std::string();
   if (data_parallel && !lead) return 0;
   if (ranks.world && !data_parallel) {

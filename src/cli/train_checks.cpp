@@ -46,17 +46,18 @@ std::string gib(double bytes) { return c10::str(bytes / (1 << 30), " GiB"); }
 void check_options_apply(const TrainConfig& c) {
   for (const auto& [option, algos] : algo_options()) {
     if (!c.given.count(option) || std::find(algos.begin(), algos.end(), c.algo) != algos.end()) continue;
-    throw Error(c10::str("[push train] ", option, " is for --algo ", named(algos, /*with_or=*/true), ", not ",
+    throw Error(c10::str("[push train] ", option, " is for --algo ", names_of(algos, /*with_or=*/true), ", not ",
                          to_string(c.algo), " (it would be ignored)"));
   }
-  PUSH_CHECK(!c.given.count("--samples") || c.algo != Algo::laplace || c.laplace_predictive == "sampling", "push train",
-             "--samples is for --laplace-predictive sampling (it would be ignored)");
-  PUSH_CHECK(c.algo != Algo::laplace || c.likelihood != "learned-noise", "push train",
+  PUSH_CHECK(!c.given.count("--samples") || c.algo != Algo::laplace ||
+                 c.laplace_predictive == bayes::LaplacePredictive::sampling,
+             "push train", "--samples is for --laplace-predictive sampling (it would be ignored)");
+  PUSH_CHECK(c.algo != Algo::laplace || c.likelihood != bayes::Likelihood::learned_noise, "push train",
              "--algo laplace does not take --likelihood learned-noise");
   PUSH_CHECK(c.algo != Algo::laplace || c.prior_scale == 0, "push train",
              "--algo laplace does not take --prior-scale (the last-layer Laplace needs the network's own last layer, "
              "not one summed with a prior network's)");
-  PUSH_CHECK(!c.given.count("--noise-std") || c.likelihood == "gaussian", "push train",
+  PUSH_CHECK(!c.given.count("--noise-std") || c.likelihood == bayes::Likelihood::gaussian, "push train",
              "--noise-std is for --likelihood gaussian (it would be ignored)");
   PUSH_CHECK(!c.allow_data_change || !c.resume.empty(), "push train",
              "--allow-data-change is for --resume (it would be ignored)");
@@ -114,13 +115,11 @@ double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_
   if (is_sgmcmc(c.algo)) copies += 1 + static_cast<double>(c.samples);
   double per_particle = parameters * 4 * copies + static_cast<double>(kParticleOverheadBytes);
   // The particles are spread over the ranks, unless each rank trains them all.
-  const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
+  const int64_t here = !c.data_parallel ? (c.particles + ranks - 1) / ranks : c.particles;
   // laplace: each particle keeps its last layer's posterior; each lane fits one at a time.
   double fitting = 0;
   if (c.algo == Algo::laplace) {
-    const auto laplace =
-        bayes::laplace_bytes(last_layer, c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
-                                                                           : bayes::LaplaceStructure::full);
+    const auto laplace = bayes::laplace_bytes(last_layer, c.laplace_structure);
     per_particle += laplace.kept;
     fitting = laplace.fitting * static_cast<double>(std::min<int64_t>(c.devices, here));
   }
@@ -139,12 +138,13 @@ void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_
   if (need <= available) return;
   // The advice names what takes most of it: the ranks themselves, SG-MCMC's kept samples
   // (a copy of every particle's parameters each), or the particles.
-  const int64_t here = c.data_parallel.empty() ? (c.particles + ranks - 1) / ranks : c.particles;
+  const int64_t here = !c.data_parallel ? (c.particles + ranks - 1) / ranks : c.particles;
   const double samples =
       is_sgmcmc(c.algo) ? parameters * 4 * static_cast<double>(c.samples) * static_cast<double>(here) * ranks_on_host
                         : 0;
   std::string advice = "use fewer particles or a smaller --model";
-  if (c.algo == Algo::laplace && c.laplace_structure == "full") advice += " (or --laplace-structure diagonal)";
+  if (c.algo == Algo::laplace && c.laplace_structure == bayes::LaplaceStructure::full)
+    advice += " (or --laplace-structure diagonal)";
   if (samples > need / 2) {
     advice = "use fewer --samples (each keeps a copy of every particle's parameters: " + gib(samples) + " in all)";
   } else if (processes > need / 2) {

@@ -6,10 +6,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <limits>
 
 #include "core/user_text.h"
+#include "train_choices.h"
 
 namespace push::cli {
 
@@ -73,26 +75,39 @@ void parse_devices(const std::string& text, TrainConfig& c) {
   c.devices = static_cast<int>(*n);
 }
 
+/// An option that takes one of `values` by name (train_choices.h): `set` gets the value; any
+/// other word is one line naming the choices. --help shows them as CLI11 shows a set.
+template <class E>
+CLI::Option* add_choice(CLI::App& app, const std::string& name, std::vector<E> values, std::function<void(E)> set,
+                        const std::string& help) {
+  std::string shown;
+  for (E v : values) shown += std::string(shown.empty() ? "" : ",") + to_string(v);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [=](const std::string& text) {
+            const auto value = parse_named(text, values);
+            if (!value) {
+              throw CLI::ValidationError(
+                  name, "'" + push::detail::printable(text) + "' is not " + names_of(values, /*with_or=*/true));
+            }
+            set(*value);
+          },
+          help)
+      ->type_name("TEXT:{" + shown + "}");
+}
+
 }  // namespace
 
 std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& c) {
   const auto up_to_2_40 = whole(1, int64_t{1} << 40);
   const auto up_to_100000 = whole(1, 100000);
   CLI::App app{"push train: train a distribution of networks and report its predictive uncertainty", "push train"};
-  app.add_option_function<std::string>(
-         "--algo",
-         [&c](const std::string& text) {
-           const auto algo = parse_algo(text);
-           if (!algo) {
-             throw CLI::ValidationError(
-                 "--algo", "'" + push::detail::printable(text) + "' is not " + named(every_algo(), /*with_or=*/true));
-           }
-           c.algo = *algo;
-         },
-         "ensemble, mswag (MultiSWAG), svgd, mcdropout, sgld (stochastic gradient Langevin dynamics) or "
-         "sghmc (stochastic gradient Hamiltonian Monte Carlo): each particle one chain, or laplace (each "
-         "particle trained as an ensemble member, then a last-layer Laplace approximation)")
-      ->type_name("ALGO")
+  add_choice<Algo>(
+      app, "--algo", every_algo(), [&c](Algo a) { c.algo = a; },
+      "ensemble, mswag (MultiSWAG), svgd, mcdropout, sgld (stochastic gradient Langevin dynamics) or sghmc "
+      "(stochastic gradient Hamiltonian Monte Carlo): each particle one chain, or laplace (each particle trained as "
+      "an ensemble member, then a last-layer Laplace approximation)")
       ->default_str(to_string(c.algo));
   app.add_option("--particles", c.particles, "networks in the distribution")
       ->check(whole(1, 100000))
@@ -113,11 +128,11 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
                  "training point, default 0.001 for sghmc and --preconditioned)")
       ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
-  app.add_option("--lr-schedule", c.lr_schedule,
-                 "cosine (the learning rate falls as a half cosine to 0 over --epochs; mswag: over its pretraining; "
-                 "a resumed run: over its new --epochs) or constant (default: cosine, for mswag constant; when "
-                 "resuming, the checkpoint's)")
-      ->check(CLI::IsMember({"cosine", "constant"}));
+  add_choice<LrSchedule>(
+      app, "--lr-schedule", {LrSchedule::cosine, LrSchedule::constant}, [&c](LrSchedule v) { c.lr_schedule = v; },
+      "cosine (the learning rate falls as a half cosine to 0 over --epochs; mswag: over its pretraining; "
+      "a resumed run: over its new --epochs) or constant (default: cosine, for mswag constant; when "
+      "resuming, the checkpoint's)");
   app.add_option("--model", c.model, "mlp:W1,W2,... or cnn[:C1,C2] (image data)")->capture_default_str();
   app.add_option("--data", c.data,
                  "built-in set (sine-gap, boston_house_prices, diabetes, iris, wine, breast_cancer, digits, "
@@ -126,11 +141,13 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_option("--target", c.target, "target column of a CSV file (default: the last)");
   app.add_option("--task", c.task, "regression or classification (default: the data set's, regression for CSV)")
       ->check(CLI::IsMember({"regression", "classification"}));
-  app.add_option("--likelihood", c.likelihood,
-                 "regression likelihood: heteroscedastic (the network predicts its noise; default), learned-noise "
-                 "(each particle learns one noise precision, Gamma(1, 0.1) prior, as in the SVGD paper) or gaussian "
-                 "(fixed --noise-std)")
-      ->check(CLI::IsMember({"gaussian", "heteroscedastic", "learned-noise"}));
+  add_choice<bayes::Likelihood>(
+      app, "--likelihood",
+      {bayes::Likelihood::gaussian, bayes::Likelihood::heteroscedastic, bayes::Likelihood::learned_noise},
+      [&c](bayes::Likelihood v) { c.likelihood = v; },
+      "regression likelihood: heteroscedastic (the network predicts its noise; default), learned-noise "
+      "(each particle learns one noise precision, Gamma(1, 0.1) prior, as in the SVGD paper) or gaussian "
+      "(fixed --noise-std)");
   app.add_option("--noise-std", c.noise_std, "noise σ of the gaussian likelihood, in standardised units")
       ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
@@ -179,13 +196,15 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_flag("--laplace", laplace,
                "approximate each trained member's last layer by a Laplace (a mixture of Laplaces; the same "
                "as --algo laplace)");
-  app.add_option("--laplace-structure", c.laplace_structure, "the last layer's covariance, full or diagonal")
-      ->check(CLI::IsMember({"full", "diagonal"}))
-      ->capture_default_str();
-  app.add_option("--laplace-predictive", c.laplace_predictive,
-                 "linearized (closed form; probit for classes) or sampling (--samples last layers)")
-      ->check(CLI::IsMember({"linearized", "sampling"}))
-      ->capture_default_str();
+  add_choice<bayes::LaplaceStructure>(
+      app, "--laplace-structure", {bayes::LaplaceStructure::full, bayes::LaplaceStructure::diagonal},
+      [&c](bayes::LaplaceStructure v) { c.laplace_structure = v; }, "the last layer's covariance, full or diagonal")
+      ->default_str(bayes::to_string(c.laplace_structure));
+  add_choice<bayes::LaplacePredictive>(
+      app, "--laplace-predictive", {bayes::LaplacePredictive::linearized, bayes::LaplacePredictive::sampling},
+      [&c](bayes::LaplacePredictive v) { c.laplace_predictive = v; },
+      "linearized (closed form; probit for classes) or sampling (--samples last layers)")
+      ->default_str(bayes::to_string(c.laplace_predictive));
   app.add_option("--laplace-prior-precision", c.laplace_prior_precision,
                  "the last layer's prior precision (default: the marginal likelihood's maximiser)")
       ->check(decimal_in(0, kNoLimit, true));
@@ -219,10 +238,12 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_flag_callback(
          "--no-fuse", [&c] { c.fuse = false; }, "train particles one by one (the default for the CNN)")
       ->excludes(fuse);
-  app.add_option("--data-parallel", c.data_parallel,
-                 "blocking, nonblocking or daso: every rank trains every particle on its share of each epoch's rows "
-                 "(needs several ranks; default: the particles are spread over the ranks)")
-      ->check(CLI::IsMember({"blocking", "nonblocking", "daso"}));
+  add_choice<bayes::DataParallelMode>(
+      app, "--data-parallel",
+      {bayes::DataParallelMode::blocking, bayes::DataParallelMode::nonblocking, bayes::DataParallelMode::daso},
+      [&c](bayes::DataParallelMode v) { c.data_parallel = v; },
+      "blocking, nonblocking or daso: every rank trains every particle on its share of each epoch's rows "
+      "(needs several ranks; default: the particles are spread over the ranks)");
   app.add_option("--ranks-per-node", c.ranks_per_node,
                  "daso: ranks per node, consecutive ranks (default: LOCAL_WORLD_SIZE); a divisor of the ranks that "
                  "leaves at least 2 nodes, e.g. 2 of 4 to simulate 2 nodes on one machine")
@@ -251,7 +272,7 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   // Each option of some algorithms only says which, from the one table.
   for (const auto& [name, algos] : algo_options()) {
     auto* option = app.get_option(name);
-    option->description(named(algos) + ": " + option->get_description());
+    option->description(names_of(algos) + ": " + option->get_description());
   }
   try {
     app.parse(argc, argv);

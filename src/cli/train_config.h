@@ -2,6 +2,9 @@
 // The settings of one `push train` run, filled by its command line (train_command_line.h).
 // What the line leaves to the machine, the data or the checkpoint (--devices, --task,
 // --likelihood, --pretrain-epochs) is settled before training, in place.
+#include <push/bayes/laplace.h>
+#include <push/bayes/options.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -15,11 +18,13 @@ namespace push::cli {
 
 struct TrainConfig {
   Algo algo = Algo::ensemble;
-  std::string model = "mlp:64,64", data = "sine-gap", target, task, likelihood;
+  std::string model = "mlp:64,64", data = "sine-gap", target, task;
+  // Unset: categorical for classification, else heteroscedastic (settled by load_train_data).
+  std::optional<bayes::Likelihood> likelihood;
   std::string out = "push-out", save, resume;
   // cosine (over --epochs; mswag: its pretraining) or constant; unset: cosine (mswag:
   // constant), or when resuming the checkpoint's (train_resume.h).
-  std::string lr_schedule;
+  std::optional<LrSchedule> lr_schedule;
   int particles = 8, devices = 0, threads = 1;  // devices 0: every GPU, else 2 CPU lanes
   std::string device_type;                      // --devices cpu|cuda[:N]; empty: GPUs if any
   int nproc = 1;  // local ranks push train starts itself (not part of identity: any count resumes)
@@ -36,7 +41,7 @@ struct TrainConfig {
   std::optional<bool> fuse;
   // --data-parallel blocking|nonblocking|daso: every rank trains every particle on its share
   // of the rows (empty: the particles are spread over the ranks). Not part of identity.
-  std::string data_parallel;
+  std::optional<bayes::DataParallelMode> data_parallel;
   int ranks_per_node = 0;  // daso: 0 = LOCAL_WORLD_SIZE
   // The options given on the command line (by their long names, "--bootstrap"): an option
   // that does not apply to the run is refused only when given.
@@ -53,7 +58,8 @@ struct TrainConfig {
   // over the sampling steps; train_checks.h settles it, not part of identity).
   // laplace: the last layer's covariance (full, diagonal) and the predictive (linearized,
   // sampling with --samples).
-  std::string laplace_structure = "full", laplace_predictive = "linearized";
+  bayes::LaplaceStructure laplace_structure = bayes::LaplaceStructure::full;
+  bayes::LaplacePredictive laplace_predictive = bayes::LaplacePredictive::linearized;
   double laplace_prior_precision = 0;  // 0: the marginal likelihood's
   double friction = 0.1;
   // --prior-scale β > 0: each particle adds β times a frozen prior network's output
@@ -70,11 +76,11 @@ struct TrainConfig {
             {"data", data},
             {"target", target},
             {"task", task},
-            {"likelihood", likelihood},
+            {"likelihood", likelihood ? bayes::to_string(*likelihood) : ""},
             {"particles", particles},
             {"batch_size", batch_size},
             {"lr", lr},
-            {"lr_schedule", lr_schedule},
+            {"lr_schedule", lr_schedule ? to_string(*lr_schedule) : ""},
             {"test_fraction", test_fraction},
             {"seed", seed},
             {"limit", limit},
@@ -84,8 +90,8 @@ struct TrainConfig {
             {"swag_lr", algo == Algo::mswag ? swag_lr : 0.0},
             {"collect_every", algo == Algo::mswag ? collect_every : 0},
             {"friction", algo == Algo::sghmc ? friction : 0.0},
-            {"laplace_structure", algo == Algo::laplace ? laplace_structure : ""},
-            {"laplace_predictive", algo == Algo::laplace ? laplace_predictive : ""},
+            {"laplace_structure", algo == Algo::laplace ? bayes::to_string(laplace_structure) : ""},
+            {"laplace_predictive", algo == Algo::laplace ? bayes::to_string(laplace_predictive) : ""},
             {"laplace_prior_precision", algo == Algo::laplace ? laplace_prior_precision : 0.0},
             {"preconditioned", algo == Algo::sgld && preconditioned},
             {"cycles", is_sgmcmc(algo) ? cycles : 0},

@@ -45,9 +45,9 @@ TrainData load_train_data(TrainConfig& c) {
   d.test_raw = data::subsample(d.test_raw, c.limit, c.seed + 1);
   d.load_s = load.seconds();
   c.data_fingerprint = fingerprint(d);
-  if (c.likelihood.empty()) c.likelihood = d.classify() ? "categorical" : "heteroscedastic";
-  PUSH_CHECK(!d.classify() || c.likelihood == "categorical", "push train", "--likelihood ", c.likelihood,
-             " is for regression; ", c.data, " is a classification data set");
+  if (!c.likelihood) c.likelihood = d.classify() ? bayes::Likelihood::categorical : bayes::Likelihood::heteroscedastic;
+  PUSH_CHECK(!d.classify() || c.likelihood == bayes::Likelihood::categorical, "push train", "--likelihood ",
+             bayes::to_string(*c.likelihood), " is for regression; ", c.data, " is a classification data set");
   c.task = data::to_string(d.train_raw.task);
 
   // A regression target that never changes leaves nothing to learn (and every member

@@ -31,10 +31,8 @@ void settle_devices(TrainConfig& c) {
 int default_cpu_lanes() { return std::min(usable_cores(), 2); }
 
 bayes::Likelihood likelihood_of(const TrainConfig& c, bool classify) {
-  return classify                          ? bayes::Likelihood::categorical
-         : c.likelihood == "gaussian"      ? bayes::Likelihood::gaussian
-         : c.likelihood == "learned-noise" ? bayes::Likelihood::learned_noise
-                                           : bayes::Likelihood::heteroscedastic;
+  if (classify) return bayes::Likelihood::categorical;
+  return c.likelihood.value_or(bayes::Likelihood::heteroscedastic);
 }
 
 namespace {
@@ -59,7 +57,7 @@ double train_model_parameters(const bayes::ModelSpec& spec, const TrainData& d, 
 
 bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& spec, bayes::Likelihood likelihood,
                                   const std::optional<dist::World>& world) {
-  const bool data_parallel = !c.data_parallel.empty();
+  const bool data_parallel = c.data_parallel.has_value();
   // Every particle resident: push train's sets are small, and a fused group is then a lane.
   auto distribution = PushOptions()
                           .devices(c.devices)
@@ -76,12 +74,12 @@ bayes::InferOptions infer_options(const TrainConfig& c, const bayes::ModelSpec& 
       .prior_std(c.prior_std)
       .batch_size(c.batch_size)
       .lr(c.lr)
-      .cosine_epochs(c.lr_schedule == "constant" ? 0
-                     : c.algo == Algo::mswag     ? c.pretrain_epochs
-                                                 : c.epochs)
+      .cosine_epochs(c.lr_schedule == LrSchedule::constant ? 0
+                     : c.algo == Algo::mswag               ? c.pretrain_epochs
+                                                           : c.epochs)
       .fuse(!data_parallel && c.fuse.value_or(spec.kind != "cnn"));
   if (data_parallel) {
-    options.data_parallel(bayes::DataParallelSpec(*world, bayes::parse_data_parallel_mode(c.data_parallel))
+    options.data_parallel(bayes::DataParallelSpec(*world, *c.data_parallel)
                               .daso(data_parallel::DasoOptions(1).ranks_per_node(c.ranks_per_node)));
   }
   return options;
@@ -121,12 +119,8 @@ TrainAlgorithm make_infer(const TrainConfig& c, ModuleFactory model, bayes::Infe
     case Algo::sghmc:
       return {std::make_unique<bayes::SGMCMC>(model, options, sgmcmc_options(c)), {}};
     case Algo::laplace: {
-      auto l = bayes::LaplaceOptions()
-                   .structure(c.laplace_structure == "diagonal" ? bayes::LaplaceStructure::diagonal
-                                                                : bayes::LaplaceStructure::full)
-                   .predictive(c.laplace_predictive == "sampling" ? bayes::LaplacePredictive::sampling
-                                                                  : bayes::LaplacePredictive::linearized)
-                   .samples(c.samples);
+      auto l =
+          bayes::LaplaceOptions().structure(c.laplace_structure).predictive(c.laplace_predictive).samples(c.samples);
       if (c.laplace_prior_precision > 0) l.prior_precision(c.laplace_prior_precision);
       auto laplace =
           std::make_unique<bayes::Laplace>(model, options, l, bayes::EnsembleOptions().bootstrap(c.bootstrap));

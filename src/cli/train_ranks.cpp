@@ -16,10 +16,11 @@
 
 namespace push::cli {
 void check_data_parallel(const TrainConfig& c, int ranks) {
-  const bool is_data_parallel = !c.data_parallel.empty();
-  PUSH_CHECK(!is_data_parallel || ranks >= 2, "push train", "--data-parallel ", c.data_parallel,
+  const bool is_data_parallel = c.data_parallel.has_value();
+  const char* mode = is_data_parallel ? bayes::to_string(*c.data_parallel) : "";
+  PUSH_CHECK(!is_data_parallel || ranks >= 2, "push train", "--data-parallel ", mode,
              " needs several ranks: add --nproc N (N >= 2), or start push train under a launcher");
-  PUSH_CHECK(c.ranks_per_node == 0 || c.data_parallel == "daso", "push train",
+  PUSH_CHECK(c.ranks_per_node == 0 || c.data_parallel == bayes::DataParallelMode::daso, "push train",
              "--ranks-per-node is for --data-parallel daso");
   PUSH_CHECK(!is_data_parallel || !is_sgmcmc(c.algo), "push train", "--data-parallel does not train --algo ",
              to_string(c.algo),
@@ -27,13 +28,14 @@ void check_data_parallel(const TrainConfig& c, int ranks) {
   PUSH_CHECK(!is_data_parallel || c.algo != Algo::svgd, "push train",
              "--data-parallel does not train svgd (its update couples the particles); without --data-parallel the "
              "ranks share the particles");
-  PUSH_CHECK(!is_data_parallel || c.algo != Algo::mswag || c.data_parallel == "blocking", "push train",
+  PUSH_CHECK(!is_data_parallel || c.algo != Algo::mswag || c.data_parallel == bayes::DataParallelMode::blocking,
+             "push train",
              "--algo mswag trains data-parallel only with --data-parallel blocking (it collects every step's "
              "parameters, which differ between the ranks in ",
-             c.data_parallel, " mode)");
+             mode, " mode)");
   PUSH_CHECK(!is_data_parallel || !c.fuse.value_or(false), "push train",
              "--fuse does not combine with --data-parallel (data-parallel particles train unfused)");
-  if (c.data_parallel == "daso") {
+  if (c.data_parallel == bayes::DataParallelMode::daso) {
     const bool own_nodes = !dist::WorldOptions::launched_world_size() && c.nnodes > 1;  // --nnodes: --nproc each
     const int per_node = data_parallel::DasoGroups::resolve_ranks_per_node(c.ranks_per_node > 0 ? c.ranks_per_node
                                                                            : own_nodes          ? c.nproc

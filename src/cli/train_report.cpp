@@ -124,7 +124,7 @@ json metrics_document(const TrainConfig& c, bayes::Infer& infer, int ranks, cons
               {"device_type", c.device_type},
               {"threads", c.threads},
               {"fused", infer.fused()},
-              {"data_parallel", c.data_parallel.empty() ? "no" : c.data_parallel},
+              {"data_parallel", c.data_parallel ? bayes::to_string(*c.data_parallel) : "no"},
               {"resumed_from", c.resume}};
   json timings = {{"load_s", t.load_s}, {"train_s", t.train_s}, {"predict_s", t.predict_s}, {"total_s", t.total_s}};
   return {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/user_text.h"
+#include "train_choices.h"
 #include "train_folders.h"
 
 namespace push::cli {
@@ -35,13 +37,18 @@ void match_checkpoint(TrainConfig& c) {
     const bool kept = saved.contains("burn_in") && saved["burn_in"].is_number_integer();
     c.burn_in = kept ? saved["burn_in"].get<int64_t>() : c.cycles > 0 ? 0 : c.epochs / 2;
   }
-  if (c.lr_schedule.empty()) {
+  if (!c.lr_schedule) {
     const bool kept = saved.contains("lr_schedule") && saved["lr_schedule"].is_string();
-    c.lr_schedule = kept                                         ? saved["lr_schedule"].get<std::string>()
-                    : c.algo == Algo::mswag || is_sgmcmc(c.algo) ? "constant"
-                                                                 : "cosine";
-    PUSH_CHECK(c.lr_schedule == "cosine" || c.lr_schedule == "constant", "push train", "cannot resume from '", c.resume,
-               "': its config.json has lr_schedule=\"", c.lr_schedule, "\" (cosine or constant)");
+    const std::vector<LrSchedule> schedules{LrSchedule::cosine, LrSchedule::constant};
+    if (kept) {
+      const auto text = saved["lr_schedule"].get<std::string>();
+      c.lr_schedule = parse_named(text, schedules);
+      PUSH_CHECK(c.lr_schedule.has_value(), "push train", "cannot resume from '", c.resume,
+                 "': its config.json has lr_schedule=\"", push::detail::printable(text), "\" (",
+                 names_of(schedules, /*with_or=*/true), ")");
+    } else {
+      c.lr_schedule = c.algo == Algo::mswag || is_sgmcmc(c.algo) ? LrSchedule::constant : LrSchedule::cosine;
+    }
   }
   if (c.resume.empty()) return;
   const int64_t done = saved.value("epochs", int64_t{0});
