@@ -1,6 +1,5 @@
 """PusH: a distribution of particles, PusH's API on push's runtime."""
 
-import atexit
 import functools
 import os
 import threading
@@ -9,21 +8,9 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 import torch
 
-from push import _push
+from push import _lifetime, _push
 from push.particle import Particle
 from push.pfuture import PFuture
-
-_open = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all():
-    # Before the interpreter goes: handler threads need it to finish, and so do the threads
-    # that close distributions for handlers and for the garbage collector.
-    for dist in list(_open):
-        dist.close()
-    _push.Distribution.join_closers()
-
 
 class _Slot:
     __slots__ = ("module", "optimizer", "scheduler", "state", "device", "view")
@@ -83,7 +70,7 @@ class PusH:
         self._core = _push.Distribution(self._make_particle, functools.partial(_dispatch, weakref.ref(self)),
                                         devices=devices, device_type=device_type, cache_size=cache_size,
                                         view_size=view_size, seed=seed, world=world)
-        _open.add(self)
+        _lifetime.track(self)
 
     # -- lifetime --------------------------------------------------------------------
 
@@ -96,7 +83,7 @@ class PusH:
     def close(self) -> None:
         """Lets running handlers finish, then stops every lane and handler thread."""
         self._core.close()
-        _open.discard(self)
+        _lifetime.untrack(self)
 
     def __del__(self):
         # Garbage may be collected on any thread, a lane's or a handler's too, where waiting

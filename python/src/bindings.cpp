@@ -5,6 +5,7 @@
 #include "world_bindings.h"
 
 #include <push/core/errors.h>
+#include <push/core/seed.h>
 #include <push/runtime/view.h>
 
 #include <torch/csrc/utils/pybind.h>
@@ -12,6 +13,8 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <span>
+#include <vector>
 
 namespace py = pybind11;
 using namespace push;
@@ -151,6 +154,9 @@ PYBIND11_MODULE(_push, m) {
                                 PyExc_RuntimeError, nullptr);
   cancelled_error_type = PyErr_NewExceptionWithDoc(
       "push.CancelledError", "The distribution shut down before the result came.", PyExc_RuntimeError, nullptr);
+  m.def(
+      "mix_seed", [](const std::vector<uint64_t>& values) { return push::mix_seed(std::span<const uint64_t>(values)); },
+      py::arg("values"), "push::mix_seed: a 64-bit seed from non-negative integers, in order");
   m.attr("ParticleError") = particle_error_type;
   m.attr("CancelledError") = cancelled_error_type;
   py::register_exception_translator([](std::exception_ptr p) {

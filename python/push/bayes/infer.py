@@ -1,23 +1,10 @@
 """The C++ Bayesian algorithms (push::bayes) with their options."""
 
-import atexit
-import weakref
 from typing import Optional
 
 import torch
 
-from push import _push
-
-_open = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all():
-    # Before the interpreter finalizes: from then on a lane that needs the GIL (to free a
-    # tensor Python also holds) is ended by CPython mid-C++ frame, which aborts the process.
-    for model in list(_open):
-        model.close()
-
+from push import _lifetime, _push
 
 def rebuild_blocker(module: torch.nn.Module) -> str:
     """Why ``module`` would not be rebuilt in C++ (naming the layer), or "" when it would.
@@ -85,7 +72,7 @@ class Infer:
         ``input_shape``, ``outputs`` and optionally ``dropout``."""
         if isinstance(model, str):
             self._infer = _push.bayes.Infer(self._kind, model, dict(options))
-            _open.add(self)
+            _lifetime.track(self)
             return
         if isinstance(model, torch.nn.Module):
             raise TypeError(f"push.bayes.{self._kind}: model must be a factory of a torch.nn.Sequential (each "
@@ -107,7 +94,7 @@ class Infer:
                              "Train it as Python code with push.bayes.ensemble.train_deep_ensemble, "
                              "push.bayes.swag.train_mswag or push.bayes.stein_vgd.train_svgd")
         self._infer = _push.bayes.Infer(self._kind, model, dict(options))
-        _open.add(self)
+        _lifetime.track(self)
 
     def __enter__(self):
         return self
@@ -119,7 +106,7 @@ class Infer:
         """Stops the particles' lanes and frees them (the model cannot be used after). The
         garbage collector and the interpreter's exit do it too."""
         self.__dict__.pop("_infer", None)  # the C++ model is freed without the GIL
-        _open.discard(self)
+        _lifetime.untrack(self)
 
     @property
     def _core(self):

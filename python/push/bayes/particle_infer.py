@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import push
+from push import _push
 
 _REGRESSION_MODES = ("mean", "median", "min", "max", "std", "pred")
 _CLASSIFICATION_MODES = ("logits", "prob", "mean_prob", "mode", "std", "mean")
@@ -52,12 +53,9 @@ def check_folder(where: str, f_save):
 
 
 def mix(*parts: int) -> int:
-    """A 63-bit seed from several integers (splitmix64 steps), for generators of their own."""
-    h = 0x9E3779B97F4A7C15
-    for part in parts:
-        h = (h ^ (part & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 31
-    return h & 0x7FFFFFFFFFFFFFFF
+    """A seed from several non-negative integers, for generators of their own: push's one
+    mixer (push::mix_seed, C++), so Python and C++ derive seeds alike."""
+    return _push.mix_seed([int(p) for p in parts])
 
 
 def adam(lr: float, weight_decay: float = 0.0) -> Callable:
