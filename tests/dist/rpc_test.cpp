@@ -3,6 +3,7 @@
 #include "dist_test_util.h"
 
 #include "core/clock.h"
+#include "poll_real.h"
 
 #include <test_util.h>
 
@@ -384,11 +385,9 @@ TEST(DistLaunch, ForwardsSigtermAndReapsChildren) {
   ASSERT_EQ(children.size(), 2u) << output;
   kill(pid, SIGTERM);
   int status = 0;
-  const auto stop = std::chrono::steady_clock::now() + 15s;
-  while (waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < stop) {
-    std::this_thread::sleep_for(20ms);
-  }
-  if (waitpid(pid, &status, WNOHANG) == 0 && !WIFEXITED(status) && !WIFSIGNALED(status)) {
+  const bool reaped = push::testing::poll_real([&] { return waitpid(pid, &status, WNOHANG) == pid; }, 15s,
+                                               std::chrono::milliseconds(20));
+  if (!reaped) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     ADD_FAILURE() << "push launch ignored SIGTERM";

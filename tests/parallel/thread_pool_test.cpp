@@ -10,6 +10,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "test_util.h"
@@ -183,15 +184,16 @@ TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
     std::iota(items.begin(), items.end(), 0);
     pool.map([](int x) { return x; }, items);
     EXPECT_EQ(push::testing::count_threads(), before + 3);
-    // A task that holds its thread (a blocking sleep, not a fiber wait) on each worker;
+    // A task that holds its thread (a blocking wait, not a fiber wait) on each worker;
     // what is queued behind them can be cancelled.
-    std::atomic<bool> release{false};
+    std::promise<void> release_promise;
+    std::shared_future<void> release = release_promise.get_future().share();
     std::atomic<int> started{0};
     std::vector<push::Future<int>> blockers;
     for (int i = 0; i < 3; ++i) {
-      blockers.push_back(pool.apply_async([&] {
+      blockers.push_back(pool.apply_async([&started, release] {
         ++started;
-        while (!release) std::this_thread::sleep_for(1ms);
+        release.wait();
         return 1;
       }));
     }
@@ -200,7 +202,7 @@ TEST(ThreadPool, ThreadsAreBoundedAndJoinedQueuedTasksCancellable) {
     for (int i = 0; i < 10; ++i) queued.push_back(pool.apply_async([] { return 2; }));
     EXPECT_EQ(pool.cancel_queued(), 10u);
     for (auto& q : queued) EXPECT_THROW(q.wait(), push::CancelledError);
-    release = true;
+    release_promise.set_value();
     for (auto& b : blockers) EXPECT_EQ(b.wait(), 1);
     pool.close();
     EXPECT_PUSH_ERROR(pool.apply_async([] { return 0; }), "the pool is closed");
