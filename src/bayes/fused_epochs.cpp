@@ -32,6 +32,9 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
     // The model fuses (checked on a scratch copy), but these members may not: their
     // optimizers or step counts differ (loaded from elsewhere), or a subclass's rows do
     // not cover the data. They train one by one then, with the same results.
+    auto one_by_one = [&] {
+      for (Particle* m : ps) losses.push_back(prepared_epoch(*m, x, y, epoch));
+    };
     std::unique_ptr<FusedStack> stack;
     std::vector<torch::Tensor> rows;
     try {
@@ -43,7 +46,7 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
       }
       stack = training_.make_stack(ps);
     } catch (const Error&) {
-      for (Particle* m : ps) losses.push_back(prepared_epoch(*m, x, y, epoch));
+      one_by_one();
       return;
     }
     const std::optional<StepHooks> group_hooks = algorithm_.fused_epoch_hooks(*stack, ps, epoch);
@@ -51,7 +54,7 @@ std::vector<double> FusedEpochs::group_epoch(Particle& p, const std::vector<Pid>
       // The algorithm adds to a particle's steps and has nothing for a stack: the members
       // train one by one (the stack is a working copy; dropped, it leaves them as they were).
       stack.reset();
-      for (Particle* m : ps) losses.push_back(prepared_epoch(*m, x, y, epoch));
+      one_by_one();
       return;
     }
     const StepHooks hooks = group_hooks.value_or(StepHooks{});

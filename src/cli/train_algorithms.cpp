@@ -2,25 +2,23 @@
 #include "train_algorithms.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace push::cli {
 
+namespace {
+
+/// Every algorithm and its name, in --help's order: the one list to_string and every_algo read.
+constexpr std::pair<Algo, const char*> kAlgoNames[] = {
+    {Algo::ensemble, "ensemble"}, {Algo::mswag, "mswag"}, {Algo::svgd, "svgd"},       {Algo::mcdropout, "mcdropout"},
+    {Algo::sgld, "sgld"},         {Algo::sghmc, "sghmc"}, {Algo::laplace, "laplace"},
+};
+
+}  // namespace
+
 const char* to_string(Algo algo) {
-  switch (algo) {
-    case Algo::ensemble:
-      return "ensemble";
-    case Algo::mswag:
-      return "mswag";
-    case Algo::svgd:
-      return "svgd";
-    case Algo::mcdropout:
-      return "mcdropout";
-    case Algo::sgld:
-      return "sgld";
-    case Algo::sghmc:
-      return "sghmc";
-    case Algo::laplace:
-      return "laplace";
+  for (const auto& [value, name] : kAlgoNames) {
+    if (value == algo) return name;
   }
   return "?";
 }
@@ -28,8 +26,11 @@ const char* to_string(Algo algo) {
 const char* to_string(LrSchedule schedule) { return schedule == LrSchedule::cosine ? "cosine" : "constant"; }
 
 const std::vector<Algo>& every_algo() {
-  static const std::vector<Algo> every = {Algo::ensemble, Algo::mswag, Algo::svgd,   Algo::mcdropout,
-                                          Algo::sgld,     Algo::sghmc, Algo::laplace};
+  static const std::vector<Algo> every = [] {
+    std::vector<Algo> all;
+    for (const auto& [value, name] : kAlgoNames) all.push_back(value);
+    return all;
+  }();
   return every;
 }
 
