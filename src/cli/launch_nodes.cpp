@@ -11,7 +11,7 @@
 
 #include "core/user_text.h"
 #include "dist/handshake.h"
-#include "dist/transport.h"
+#include "dist/loopback.h"
 
 namespace push::cli {
 

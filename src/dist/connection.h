@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "frame_seal.h"
 #include "handshake.h"
 #include "shm_ring.h"
 #include "wire.h"
@@ -64,6 +65,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<SendRing*> ring_to_wake{nullptr};
   std::atomic<bool> broken{false};  // close() began: a sender waiting on the ring gives up
   bool gone = false;                // I/O thread: closed; events still in its batch are ignored
+  // Set once the handshake passed (frame_seal.h). send_seal: the write turn's, or a
+  // heartbeat's under send_mutex while no sender has the turn. recv_seal: the I/O thread's.
+  std::unique_ptr<FrameSeal> send_seal;
+  std::unique_ptr<FrameSeal> recv_seal;
+
+  /// Seals this connection's frames from now on, with the keys its handshake gave.
+  void seal_with(const handshake::SessionKeys& keys, bool encrypt) {
+    send_seal = std::make_unique<FrameSeal>(outgoing ? keys.dialer_to_listener : keys.listener_to_dialer,
+                                            /*sending=*/true, encrypt);
+    recv_seal = std::make_unique<FrameSeal>(outgoing ? keys.listener_to_dialer : keys.dialer_to_listener,
+                                            /*sending=*/false, encrypt);
+  }
 
   // The reader's state (I/O thread only).
   // Incoming, before it is introduced: the handshake's fixed-size frames, nothing else.
@@ -74,7 +87,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t handshake_got = 0;
   handshake::Bytes dialer_nonce{}, listener_nonce{};
 
-  enum class Stage { kHeader, kMeta, kData };
+  // A frame: its header, meta and head tag, then (when it has data) the data and its tag.
+  enum class Stage { kHeader, kMeta, kHeadTag, kData, kDataTag };
   Stage stage = Stage::kHeader;
   std::vector<char> staging;  // kStagingBytes once introduced: nothing before
   std::size_t begin = 0, end = 0;
@@ -91,6 +105,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t ring_left = 0;               // kRingData frame: data bytes still to come through it
   char note[8];                         // kRingData frame: the note being read
   std::size_t note_got = 0;
+  uint8_t tag[kTagBytes];  // the tag being read
+  std::size_t tag_got = 0;
 
   /// Where the current tensor's next bytes go, and how many it still needs.
   std::pair<char*, uint64_t> tensor_window() {

@@ -17,6 +17,7 @@
 
 #include "core/clock.h"
 #include "dist/rpc_origin.h"
+#include "loopback.h"
 #include "transport.h"
 
 namespace push::dist::detail::handshake {
@@ -119,6 +120,26 @@ Bytes proof(const Bytes& key, std::string_view role, const Bytes& dialer_nonce, 
   return hmac(key, message);
 }
 
+SessionKeys session_keys(const Bytes& key, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
+                         int listener, std::string_view listener_address) {
+  auto derive = [&](std::string_view direction) {
+    std::string message("push rpc session key\n");
+    message.append(direction);
+    message.push_back('\n');
+    append(message, dialer_nonce);
+    append(message, listener_nonce);
+    append(message, dialer);
+    append(message, listener);
+    message.append(listener_address);
+    return hmac(key, message);
+  };
+  return {derive("dialer to listener"), derive("listener to dialer")};
+}
+
+bool encrypts(std::string_view listener_address) {
+  return !is_loopback(listener_address.substr(0, listener_address.rfind(':')));
+}
+
 bool same(const Bytes& a, const Bytes& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
 
 std::string to_hex(const Bytes& bytes) {
@@ -171,8 +192,8 @@ std::vector<char> challenge_frame(int listener, const Bytes& listener_nonce, con
 
 std::vector<char> proof_frame(const Bytes& dialer_proof) { return frame(wire::kProof, 0, {&dialer_proof}); }
 
-void dial(int fd, const Bytes& key, int dialer, int listener, std::string_view listener_address,
-          Clock::time_point deadline, const std::string& who) {
+SessionKeys dial(int fd, const Bytes& key, int dialer, int listener, std::string_view listener_address,
+                 Clock::time_point deadline, const std::string& who) {
   const Bytes mine = random_bytes();
   write_all(fd, hello_frame(dialer, mine), deadline, who);
   char in[kChallengeBytes];
@@ -189,6 +210,7 @@ void dial(int fd, const Bytes& key, int dialer, int listener, std::string_view l
              " could not prove it belongs to this job (its group key differs: another job at its address, or a "
              "different PUSH_JOB_SECRET; or it is not listening there: someone put another address in the store)");
   write_all(fd, proof_frame(proof(key, "dialer", mine, theirs, dialer, listener, listener_address)), deadline, who);
+  return session_keys(key, mine, theirs, dialer, listener, listener_address);
 }
 
 }  // namespace push::dist::detail::handshake

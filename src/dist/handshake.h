@@ -19,6 +19,10 @@
 // real listener) gets a proof for the real address and hangs up, and the listener refuses
 // the dialer's proof for the other one. Every handshake frame has a fixed size, so a listener reads at most
 // kChallengeBytes from a peer that has not proved itself, and allocates nothing for it.
+//
+// The handshake also gives the connection its two session keys (one per direction) under
+// which every later frame is sealed (frame_seal.h): fresh with the nonces, bound to the
+// ranks and the listener's address like the proofs.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -50,6 +54,17 @@ Bytes group_key(const Bytes& secret, const std::string& prefix);
 /// side `role` ("dialer" or "listener"), to the listener at `listener_address` ("a.b.c.d:port").
 Bytes proof(const Bytes& key, std::string_view role, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
             int listener, std::string_view listener_address);
+/// The session keys of one connection: what the dialer sends is sealed under the first.
+struct SessionKeys {
+  Bytes dialer_to_listener{};
+  Bytes listener_to_dialer{};
+};
+SessionKeys session_keys(const Bytes& key, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
+                         int listener, std::string_view listener_address);
+/// Whether the frames of a connection to `listener_address` are encrypted: they are unless the
+/// listener is on 127.x, where the link cannot leave the host. Both sides know the address (the
+/// proofs bind it), so both choose alike.
+bool encrypts(std::string_view listener_address);
 /// Compares in time independent of where the two differ.
 bool same(const Bytes& a, const Bytes& b);
 
@@ -70,9 +85,9 @@ std::vector<char> proof_frame(const Bytes& dialer_proof);
 /// The dialer's side on a connected blocking socket `fd`: sends the hello, reads and checks
 /// the listener's challenge (its rank must be `listener`, its address `listener_address`),
 /// sends the proof. Waits at most
-/// until `deadline` (steady clock). Throws push::Error saying what failed (`who` names the
-/// listener).
-void dial(int fd, const Bytes& key, int dialer, int listener, std::string_view listener_address,
-          std::chrono::steady_clock::time_point deadline, const std::string& who);
+/// until `deadline` (steady clock). Returns the connection's session keys. Throws
+/// push::Error saying what failed (`who` names the listener).
+SessionKeys dial(int fd, const Bytes& key, int dialer, int listener, std::string_view listener_address,
+                 std::chrono::steady_clock::time_point deadline, const std::string& who);
 
 }  // namespace push::dist::detail::handshake

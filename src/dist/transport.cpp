@@ -164,6 +164,7 @@ void Transport::stop() {
 
 ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_point deadline, bool retry) {
   const sockaddr_in sa = parse_address(address);
+  const std::string listener = canonical_address(address);  // as the handshake proves it
   ConnectionPtr c;
   int error = 0;
   auto cannot = [&] {
@@ -186,15 +187,17 @@ ConnectionPtr Transport::dial(int peer, const std::string& address, Clock::time_
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // sends block; reads use MSG_DONTWAIT
     set_nodelay(fd);
     set_send_timeout(fd, options_.send_timeout);
+    handshake::SessionKeys keys;
     try {
       // At least a second for the handshake, however little of the dial's time is left.
-      handshake::dial(fd, options_.key, options_.rank, peer, canonical_address(address),
-                      std::max(deadline, Clock::deadline_after(std::chrono::seconds(1))), describe(peer));
+      keys = handshake::dial(fd, options_.key, options_.rank, peer, listener,
+                             std::max(deadline, Clock::deadline_after(std::chrono::seconds(1))), describe(peer));
     } catch (...) {
       ::close(fd);
       throw;
     }
     c = std::make_shared<Connection>(fd, /*outgoing=*/true, peer);
+    c->seal_with(keys, handshake::encrypts(listener));
     heard_from(peer);
     watch(c);
     return true;
@@ -274,10 +277,13 @@ std::optional<Clock::time_point> Transport::keep_alive() {
       if (!c) continue;
       // A sender holding the connection is writing to the peer already; never wait for it.
       std::unique_lock<std::mutex> lock(c->send_mutex, std::try_to_lock);
-      if (!lock.owns_lock() || c->closed || c->writing || !c->owed.empty()) continue;
-      const ssize_t n = ::send(c->fd, head, sizeof(head), MSG_DONTWAIT | MSG_NOSIGNAL);
-      // Part of it went: the next sender writes the rest first, so the stream stays whole.
-      if (n > 0 && static_cast<std::size_t>(n) < sizeof(head)) c->owed.assign(head + n, head + sizeof(head));
+      if (!lock.owns_lock() || c->closed || c->writing) continue;
+      // This round's heartbeat, or what is left of the last one: what the socket does not
+      // take now stays owed, and the next sender writes it first, so that the stream (and
+      // the count of sealed segments) stays whole.
+      if (c->owed.empty()) c->owed = seal_head(*c->send_seal, head, sizeof(head), {});
+      const ssize_t n = ::send(c->fd, c->owed.data(), c->owed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) c->owed.erase(c->owed.begin(), c->owed.begin() + n);
     }
   }
   for (auto& c : out) {
@@ -444,8 +450,6 @@ std::string canonical_address(const std::string& address) {
   ::inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
   return c10::str(text, ":", ntohs(sa.sin_port));
 }
-
-bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface) {
   if (interface.empty() && is_loopback(master_addr)) return "127.0.0.1";

@@ -35,6 +35,7 @@
 
 #include "core/clock.h"
 #include "handshake.h"
+#include "loopback.h"
 #include "receive_pool.h"
 #include "shm_ring.h"
 #include "wire.h"
@@ -149,12 +150,16 @@ class Transport {
   /// heartbeat_timeout; returns when it needs the I/O thread next.
   std::optional<Clock::time_point> keep_alive();
   void heard_from(int peer);
+  /// A frame's head passed its tag: acts on it (a heartbeat, a ring, a message's tensors).
+  void head_opened(Connection& c);
   void deliver(Connection& c);
   void close(Connection* c, const std::string& why);
   /// Writes one whole frame, in c's write turn; ends the stream when it fails midway.
   void write_frame(Connection& c, const wire::Header& header, const wire::Encoded& body);
   /// write_frame's body: `owed` first (a heartbeat's tail), then the frame.
   void write_in_turn(Connection& c, wire::Header header, const wire::Encoded& body, std::vector<char>& owed);
+  /// The data of `body` encrypted (the link leaves the host), after `head`; then its tag.
+  void send_encrypted(Connection& c, std::vector<char> head, const wire::Encoded& body);
   /// Writes all of `iov` (in c's write turn); on failure ends the stream and throws.
   void send_all(Connection& c, iovec* iov, std::size_t count);
   /// Waits until `c`'s socket may take more bytes, or `deadline` (then gives up).
@@ -222,8 +227,6 @@ int poll_timeout_ms(Clock::time_point deadline, int longest_ms);
 /// local, the address of `interface` when given, else the address this host reaches the
 /// master from.
 std::string advertised_host(const std::string& master_addr, int master_port, const std::string& interface);
-/// Whether `host` names this machine's loopback: localhost, 127.x.y.z or ::1.
-bool is_loopback(const std::string& host);
 /// "host:port" as "a.b.c.d:port" (one spelling per address, for the handshake's proofs).
 /// Throws push::Error when it is not an IPv4 address and port.
 std::string canonical_address(const std::string& address);

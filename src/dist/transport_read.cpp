@@ -112,6 +112,8 @@ bool Transport::read_handshake(Connection& c, std::string& why) {
                kRpcOrigin, "a wrong proof for group rank ", c.peer,
                " (not this job's key, or it dialed another address: a relay)");
     c.introduced = true;
+    c.seal_with(hs::session_keys(options_.key, c.dialer_nonce, c.listener_nonce, c.peer, options_.rank, address_),
+                hs::encrypts(address_));
     forget_pending(&c);
     c.staging.resize(kStagingBytes);
     return true;
@@ -126,17 +128,20 @@ bool Transport::read_some(Connection& c, std::string& why) {
       if (!c.introduced) return true;
     }
     heard_from(c.peer);  // bytes (or an end) from the peer: it is alive enough to send
+    FrameSeal& seal = *c.recv_seal;
     for (int turn = 0; turn < 64; ++turn) {
       if (c.begin == c.end) {
-        // Large tensor bytes go straight into their tensor, past the staging buffer.
+        // Large tensor bytes go straight into their tensor, past the staging buffer, and are
+        // opened there.
         if (c.stage == Stage::kData && c.skip == 0 && !c.ring_data()) {
           auto [dst, need] = c.tensor_window();
           if (dst != nullptr && need >= kStagingBytes) {
             ssize_t n = 0;
             const auto got = receive(c.fd, dst, need, n, why);
             if (got != Received::kBytes) return got == Received::kNothingYet;
+            seal.crypt(dst, dst, static_cast<std::size_t>(n));
             c.tensor_got += static_cast<uint64_t>(n);
-            if (c.data_complete()) deliver(c);
+            if (c.data_complete()) c.stage = Stage::kDataTag;
             continue;
           }
         }
@@ -148,7 +153,7 @@ bool Transport::read_some(Connection& c, std::string& why) {
       }
       while (c.begin < c.end) {
         const std::size_t avail = c.end - c.begin;
-        const char* src = c.staging.data() + c.begin;
+        char* src = c.staging.data() + c.begin;
         if (c.stage == Stage::kHeader) {
           const auto take = std::min(avail, wire::kHeaderBytes - c.header_got);
           std::memcpy(c.header_bytes + c.header_got, src, take);
@@ -161,19 +166,35 @@ bool Transport::read_some(Connection& c, std::string& why) {
                      c.header.type, ") after the handshake");
           PUSH_CHECK(!c.ring_data() || c.recv_ring, kRpcOrigin,
                      "malformed frame: data in a shared-memory ring that was never announced");
-          if (c.header.type == wire::kHeartbeat) {
-            PUSH_CHECK(c.header.meta_bytes == 0 && c.header.data_bytes == 0, kRpcOrigin,
-                       "malformed frame: a heartbeat with a body");
-            continue;  // the next header
-          }
+          PUSH_CHECK(c.header.type != wire::kHeartbeat || (c.header.meta_bytes == 0 && c.header.data_bytes == 0),
+                     kRpcOrigin, "malformed frame: a heartbeat with a body");
+          seal.begin();
+          seal.authenticate(c.header_bytes, wire::kHeaderBytes);
           // The meta grows as its bytes arrive: a header alone costs nothing.
           c.meta.clear();
           c.meta.reserve(std::min<std::size_t>(c.header.meta_bytes, kStagingBytes));
           c.stage = Stage::kMeta;
         } else if (c.stage == Stage::kMeta) {
           const auto take = std::min<std::size_t>(avail, c.header.meta_bytes - c.meta.size());
-          c.meta.insert(c.meta.end(), src, src + take);
+          const std::size_t at = c.meta.size();
+          c.meta.resize(at + take);
+          seal.crypt(src, c.meta.data() + at, take);
           c.begin += take;
+        } else if (c.stage == Stage::kHeadTag || c.stage == Stage::kDataTag) {
+          const auto take = std::min(avail, kTagBytes - c.tag_got);
+          std::memcpy(c.tag + c.tag_got, src, take);
+          c.tag_got += take;
+          c.begin += take;
+          if (c.tag_got < kTagBytes) continue;
+          c.tag_got = 0;
+          PUSH_CHECK(seal.open(c.tag), kRpcOrigin,
+                     "a frame failed authentication (changed on the way, replayed, or not sent by the member that "
+                     "proved itself)");
+          if (c.stage == Stage::kHeadTag) {
+            head_opened(c);
+          } else {
+            deliver(c);
+          }
         } else if (c.ring_data()) {
           const auto take = std::min(avail, sizeof(c.note) - c.note_got);
           std::memcpy(c.note + c.note_got, src, take);
@@ -181,42 +202,25 @@ bool Transport::read_some(Connection& c, std::string& why) {
           c.begin += take;
           if (c.note_got == sizeof(c.note)) {
             c.note_got = 0;
+            seal.crypt(c.note, c.note, sizeof(c.note));
             uint64_t bytes;
             std::memcpy(&bytes, c.note, sizeof(bytes));
             take_slot(c, bytes);
           }
         } else if (c.skip > 0) {
           const auto take = std::min<uint64_t>(avail, c.skip);
+          seal.crypt(src, src, take);  // opened only for the tag
           c.skip -= take;
           c.begin += take;
         } else {
           auto [dst, need] = c.tensor_window();
           const auto take = std::min<uint64_t>(avail, need);
-          if (take > 0) std::memcpy(dst, src, take);
+          seal.crypt(src, dst, take);
           c.tensor_got += take;
           c.begin += take;
         }
-        if (c.stage == Stage::kMeta && c.meta.size() == c.header.meta_bytes) {
-          if (c.header.type == wire::kRing) {
-            open_ring(c);
-            c.stage = Stage::kHeader;
-            continue;
-          }
-          c.tensors.clear();
-          c.table_error = nullptr;
-          try {
-            c.tensors = wire::read_tensor_table(c.meta, c.header, pool_.get());
-          } catch (const std::exception&) {
-            c.table_error = std::current_exception();
-            if (!c.ring_data()) c.skip = c.header.data_bytes;
-          }
-          c.tensor_index = 0;
-          c.tensor_got = 0;
-          c.ring_left = c.ring_data() ? c.header.data_bytes : 0;
-          c.note_got = 0;
-          c.stage = Stage::kData;
-        }
-        if (c.stage == Stage::kData && c.data_complete()) deliver(c);
+        if (c.stage == Stage::kMeta && c.meta.size() == c.header.meta_bytes) c.stage = Stage::kHeadTag;
+        if (c.stage == Stage::kData && c.data_complete()) c.stage = Stage::kDataTag;
       }
     }
     return true;
@@ -224,6 +228,33 @@ bool Transport::read_some(Connection& c, std::string& why) {
     why = e.what();
     return false;
   }
+}
+
+void Transport::head_opened(Connection& c) {
+  c.stage = Connection::Stage::kHeader;
+  if (c.header.type == wire::kHeartbeat) return;
+  if (c.header.type == wire::kRing) {
+    open_ring(c);
+    return;
+  }
+  c.tensors.clear();
+  c.table_error = nullptr;
+  try {
+    c.tensors = wire::read_tensor_table(c.meta, c.header, pool_.get());
+  } catch (const std::exception&) {
+    c.table_error = std::current_exception();
+    if (!c.ring_data()) c.skip = c.header.data_bytes;
+  }
+  c.tensor_index = 0;
+  c.tensor_got = 0;
+  c.ring_left = c.ring_data() ? c.header.data_bytes : 0;
+  c.note_got = 0;
+  if (c.header.data_bytes == 0) {
+    deliver(c);
+    return;
+  }
+  c.recv_seal->begin();
+  c.stage = Connection::Stage::kData;
 }
 
 void Transport::open_ring(Connection& c) {
@@ -256,7 +287,6 @@ void Transport::take_slot(Connection& c, uint64_t bytes) {
   }
   c.recv_ring->pop();
   c.ring_left -= bytes;
-  if (c.ring_left == 0) deliver(c);
 }
 
 void Transport::deliver(Connection& c) {

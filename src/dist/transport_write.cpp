@@ -128,17 +128,63 @@ void Transport::write_in_turn(Connection& c, wire::Header header, const wire::En
   }
   SendRing* ring = body.data_bytes >= options_.ring_min_bytes ? ring_for(c) : nullptr;
   if (ring != nullptr) header.flags |= wire::kRingData;
-  char head[wire::kHeaderBytes];
-  wire::write_header(header, head);
+  FrameSeal& seal = *c.send_seal;
+  char head_bytes[wire::kHeaderBytes];
+  wire::write_header(header, head_bytes);
+  std::vector<char> head = seal_head(seal, head_bytes, sizeof(head_bytes), body.meta);
+  if (body.data_bytes == 0) {
+    iovec iov{head.data(), head.size()};
+    send_all(c, &iov, 1);
+    return;
+  }
+  if (ring != nullptr) {
+    iovec iov{head.data(), head.size()};
+    send_all(c, &iov, 1);
+    stream_through(c, *ring, body);
+    return;
+  }
+  if (seal.encrypts()) {
+    send_encrypted(c, std::move(head), body);
+    return;
+  }
+  // Within the host: the tensors go straight from their storage, authenticated first.
+  seal.begin();
   std::vector<iovec> iov;
   iov.reserve(2 + body.tensors.size());
-  iov.push_back({head, sizeof(head)});
-  if (!body.meta.empty()) iov.push_back({const_cast<char*>(body.meta.data()), body.meta.size()});
+  iov.push_back({head.data(), head.size()});
   for (const auto& t : body.tensors) {
-    if (ring == nullptr && t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
+    if (t.nbytes() == 0) continue;
+    seal.authenticate(t.data_ptr(), t.nbytes());
+    iov.push_back({t.data_ptr(), t.nbytes()});
   }
+  Tag tag = seal.seal();
+  iov.push_back({tag.data(), tag.size()});
   send_all(c, iov.data(), iov.size());
-  if (ring != nullptr) stream_through(c, *ring, body);
+}
+
+void Transport::send_encrypted(Connection& c, std::vector<char> out, const wire::Encoded& body) {
+  FrameSeal& seal = *c.send_seal;
+  seal.begin();
+  // The head, then the ciphertext, kStagingBytes at a time through one buffer.
+  for (const auto& t : body.tensors) {
+    const auto* from = static_cast<const char*>(t.data_ptr());
+    for (uint64_t done = 0; done < t.nbytes();) {
+      if (out.size() >= kStagingBytes) {
+        iovec iov{out.data(), out.size()};
+        send_all(c, &iov, 1);
+        out.clear();
+      }
+      const uint64_t take = std::min<uint64_t>(t.nbytes() - done, kStagingBytes - out.size());
+      const std::size_t at = out.size();
+      out.resize(at + take);
+      seal.crypt(from + done, out.data() + at, take);
+      done += take;
+    }
+  }
+  const Tag tag = seal.seal();
+  out.insert(out.end(), tag.begin(), tag.end());
+  iovec iov{out.data(), out.size()};
+  send_all(c, &iov, 1);
 }
 
 void Transport::send_all(Connection& c, iovec* iov, std::size_t count) {
@@ -236,8 +282,9 @@ SendRing* Transport::ring_for(Connection& c) {
   h.meta_bytes = static_cast<uint32_t>(announce.meta.size());
   char head[wire::kHeaderBytes];
   wire::write_header(h, head);
-  iovec iov[] = {{head, sizeof(head)}, {announce.meta.data(), announce.meta.size()}};
-  send_all(c, iov, 2);
+  std::vector<char> frame = seal_head(*c.send_seal, head, sizeof(head), announce.meta);
+  iovec iov{frame.data(), frame.size()};
+  send_all(c, &iov, 1);
   c.send_ring = std::move(ring);
   c.ring_to_wake = c.send_ring.get();
   return c.send_ring.get();
@@ -263,6 +310,8 @@ char* Transport::next_slot(Connection& c, SendRing& ring) {
 }
 
 void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encoded& body) {
+  FrameSeal& seal = *c.send_seal;
+  seal.begin();  // the notes are the data segment; the bytes in the ring are not sealed
   std::size_t index = 0;
   uint64_t offset = 0;  // into body.tensors[index]
   uint64_t left = body.data_bytes;
@@ -282,9 +331,17 @@ void Transport::stream_through(Connection& c, SendRing& ring, const wire::Encode
       }
     }
     ring.publish();
-    iovec iov{&note, sizeof(note)};
-    send_all(c, &iov, 1);
     left -= note;
+    char sealed[sizeof(note) + kTagBytes];
+    seal.crypt(&note, sealed, sizeof(note));
+    std::size_t bytes = sizeof(note);
+    if (left == 0) {  // the tag goes with the last note
+      const Tag tag = seal.seal();
+      std::memcpy(sealed + bytes, tag.data(), kTagBytes);
+      bytes += kTagBytes;
+    }
+    iovec iov{sealed, bytes};
+    send_all(c, &iov, 1);
   }
 }
 

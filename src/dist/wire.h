@@ -2,7 +2,7 @@
 // The RPC wire format: one frame per message.
 //
 //   header (32 bytes, little-endian)
-//     u32 magic "PRP2" | u16 type | u16 flags | u64 call id | u32 meta bytes |
+//     u32 magic "PRP3" | u16 type | u16 flags | u64 call id | u32 meta bytes |
 //     u32 tensor count | u64 data bytes
 //   meta: the tensor table (dtype and sizes of each tensor), then the value, encoded
 //         below; tensors in the value are indices into the table
@@ -28,7 +28,7 @@ class ReceivePool;
 
 namespace push::dist::detail::wire {
 
-constexpr uint32_t kMagic = 0x32505250;  // "PRP2"
+constexpr uint32_t kMagic = 0x33505250;  // "PRP3": frames sealed after the handshake (frame_seal.h)
 constexpr std::size_t kHeaderBytes = 32;
 /// Deepest nesting of tuples, lists and dicts a value may have.
 constexpr int kMaxDepth = 64;

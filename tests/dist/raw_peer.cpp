@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace push::testing {
@@ -29,13 +30,20 @@ RawPeer::RawPeer(int port) {
 
 RawPeer::RawPeer(int port, const dist::detail::handshake::Bytes& key, int rank, int listener) : RawPeer(port) {
   try {
-    dist::detail::handshake::dial(fd_, key, rank, listener, "127.0.0.1:" + std::to_string(port),
-                                  std::chrono::steady_clock::now() + std::chrono::seconds(10),
-                                  "the member at port " + std::to_string(port));
+    const auto keys = dist::detail::handshake::dial(fd_, key, rank, listener, "127.0.0.1:" + std::to_string(port),
+                                                    std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                                                    "the member at port " + std::to_string(port));
+    seal_with(keys);
   } catch (...) {
     ::close(fd_);
     throw;
   }
+}
+
+void RawPeer::seal_with(const dist::detail::handshake::SessionKeys& keys) {
+  // The member listens on 127.0.0.1: nothing is encrypted, everything authenticated.
+  send_ = std::make_unique<dist::detail::FrameSeal>(keys.dialer_to_listener, /*sending=*/true, /*encrypt=*/false);
+  recv_ = std::make_unique<dist::detail::FrameSeal>(keys.listener_to_dialer, /*sending=*/false, /*encrypt=*/false);
 }
 
 std::optional<std::vector<char>> RawPeer::read_bytes(std::size_t n, std::chrono::milliseconds timeout) {
@@ -48,7 +56,80 @@ RawPeer::~RawPeer() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool RawPeer::write(const std::vector<char>& bytes) {
+bool RawPeer::write(const std::vector<char>& bytes) { return write_unsealed(send_ ? seal(bytes) : bytes); }
+
+void RawPeer::close_head(std::vector<char>& out) {
+  const auto tag = send_->seal();
+  out.insert(out.end(), tag.begin(), tag.end());
+  stage_ = Stage::kHeader;
+  if (data_left_ > 0) {
+    send_->begin();
+    stage_ = Stage::kData;
+  }
+}
+
+std::vector<char> RawPeer::seal(const std::vector<char>& bytes) {
+  // The member's reader (transport_read.cpp) run forwards: a head segment per frame, a data
+  // segment when it announces data bytes (through a ring: notes that add up to them).
+  std::vector<char> out;
+  for (std::size_t i = 0; i < bytes.size();) {
+    const char* in = bytes.data() + i;
+    const std::size_t left = bytes.size() - i;
+    if (stage_ == Stage::kHeader) {
+      const std::size_t take = std::min(left, sizeof(header_) - header_got_);
+      std::memcpy(header_ + header_got_, in, take);
+      out.insert(out.end(), in, in + take);
+      header_got_ += take;
+      i += take;
+      if (header_got_ < sizeof(header_)) continue;
+      header_got_ = 0;
+      uint16_t flags = 0;
+      uint32_t meta = 0;
+      std::memcpy(&flags, header_ + 6, sizeof(flags));
+      std::memcpy(&meta, header_ + 16, sizeof(meta));
+      std::memcpy(&data_left_, header_ + 24, sizeof(data_left_));
+      meta_left_ = meta;
+      ring_data_ = (flags & wire::kRingData) != 0;
+      send_->begin();
+      send_->authenticate(header_, sizeof(header_));
+      stage_ = Stage::kMeta;
+      if (meta_left_ == 0) close_head(out);
+    } else if (stage_ == Stage::kMeta) {
+      const std::size_t take = std::min<uint64_t>(left, meta_left_);
+      const std::size_t at = out.size();
+      out.resize(at + take);
+      send_->crypt(in, out.data() + at, take);
+      meta_left_ -= take;
+      i += take;
+      if (meta_left_ == 0) close_head(out);
+    } else {
+      std::size_t take = std::min<uint64_t>(left, data_left_);
+      if (ring_data_) take = std::min(left, sizeof(note_) - note_got_);
+      const std::size_t at = out.size();
+      out.resize(at + take);
+      send_->crypt(in, out.data() + at, take);
+      i += take;
+      if (ring_data_) {
+        std::memcpy(note_ + note_got_, in, take);
+        note_got_ += take;
+        if (note_got_ < sizeof(note_)) continue;
+        note_got_ = 0;
+        uint64_t note = 0;
+        std::memcpy(&note, note_, sizeof(note));
+        data_left_ -= std::min(note, data_left_);
+      } else {
+        data_left_ -= take;
+      }
+      if (data_left_ > 0) continue;
+      const auto tag = send_->seal();
+      out.insert(out.end(), tag.begin(), tag.end());
+      stage_ = Stage::kHeader;
+    }
+  }
+  return out;
+}
+
+bool RawPeer::write_unsealed(const std::vector<char>& bytes) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
@@ -107,15 +188,32 @@ std::optional<RawPeer::Reply> RawPeer::read_reply(std::chrono::milliseconds time
   char head[wire::kHeaderBytes];
   if (!read_exact(head, sizeof(head), deadline)) return std::nullopt;
   Reply r;
+  PUSH_CHECK(recv_, "RawPeer", "a reply on a connection without session keys");
   r.header = wire::read_header(head, uint64_t{1} << 32);
   std::vector<char> meta(r.header.meta_bytes);
   if (!read_exact(meta.data(), meta.size(), deadline)) return std::nullopt;
+  recv_->begin();
+  recv_->authenticate(head, sizeof(head));
+  recv_->crypt(meta.data(), meta.data(), meta.size());
+  if (!read_tag(deadline)) return std::nullopt;
   auto tensors = wire::read_tensor_table(meta, r.header);
-  for (auto& t : tensors) {
-    if (!read_exact(static_cast<char*>(t.data_ptr()), t.nbytes(), deadline)) return std::nullopt;
+  if (r.header.data_bytes > 0) {
+    recv_->begin();
+    for (auto& t : tensors) {
+      if (!read_exact(static_cast<char*>(t.data_ptr()), t.nbytes(), deadline)) return std::nullopt;
+      recv_->crypt(t.data_ptr(), t.data_ptr(), t.nbytes());
+    }
+    if (!read_tag(deadline)) return std::nullopt;
   }
   r.value = wire::decode(meta, tensors);
   return r;
+}
+
+bool RawPeer::read_tag(std::chrono::steady_clock::time_point deadline) {
+  dist::detail::Tag tag;
+  if (!read_exact(reinterpret_cast<char*>(tag.data()), tag.size(), deadline)) return false;
+  PUSH_CHECK(recv_->open(tag.data()), "RawPeer", "a reply failed authentication");
+  return true;
 }
 
 bool RawPeer::closed_within(std::chrono::milliseconds timeout) {

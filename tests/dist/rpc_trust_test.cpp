@@ -120,8 +120,10 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     ASSERT_TRUE(challenge);
     hs::Bytes theirs;
     std::memcpy(theirs.data(), challenge->data() + wire::kHeaderBytes, hs::kBytes);
-    proof = hs::proof_frame(hs::proof(g.key(), "dialer", mine, theirs, 0, 0, c10::str("127.0.0.1:", g.port())));
+    const std::string address = c10::str("127.0.0.1:", g.port());
+    proof = hs::proof_frame(hs::proof(g.key(), "dialer", mine, theirs, 0, 0, address));
     peer.write(proof);
+    peer.seal_with(hs::session_keys(g.key(), mine, theirs, 0, 0, address));
     peer.write(RawPeer::call_frame(1, "trust_answer", {}));
     ASSERT_TRUE(peer.read_reply(10s));  // the recording was of a good handshake
   }
