@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/frame_seal.h"
 #include "dist/handshake.h"
 #include "dist/sealed_value.h"
 #include "dist/wire.h"
@@ -78,13 +79,114 @@ void store_value(const char* in, std::size_t size) {
   (void)push::dist::detail::unseal(key, store_key, bytes, "a fuzzed address");
 }
 
+/// A member's reader on a stream of sealed frames (transport_read.cpp): each head opened
+/// before its tensors are allocated, each data segment before the value is decoded. When
+/// `sealed_here` (the stream was sealed with this key just now) every tag must open.
+void open_frames(const char* in, std::size_t size, bool encrypt, bool sealed_here) {
+  namespace d = dist::detail;
+  const hs::Bytes key{};
+  d::FrameSeal seal(key, /*sending=*/false, encrypt);
+  auto open_tag = [&](const char* tag) {
+    if (seal.open(reinterpret_cast<const uint8_t*>(tag))) return true;
+    if (sealed_here) std::abort();
+    return false;
+  };
+  while (size >= wire::kHeaderBytes) {
+    const wire::Header h = wire::read_header(in, kLimit);
+    if (size - wire::kHeaderBytes < h.meta_bytes + d::kTagBytes) return;
+    seal.begin();
+    seal.authenticate(in, wire::kHeaderBytes);
+    std::vector<char> meta(in + wire::kHeaderBytes, in + wire::kHeaderBytes + h.meta_bytes);
+    seal.crypt(meta.data(), meta.data(), meta.size());
+    in += wire::kHeaderBytes + h.meta_bytes;
+    size -= wire::kHeaderBytes + h.meta_bytes;
+    if (!open_tag(in)) return;
+    in += d::kTagBytes;
+    size -= d::kTagBytes;
+    if (h.data_bytes == 0) continue;
+    if (size < h.data_bytes + d::kTagBytes) return;
+    std::vector<at::Tensor> tensors;
+    try {
+      tensors = wire::read_tensor_table(meta, h);
+    } catch (const std::exception&) {
+      tensors.clear();  // the data is skipped, its tag still checked
+    }
+    seal.begin();
+    std::vector<char> data(in, in + h.data_bytes);
+    seal.crypt(data.data(), data.data(), data.size());
+    in += h.data_bytes;
+    size -= h.data_bytes;
+    if (!open_tag(in)) return;
+    in += d::kTagBytes;
+    size -= d::kTagBytes;
+    std::size_t at = 0;
+    for (auto& t : tensors) {
+      if (t.nbytes() > 0) std::memcpy(t.data_ptr(), data.data() + at, t.nbytes());
+      at += t.nbytes();
+    }
+    try {
+      (void)wire::decode(meta, tensors);
+    } catch (const std::exception&) {
+      // the call fails; the stream goes on
+    }
+  }
+}
+
+/// The whole frames at the front of `in`, sealed as a sender seals them.
+std::vector<char> seal_frames(const char* in, std::size_t size, bool encrypt) {
+  namespace d = dist::detail;
+  const hs::Bytes key{};
+  d::FrameSeal seal(key, /*sending=*/true, encrypt);
+  std::vector<char> out;
+  while (size >= wire::kHeaderBytes) {
+    uint32_t meta_bytes = 0;
+    uint64_t data_bytes = 0;
+    std::memcpy(&meta_bytes, in + 16, sizeof(meta_bytes));
+    std::memcpy(&data_bytes, in + 24, sizeof(data_bytes));
+    if (size - wire::kHeaderBytes < meta_bytes || size - wire::kHeaderBytes - meta_bytes < data_bytes) break;
+    const std::vector<char> meta(in + wire::kHeaderBytes, in + wire::kHeaderBytes + meta_bytes);
+    const auto head = d::seal_head(seal, in, wire::kHeaderBytes, meta);
+    out.insert(out.end(), head.begin(), head.end());
+    in += wire::kHeaderBytes + meta_bytes;
+    size -= wire::kHeaderBytes + meta_bytes;
+    if (data_bytes == 0) continue;
+    seal.begin();
+    const std::size_t at = out.size();
+    out.resize(at + data_bytes);
+    seal.crypt(in, out.data() + at, data_bytes);
+    const d::Tag tag = seal.seal();
+    out.insert(out.end(), tag.begin(), tag.end());
+    in += data_bytes;
+    size -= data_bytes;
+  }
+  return out;
+}
+
+/// Bytes as a stream of sealed frames (tags that almost never open), and the same bytes
+/// sealed as frames first (every tag opens; what is behind them is fuzzed).
+void sealed_frames(const char* in, std::size_t size) {
+  for (const bool encrypt : {false, true}) {
+    try {
+      open_frames(in, size, encrypt, /*sealed_here=*/false);
+    } catch (const std::exception&) {
+      // the connection closes
+    }
+    const auto sealed = seal_frames(in, size, encrypt);
+    try {
+      open_frames(sealed.data(), sealed.size(), encrypt, /*sealed_here=*/true);
+    } catch (const std::exception&) {
+      // a header the member refuses: the connection closes
+    }
+  }
+}
+
 }  // namespace
 
 int fuzz_wire(const uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const auto* in = reinterpret_cast<const char*>(data + 1);
   try {
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
       case 0:
         frame(in, size - 1);
         break;
@@ -94,8 +196,11 @@ int fuzz_wire(const uint8_t* data, std::size_t size) {
       case 2:
         dialer(in, size - 1);
         break;
-      default:
+      case 3:
         store_value(in, size - 1);
+        break;
+      default:
+        sealed_frames(in, size - 1);
         break;
     }
   } catch (const std::exception&) {

@@ -6,7 +6,9 @@
 //   1: the listener's side of a handshake: the hello's and the proof's headers, and the
 //      proof checked against a fixed key (handshake.h);
 //   2: the dialer's side: a challenge frame checked as handshake::dial checks it;
-//   3: a member's address from the store: its seal checked (and a sealed copy round-tripped).
+//   3: a member's address from the store: its seal checked (and a sealed copy round-tripped);
+//   4: frames after the handshake (frame_seal.h): the bytes read as a sealed stream, and the
+//      same bytes sealed as frames and read back (every tag must open).
 // Every input must end in a value or a push::Error (or c10::Error), never a crash, a hang or
 // a read out of bounds. The regression corpus (tests/dist/fuzz_corpus/) runs in the default
 // suite through the same function.
