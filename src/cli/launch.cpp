@@ -10,14 +10,19 @@
 #include <push/dist/free_port.h>
 #include <push/dist/world.h>
 
+#include <c10/util/StringUtil.h>
+
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -64,10 +69,40 @@ int usage() {
   return 2;
 }
 
+/// Why `program` cannot be run (as execvp would look for it: a path as it is, a bare name in
+/// PATH), or "" when it can: said once by the launcher, not once by each rank.
+std::string program_refusal(const std::string& program) {
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    if (runnable(program)) return "";
+    struct stat st {};
+    const int found = ::stat(program.c_str(), &st);
+    const char* why = found != 0             ? std::strerror(errno)
+                      : S_ISDIR(st.st_mode)  ? "it is a folder"
+                      : !S_ISREG(st.st_mode) ? "it is not a regular file"
+                                             : "it is not executable (chmod +x?)";
+    return c10::str("cannot run ", push::detail::printable(program), ": ", why);
+  }
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (std::size_t at = 0; at <= dirs.size();) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    const std::string dir = end > at ? dirs.substr(at, end - at) : ".";
+    if (runnable(dir + "/" + program)) return "";
+    at = end + 1;
+  }
+  return c10::str("cannot run ", push::detail::printable(program), ": no such program in PATH (give its path, e.g. ./",
+                  push::detail::printable(program), ")");
+}
+
 /// Fills `a` from the command line; returns the exit status when the launcher ends here
-/// (2: a usage error).
+/// (2: a usage error; 127: no such program).
 std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
   int i = 1;
+  std::set<std::string> given;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") {
@@ -75,6 +110,10 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
       break;
     }
     if (i + 1 >= argc) return usage();
+    if (!given.insert(arg).second) {
+      std::cerr << "push launch: " << push::detail::printable(arg) << " is given twice: give it once\n";
+      return 2;
+    }
     // Whole numbers in their ranges, read as push train reads them (core/user_text.h):
     // "2x" or "0" is named, not taken for 2 or shown the usage text alone.
     auto whole = [&](const char* what, int64_t lo, int64_t hi, int& into) {
@@ -120,6 +159,10 @@ std::optional<int> parse_launch_args(int argc, char** argv, LaunchArgs& a) {
       std::cerr << "push launch: " << why << "\n";
       return 2;
     }
+  }
+  if (const auto why = program_refusal(argv[i]); !why.empty()) {
+    std::cerr << "push launch: " << why << "\n";
+    return 127;
   }
   a.program.assign(argv + i, argv + argc);
   a.program.push_back(nullptr);

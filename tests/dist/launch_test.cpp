@@ -4,6 +4,8 @@
 // the test can see it (and reap it: a container's PID 1 may never reap zombies).
 #include <gtest/gtest.h>
 
+#include <c10/util/StringUtil.h>
+
 #include "poll_real.h"
 
 #include <poll.h>
@@ -16,6 +18,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -223,6 +227,7 @@ TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
       {{}, "--nproc N is required"},
       {{"--frob", "2"}, "unknown option '--frob'"},
       {{"--nproc", "2", "--grace", "0"}, "--grace: '0' must be a whole number from 1 to 86400"},
+      {{"--nproc", "2", "--nproc", "3"}, "--nproc is given twice: give it once"},
   };
   for (const auto& [args, needle] : cases) {
     auto all = args;
@@ -234,6 +239,27 @@ TEST(DistLaunch, BadNumbersAndAMalformedSecretAreOneLineBeforeAnyRank) {
     EXPECT_NE(output.find(needle), std::string::npos) << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   }
+  // A program that cannot run is said once, by the launcher, before any rank starts
+  // (execvp's exit status 127), however many ranks were asked for.
+  const std::string text_file =
+      c10::str(std::filesystem::temp_directory_path().string(), "/push-launch-text-", ::getpid());
+  std::ofstream(text_file) << "not a program\n";
+  std::filesystem::permissions(text_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const std::pair<std::string, std::string> programs[] = {
+      {"no_such_program_for_push", "cannot run no_such_program_for_push: no such program in PATH"},
+      {"/no/such/program", "cannot run /no/such/program: No such file or directory"},
+      {"/tmp", "cannot run /tmp: it is a folder"},
+      {text_file, "cannot run " + text_file + ": it is not executable"},
+  };
+  for (const auto& [program, needle] : programs) {
+    auto launcher = start_launcher({"--nproc", "3", "--", program});
+    const std::string output = read_output(launcher.out, 1000, 20s);
+    close(launcher.out);
+    EXPECT_EQ(wait_launcher(launcher.pid, 20s), 127) << output;
+    EXPECT_NE(output.find("push launch: " + needle), std::string::npos) << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+  std::filesystem::remove(text_file);
   ::setenv("PUSH_JOB_SECRET", "not-hex", 1);
   auto launcher = start_launcher({"--nproc", "2", "--", "/bin/echo", "a rank ran"});
   ::unsetenv("PUSH_JOB_SECRET");
