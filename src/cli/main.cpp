@@ -1,8 +1,11 @@
 // push: the command-line tool. `push <command> [options]`; `push help` lists commands.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "command.h"
 #include "core/user_text.h"
@@ -33,7 +36,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return it->second.run(argc - 1, argv + 1);
+    const int status = it->second.run(argc - 1, argv + 1);
+    // What the command printed must have reached its reader: a full disk or a closed pipe
+    // behind stdout is a failure, not a run that exits 0 with its results lost.
+    std::cout.flush();
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    const int error = errno;
+    if (!flushed || std::ferror(stdout) != 0 || std::cout.fail()) {
+      std::cerr << "push " << argv[1] << ": cannot write to standard output"
+                << (error != 0 ? std::string(": ") + std::strerror(error) : std::string())
+                << " (what it printed there is lost)\n";
+      return status == 0 ? 1 : status;
+    }
+    return status;
   } catch (const std::exception& e) {
     // One line, whatever the message quotes (a path with a newline or an escape sequence),
     // and one prefix: "push train: x", not "push train: [push train] x".

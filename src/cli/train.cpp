@@ -58,6 +58,7 @@ Prepared prepare(TrainConfig& c, int ranks, int ranks_on_host) {
   p.likelihood = likelihood_of(c, p.data.classify());
   match_checkpoint(c);
   settle_chains(c, p.data.train.size());
+  check_collection(c, p.data.train.size());
   // The networks first, before any is built; then (laplace) one scratch network tells the
   // last layer, whose covariances count too.
   const double parameters = train_model_parameters(p.spec, p.data, p.likelihood);
@@ -84,6 +85,7 @@ int run_train(int argc, char** argv) {
   // their allocation forever and the process could not even exit (the full check, with the
   // particles, follows once the model is known).
   check_address_space(c, 0);
+  check_stack();
   const bool starts_ranks = starts_its_ranks(c);
   // Where the results go: checked (on the rank that writes them: rank 0, on node 0) before
   // the ranks meet, so that a refused --out or --save ends the run at once with one line,

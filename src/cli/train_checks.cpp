@@ -105,6 +105,15 @@ void settle_chains(TrainConfig& c, int64_t train_rows) {
              " steps): no sample would be kept");
 }
 
+void check_collection(const TrainConfig& c, int64_t train_rows) {
+  if (c.algo != Algo::mswag || c.collect_every == 0 || c.epochs == 0) return;
+  const int64_t collecting = c.epochs - std::max<int64_t>(c.pretrain_epochs, 0);
+  const int64_t batches = (train_rows + c.batch_size - 1) / c.batch_size;
+  PUSH_CHECK(c.collect_every <= collecting * batches, "push train", "--collect-every ", c.collect_every,
+             " is more than the ", collecting * batches, " steps of the collecting epochs (", collecting, " epochs x ",
+             batches, " steps): MultiSWAG would collect nothing and be an ensemble");
+}
+
 double particle_bytes(const TrainConfig& c, double parameters, int ranks, int64_t last_layer) {
   // Copies of the parameters per particle: weights, gradients and Adam's two moments;
   // MultiSWAG adds its mean, its mean of squares and --rank deviation columns.
@@ -188,6 +197,16 @@ void check_address_space(const TrainConfig& c, double particles_here) {
              ") is below the about ", static_cast<uint64_t>(need / 1024), " KiB this run maps (", gib(blas),
              " of it BLAS buffers for ", lanes * std::max(1, c.threads),
              " threads): raise ulimit -v, or use fewer --devices or --threads");
+}
+
+void check_stack() {
+  constexpr rlim_t kNeeded = 512 << 10;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_STACK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  PUSH_CHECK(limit.rlim_cur >= kNeeded, "push train", "the stack size limit (ulimit -s ", limit.rlim_cur / 1024,
+             ") is below the ", kNeeded / 1024,
+             " KiB training's threads need (each thread's stack is that size): raise it (ulimit -s 8192 is the usual "
+             "default)");
 }
 
 void warn_about_threads(const TrainConfig& c) {

@@ -17,6 +17,10 @@ void check_options_apply(const TrainConfig& c);
 /// default --thin settled: --samples spread over the steps that keep samples.
 void settle_chains(TrainConfig& c, int64_t train_rows);
 
+/// mswag with --collect-every and `train_rows` training rows: push::Error when the
+/// collecting epochs have fewer steps than --collect-every (nothing would be collected).
+void check_collection(const TrainConfig& c, int64_t train_rows);
+
 /// The host memory one rank's particles need, in bytes: `parameters` per network, in
 /// float32, times the copies training keeps (weights, gradients, Adam's two moments,
 /// MultiSWAG's moments and deviation columns, SG-MCMC's samples and buffer), plus each
@@ -33,6 +37,11 @@ void check_memory(const TrainConfig& c, double parameters, int ranks, int ranks_
 /// failed one is retried forever: a hang), `particles_here` bytes, some working room.
 /// check_memory calls it.
 void check_address_space(const TrainConfig& c, double particles_here);
+
+/// push::Error when the stack size limit (ulimit -s, which is also every thread's stack) is
+/// below what training's threads need: LibTorch's deeper calls overflowed 128 KiB (a
+/// segfault, not an error); 512 KiB leaves room.
+void check_stack();
 
 /// One warning line on stderr when --threads x lanes exceed the cores this process may run on.
 void warn_about_threads(const TrainConfig& c);

@@ -68,6 +68,9 @@ bool read_line(std::istream& in, std::string& line, const fs::path& path, int64_
     }
     PUSH_CHECK(line.size() < kMaxLine, origin, path.string(), " line ", lineno, " is longer than ", kMaxLine,
                " bytes: is it a CSV file?");
+    // No text holds a NUL byte: a program, an archive or an image given as data.
+    PUSH_CHECK(c != 0, origin, path.string(), " line ", lineno,
+               " holds a NUL byte: it is a binary file, not a CSV text file");
     line.push_back(static_cast<char>(c));
   }
   return !line.empty();

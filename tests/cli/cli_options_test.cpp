@@ -62,6 +62,9 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--noise-std 0.5", "--noise-std is for --likelihood gaussian");
   EXPECT_REFUSED("--allow-data-change", "--allow-data-change is for --resume");
   EXPECT_REFUSED("--algo mswag --epochs 2 --pretrain-epochs 2", "--pretrain-epochs 2 leaves none of the 2 epochs");
+  // MultiSWAG collecting less often than its collecting epochs have steps: nothing collected.
+  EXPECT_REFUSED("--algo mswag --epochs 4 --pretrain-epochs 2 --batch-size 1000 --collect-every 3",
+                 "--collect-every 3 is more than the 2 steps of the collecting epochs (2 epochs x 1 steps)");
   // SG-MCMC: options that would keep no sample, before any training.
   EXPECT_REFUSED("--algo sgld --epochs 4 --burn-in 4",
                  "--burn-in 4 leaves none of the 4 epochs (--epochs) for sampling");
@@ -137,6 +140,35 @@ TEST_F(Cli, ARunThatCannotFitInMemoryIsRefusedBeforeAnyParticle) {
   EXPECT_REFUSED("--algo sgld --particles 64 --samples 100000", "use fewer --samples");
   EXPECT_REFUSED("--nproc 1024 --particles 1024", "1024 ranks with --particles 1024");
   EXPECT_REFUSED("--nproc 1024 --particles 1024", "start fewer ranks on this host (--nproc 1024");
+}
+
+TEST_F(Cli, AnOmpNumThreadsThatIsNotACountIsOneLineBeforeAnyLibraryReadsIt) {
+  // libgomp and LibTorch read OMP_NUM_THREADS before main: "abc" gave three lines of their
+  // warnings and a run, 100000 a hang while they started threads.
+  for (const std::string value : {"abc", "", "100000", "0", "2,x", "-1"}) {
+    auto r = run("--epochs 1 --particles 2 --quiet --out none", -1, "", {"OMP_NUM_THREADS=" + value});
+    EXPECT_EQ(r.code, 2) << "'" << value << "': " << r.err;
+    EXPECT_EQ(lines_of(r.err), 1) << "'" << value << "': " << r.err;
+    EXPECT_NE(r.err.find("push: OMP_NUM_THREADS='" + value + "' must be a whole number of threads from 1 to"),
+              std::string::npos)
+        << r.err;
+  }
+  for (const std::string value : {"1", "2,1"}) {
+    auto r = run("--epochs 1 --particles 2 --quiet --out none", -1, "", {"OMP_NUM_THREADS=" + value});
+    EXPECT_EQ(r.code, 0) << "'" << value << "': " << r.err;
+    EXPECT_EQ(r.err, "") << "'" << value << "'";
+  }
+}
+
+TEST_F(Cli, AStackLimitTooSmallIsOneLineNotASegfault) {
+  // Under ulimit -s 64 (and up to 128) a thread of training overflowed its stack: exit 139,
+  // no word. 256 KiB is refused too: it is near that edge (and starts under a sanitizer).
+  stack_ = rlim_t{256} << 10;
+  EXPECT_REFUSED("--epochs 1 --particles 2",
+                 "push train: the stack size limit (ulimit -s 256) is below the 512 KiB training's threads need");
+  stack_ = rlim_t{8} << 20;
+  auto usual = run("--epochs 1 --particles 2 --quiet --out none");
+  EXPECT_EQ(usual.code, 0) << usual.err;
 }
 
 TEST_F(Cli, AnAddressSpaceLimitTooSmallIsOneLineNotAHang) {

@@ -44,6 +44,17 @@ TEST_F(Cli, FullDiskIsAOneLineErrorAndPublishesNothing) {
   }
 }
 
+TEST_F(Cli, ResultsThatCannotReachStandardOutputAreAnErrorNotExitZero) {
+  // The metrics table goes to stdout: behind a full device it is lost, and the run says so.
+  auto r = run("--epochs 1 --particles 2 --quiet --out none > /dev/full");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines_of(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("push train: cannot write to standard output"), std::string::npos) << r.err;
+  // A run that printed nothing there has nothing to lose.
+  r = run("--help > /dev/null");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 TEST_F(Cli, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   auto first = run("--epochs 2 --particles 2 --model mlp:8 --quiet --save ck --out a");
   ASSERT_EQ(first.code, 0) << first.err;

@@ -141,6 +141,10 @@ class Cli : public ::testing::Test {
         const rlimit cap{address_space_, address_space_};
         ::setrlimit(RLIMIT_AS, &cap);
       }
+      if (stack_ != RLIM_INFINITY) {
+        const rlimit cap{stack_, stack_};
+        ::setrlimit(RLIMIT_STACK, &cap);
+      }
       if (open_files_ != RLIM_INFINITY) {
         const rlimit cap{open_files_, open_files_};
         ::setrlimit(RLIMIT_NOFILE, &cap);
@@ -215,6 +219,8 @@ class Cli : public ::testing::Test {
   rlim_t address_space_ = RLIM_INFINITY;
   /// The open-files limit (RLIMIT_NOFILE, `ulimit -n`) of the runs run() starts.
   rlim_t open_files_ = RLIM_INFINITY;
+  /// The stack size limit (ulimit -s) of run()'s push train, in bytes.
+  rlim_t stack_ = RLIM_INFINITY;
   bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
   /// Every entry of the test's folder (names), hidden ones included.
   std::vector<std::string> entries(const fs::path& sub = {}) {

@@ -107,6 +107,12 @@ TEST_F(Csv, GarbageIsQuotedPrintablyAndLinesAreBounded) {
   EXPECT_PUSH_ERROR(load_csv(write("long.csv", "a,b\n" + std::string((1 << 20) + 10, '1') + "\n")),
                     "long.csv line 2 is longer than 1048576 bytes");
   EXPECT_PUSH_ERROR(load_csv("/dev/zero"), "'/dev/zero' is not a regular file");
+  // A program given as data (an ELF header: \x7fELF, then NUL bytes) is named for what it
+  // is, not taken for a header with two columns of one name.
+  EXPECT_PUSH_ERROR(load_csv(write("prog.csv", std::string("\x7f"
+                                                           "ELF\x02\x01\x01\0\0\0,\0\0\n1,2\n",
+                                                           18))),
+                    "prog.csv line 1 holds a NUL byte: it is a binary file, not a CSV text file");
 }
 
 TEST_F(Csv, ValuesBeyondFloat32AreRejectedWithTheirPlace) {
