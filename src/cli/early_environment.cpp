@@ -15,7 +15,7 @@ namespace push::cli {
 namespace {
 
 /// Whether `text` is a whole number from 1 to `most`, or a comma-separated list of them
-/// (OpenMP's threads per nesting level); `end` gets where it stopped.
+/// (OpenMP's threads per nesting level).
 bool thread_counts(const char* text, long most) {
   if (*text == '\0') return false;
   for (const char* c = text;;) {
