@@ -156,7 +156,8 @@ TEST_F(Cli, AnOmpNumThreadsThatIsNotACountIsOneLineBeforeAnyLibraryReadsIt) {
   for (const std::string value : {"1", "2,1"}) {
     auto r = run("--epochs 1 --particles 2 --quiet --out none", -1, "", {"OMP_NUM_THREADS=" + value});
     EXPECT_EQ(r.code, 0) << "'" << value << "': " << r.err;
-    EXPECT_EQ(r.err, "") << "'" << value << "'";
+    // Neither push nor the libraries say a word about it.
+    EXPECT_EQ(r.err.find("OMP_NUM_THREADS"), std::string::npos) << "'" << value << "': " << r.err;
   }
 }
 
