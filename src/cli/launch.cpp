@@ -72,30 +72,29 @@ int usage() {
 /// Why `program` cannot be run (as execvp would look for it: a path as it is, a bare name in
 /// PATH), or "" when it can: said once by the launcher, not once by each rank.
 std::string program_refusal(const std::string& program) {
-  auto runnable = [](const std::string& path) {
+  // Why the file at `path` cannot be run, or nullptr when it can.
+  auto refusal = [](const std::string& path) -> const char* {
     struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+    if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+    if (S_ISDIR(st.st_mode)) return "it is a folder";
+    if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+    if (::access(path.c_str(), X_OK) != 0) return "it is not executable (chmod +x?)";
+    return nullptr;
   };
+  const std::string shown = push::detail::printable(program);
   if (program.find('/') != std::string::npos) {
-    if (runnable(program)) return "";
-    struct stat st {};
-    const int found = ::stat(program.c_str(), &st);
-    const char* why = found != 0             ? std::strerror(errno)
-                      : S_ISDIR(st.st_mode)  ? "it is a folder"
-                      : !S_ISREG(st.st_mode) ? "it is not a regular file"
-                                             : "it is not executable (chmod +x?)";
-    return c10::str("cannot run ", push::detail::printable(program), ": ", why);
+    const char* why = refusal(program);
+    return why == nullptr ? "" : c10::str("cannot run ", shown, ": ", why);
   }
   const char* path = std::getenv("PATH");
   const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   for (std::size_t at = 0; at <= dirs.size();) {
     const std::size_t end = std::min(dirs.find(':', at), dirs.size());
     const std::string dir = end > at ? dirs.substr(at, end - at) : ".";
-    if (runnable(dir + "/" + program)) return "";
+    if (refusal(dir + "/" + program) == nullptr) return "";
     at = end + 1;
   }
-  return c10::str("cannot run ", push::detail::printable(program), ": no such program in PATH (give its path, e.g. ./",
-                  push::detail::printable(program), ")");
+  return c10::str("cannot run ", shown, ": no such program in PATH (give its path, e.g. ./", shown, ")");
 }
 
 /// Fills `a` from the command line; returns the exit status when the launcher ends here

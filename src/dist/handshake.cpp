@@ -32,6 +32,21 @@ void append(std::string& out, int v) {
   out.append(reinterpret_cast<const char*>(&u), sizeof(u));
 }
 
+/// HMAC of what a connection's handshake fixed (both nonces, both ranks, the listener's
+/// address) under `purpose` and `part`: the proofs and the session keys are each one.
+Bytes transcript_mac(const Bytes& key, std::string_view purpose, std::string_view part, const Bytes& dialer_nonce,
+                     const Bytes& listener_nonce, int dialer, int listener, std::string_view listener_address) {
+  std::string message(purpose);
+  message.append(part);
+  message.push_back('\n');
+  append(message, dialer_nonce);
+  append(message, listener_nonce);
+  append(message, dialer);
+  append(message, listener);
+  message.append(listener_address);
+  return hmac(key, message);
+}
+
 std::vector<char> frame(uint16_t type, uint64_t id, std::initializer_list<const Bytes*> parts) {
   wire::Header h;
   h.type = type;
@@ -109,29 +124,15 @@ Bytes group_key(const Bytes& secret, const std::string& prefix) {
 
 Bytes proof(const Bytes& key, std::string_view role, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
             int listener, std::string_view listener_address) {
-  std::string message("push rpc handshake\n");
-  message.append(role);
-  message.push_back('\n');
-  append(message, dialer_nonce);
-  append(message, listener_nonce);
-  append(message, dialer);
-  append(message, listener);
-  message.append(listener_address);
-  return hmac(key, message);
+  return transcript_mac(key, "push rpc handshake\n", role, dialer_nonce, listener_nonce, dialer, listener,
+                        listener_address);
 }
 
 SessionKeys session_keys(const Bytes& key, const Bytes& dialer_nonce, const Bytes& listener_nonce, int dialer,
                          int listener, std::string_view listener_address) {
   auto derive = [&](std::string_view direction) {
-    std::string message("push rpc session key\n");
-    message.append(direction);
-    message.push_back('\n');
-    append(message, dialer_nonce);
-    append(message, listener_nonce);
-    append(message, dialer);
-    append(message, listener);
-    message.append(listener_address);
-    return hmac(key, message);
+    return transcript_mac(key, "push rpc session key\n", direction, dialer_nonce, listener_nonce, dialer, listener,
+                          listener_address);
   };
   return {derive("dialer to listener"), derive("listener to dialer")};
 }

@@ -4,10 +4,10 @@
 // host the bytes are encrypted; within it they travel as they are, authenticated.
 #include "dist_test_util.h"
 #include "raw_peer.h"
+#include "solo_member.h"
 
 #include "dist/frame_seal.h"
 #include "dist/handshake.h"
-#include "dist/rpc_test_access.h"
 
 #include <test_util.h>
 
@@ -18,35 +18,17 @@
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
 using push::testing::RawPeer;
+using push::testing::SoloMember;
 namespace wire = push::dist::detail::wire;
 namespace hs = push::dist::detail::handshake;
 using push::dist::detail::FrameSeal;
 using push::dist::detail::kTagBytes;
-using push::dist::detail::RpcTestAccess;
 using push::dist::detail::Tag;
 
 namespace {
 
-c10::IValue sealed_answer(const RpcArgs&) { return c10::IValue(int64_t{42}); }
 c10::IValue sealed_echo(const RpcArgs& a) { return a.at(0); }
-PUSH_RPC_FUNCTION(sealed_answer);
 PUSH_RPC_FUNCTION(sealed_echo);
-
-struct SealedMember {
-  SealedMember()
-      : world(push::dist::WorldOptions().master_port(push::dist::free_port()).init_timeout(30s)),
-        rpc(world.rpc_group("sealed", {world.name()}, push::dist::RpcGroupOptions().timeout(10s))) {}
-  push::dist::World world;
-  push::dist::RpcGroup rpc;
-  int port() const { return RpcTestAccess::port(rpc); }
-  hs::Bytes key() const { return RpcTestAccess::key(rpc); }
-  bool answers() const {
-    RawPeer peer(port(), key());
-    if (!peer.write(RawPeer::call_frame(7, "sealed_answer", {}))) return false;
-    auto reply = peer.read_reply(10s);
-    return reply && reply->header.type == wire::kReplyOk && reply->value.toInt() == 42;
-  }
-};
 
 /// Seals `head` and `meta` as one segment of `seal`, the way a frame's head travels.
 std::vector<char> sealed_segment(FrameSeal& seal, const std::string& head, const std::string& meta) {
@@ -140,7 +122,7 @@ TEST(FrameSeal, EachConnectionAndDirectionHasItsOwnKeyAndOnlyOffHostLinksAreEncr
 }
 
 TEST(RpcSealed, AFrameChangedOnTheWayClosesItsConnectionAndNamesThePeer) {
-  SealedMember m;
+  SoloMember m;
   testing::internal::CaptureStderr();
   bool closed = false;
   {
@@ -160,7 +142,7 @@ TEST(RpcSealed, AFrameChangedOnTheWayClosesItsConnectionAndNamesThePeer) {
 }
 
 TEST(RpcSealed, TensorBytesChangedOnTheWayAreNeverDelivered) {
-  SealedMember m;
+  SoloMember m;
   for (const std::size_t floats : {std::size_t{16}, std::size_t{1} << 18}) {  // staged; read into the tensor
     RawPeer peer(m.port(), m.key());
     auto bytes = peer.seal(RawPeer::call_frame(1, "sealed_echo", {torch::zeros({static_cast<int64_t>(floats)})}));
@@ -173,11 +155,11 @@ TEST(RpcSealed, TensorBytesChangedOnTheWayAreNeverDelivered) {
 }
 
 TEST(RpcSealed, AFrameReplayedOrSealedForAnotherConnectionIsRefused) {
-  SealedMember m;
+  SoloMember m;
   std::vector<char> recorded;
   {
     RawPeer peer(m.port(), m.key());
-    recorded = peer.seal(RawPeer::call_frame(1, "sealed_answer", {}));
+    recorded = peer.seal(RawPeer::call_frame(1, "solo_answer", {}));
     ASSERT_TRUE(peer.write_unsealed(recorded));
     ASSERT_TRUE(peer.read_reply(10s));
     ASSERT_TRUE(peer.write_unsealed(recorded));  // the same frame again on its connection

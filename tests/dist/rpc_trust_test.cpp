@@ -4,6 +4,7 @@
 // pending handshakes, each timed out, and no busy loop when file descriptors run out.
 #include "dist_test_util.h"
 #include "raw_peer.h"
+#include "solo_member.h"
 
 #include "dist/handshake.h"
 #include "dist/rpc_test_access.h"
@@ -27,24 +28,7 @@ using push::dist::detail::RpcTestAccess;
 
 namespace {
 
-c10::IValue trust_answer(const RpcArgs&) { return c10::IValue(int64_t{42}); }
-PUSH_RPC_FUNCTION(trust_answer);
-
-struct Group {
-  explicit Group(push::dist::RpcGroupOptions o = push::dist::RpcGroupOptions())
-      : world(push::dist::WorldOptions().master_port(push::dist::free_port()).init_timeout(30s)),
-        rpc(world.rpc_group("solo", {world.name()}, o.timeout(10s))) {}
-  push::dist::World world;
-  push::dist::RpcGroup rpc;
-  int port() const { return RpcTestAccess::port(rpc); }
-  hs::Bytes key() const { return RpcTestAccess::key(rpc); }
-  bool answers() const {
-    RawPeer peer(port(), key());
-    if (!peer.write(RawPeer::call_frame(7, "trust_answer", {}))) return false;
-    auto reply = peer.read_reply(10s);
-    return reply && reply->header.type == wire::kReplyOk && reply->value.toInt() == 42;
-  }
-};
+using Group = push::testing::SoloMember;
 
 std::vector<char> bytes_of(const hs::Bytes& b) { return std::vector<char>(b.begin(), b.end()); }
 
@@ -80,7 +64,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     RawPeer peer(g.port());
     const std::string token = "push/rpc/solo#0/";
     peer.write(RawPeer::frame(wire::kHello, 0, std::vector<char>(token.begin(), token.end())));
-    peer.write(RawPeer::call_frame(1, "trust_answer", {}));
+    peer.write(RawPeer::call_frame(1, "solo_answer", {}));
     EXPECT_TRUE(peer.closed_within(10s));
   }
   // A hello, then a call instead of the proof.
@@ -88,7 +72,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     RawPeer peer(g.port());
     peer.write(hs::hello_frame(0, hs::random_bytes()));
     ASSERT_TRUE(peer.read_bytes(hs::kChallengeBytes, 10s));
-    peer.write(RawPeer::call_frame(1, "trust_answer", {}));
+    peer.write(RawPeer::call_frame(1, "solo_answer", {}));
     EXPECT_TRUE(peer.closed_within(10s));
   }
   // A proof made with another key; and a dialer with another key does not trust the member.
@@ -103,7 +87,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     hs::Bytes theirs;
     std::memcpy(theirs.data(), challenge->data() + wire::kHeaderBytes, hs::kBytes);
     peer.write(hs::proof_frame(hs::proof(wrong, "dialer", mine, theirs, 0, 0, c10::str("127.0.0.1:", g.port()))));
-    peer.write(RawPeer::call_frame(1, "trust_answer", {}));
+    peer.write(RawPeer::call_frame(1, "solo_answer", {}));
     EXPECT_FALSE(peer.read_reply(2s));
     EXPECT_TRUE(peer.closed_within(10s));
   }
@@ -124,7 +108,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     proof = hs::proof_frame(hs::proof(g.key(), "dialer", mine, theirs, 0, 0, address));
     peer.write(proof);
     peer.seal_with(hs::session_keys(g.key(), mine, theirs, 0, 0, address));
-    peer.write(RawPeer::call_frame(1, "trust_answer", {}));
+    peer.write(RawPeer::call_frame(1, "solo_answer", {}));
     ASSERT_TRUE(peer.read_reply(10s));  // the recording was of a good handshake
   }
   {
@@ -132,7 +116,7 @@ TEST(RpcTrust, OnlyAConnectionThatProvesTheGroupKeyGetsIn) {
     peer.write(hello);
     ASSERT_TRUE(peer.read_bytes(hs::kChallengeBytes, 10s));
     peer.write(proof);
-    peer.write(RawPeer::call_frame(1, "trust_answer", {}));
+    peer.write(RawPeer::call_frame(1, "solo_answer", {}));
     EXPECT_TRUE(peer.closed_within(10s));
   }
   // A rank outside the group.

@@ -4,8 +4,8 @@
 // hang a member nor stop it answering.
 #include "dist_test_util.h"
 #include "raw_peer.h"
+#include "solo_member.h"
 
-#include "dist/rpc_test_access.h"
 #include "dist/shm_ring.h"
 
 #include <test_util.h>
@@ -18,38 +18,16 @@
 using namespace std::chrono_literals;
 using push::dist::RpcArgs;
 using push::testing::RawPeer;
+using push::testing::SoloMember;
 namespace wire = push::dist::detail::wire;
-using push::dist::detail::RpcTestAccess;
 using push::dist::detail::SendRing;
 
 namespace {
 
 c10::IValue wire_echo(const RpcArgs& a) { return a.at(0); }
-c10::IValue wire_rank(const RpcArgs&) { return c10::IValue(int64_t{42}); }
 PUSH_RPC_FUNCTION(wire_echo);
-PUSH_RPC_FUNCTION(wire_rank);
 
 c10::IValue round_trip(const c10::IValue& v) { return wire::copy_value(v); }
-
-/// A one-member group in this process, for raw clients to talk to.
-struct Solo {
-  explicit Solo(uint64_t max_bytes = uint64_t{1} << 20)
-      : world(push::dist::WorldOptions().master_port(push::dist::free_port()).init_timeout(30s)),
-        rpc(world.rpc_group("solo", {world.name()},
-                            push::dist::RpcGroupOptions().max_message_bytes(max_bytes).timeout(10s))) {}
-  push::dist::World world;
-  push::dist::RpcGroup rpc;
-  int port() const { return RpcTestAccess::port(rpc); }
-  push::dist::detail::handshake::Bytes key() const { return RpcTestAccess::key(rpc); }
-  /// A fresh connection gets an answer to a well-formed call.
-  bool answers() const {
-    RawPeer peer(port(), key());
-    if (!peer.write(RawPeer::call_frame(7, "wire_rank", {}))) return false;
-    auto reply = peer.read_reply(10s);
-    return reply && reply->header.type == wire::kReplyOk && reply->header.id == 7 && reply->value.isInt() &&
-           reply->value.toInt() == 42;
-  }
-};
 
 }  // namespace
 
@@ -99,7 +77,7 @@ TEST(RpcWire, UnsupportedValuesAreRefusedByName) {
 }
 
 TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
-  Solo solo;
+  SoloMember solo(push::dist::RpcGroupOptions().max_message_bytes(uint64_t{1} << 20));
   // A frame that is well formed but whose value is not a call fails that call only.
   {
     RawPeer peer(solo.port(), solo.key());
@@ -111,7 +89,7 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
     EXPECT_EQ(reply->header.id, 1u);
     EXPECT_NE(reply->value.toStringRef().find("expected (name, (args...))"), std::string::npos);
     // A value cut short: its bytes are consumed, its call fails, the connection goes on.
-    auto good = RawPeer::call_frame(2, "wire_rank", {});
+    auto good = RawPeer::call_frame(2, "solo_answer", {});
     std::vector<char> meta(good.begin() + wire::kHeaderBytes, good.end());
     meta.resize(meta.size() - 3);
     ASSERT_TRUE(peer.write(RawPeer::frame(wire::kCall, 2, meta)));
@@ -140,18 +118,18 @@ TEST(RpcWire, MalformedFramesFailTheirCallOrCloseTheirConnection) {
     peer->write(bytes);
     return peer->closed_within(10s);
   };
-  auto bad_magic = RawPeer::call_frame(1, "wire_rank", {});
+  auto bad_magic = RawPeer::call_frame(1, "solo_answer", {});
   bad_magic[0] ^= 0x5a;
   EXPECT_TRUE(closes(true, bad_magic));
   EXPECT_TRUE(closes(true, RawPeer::frame(99, 1, {'x'})));              // unknown type
   EXPECT_TRUE(closes(true, RawPeer::frame(wire::kReplyOk, 1, {'x'})));  // a reply as a request
   EXPECT_TRUE(
       closes(true, RawPeer::frame(wire::kCall, 1, {}, 0, std::vector<char>(uint64_t{2} << 20))));  // over the limit
-  EXPECT_TRUE(closes(false, RawPeer::call_frame(1, "wire_rank", {})));                             // no handshake first
+  EXPECT_TRUE(closes(false, RawPeer::call_frame(1, "solo_answer", {})));                           // no handshake first
   const push::dist::detail::handshake::Bytes nonce{};
   EXPECT_TRUE(closes(true, push::dist::detail::handshake::hello_frame(0, nonce)));  // a second hello
   EXPECT_TRUE(solo.answers());
-  EXPECT_EQ(solo.rpc.rpc_sync(solo.world.name(), "wire_rank").toInt(), 42);
+  EXPECT_EQ(solo.rpc.rpc_sync(solo.world.name(), "solo_answer").toInt(), 42);
 }
 
 namespace {
@@ -183,7 +161,7 @@ std::vector<char> note(uint64_t bytes) {
 }  // namespace
 
 TEST(RpcWire, RingsAreCheckedBeforeTheyAreMappedAndTheirDataArrives) {
-  Solo solo;
+  SoloMember solo(push::dist::RpcGroupOptions().max_message_bytes(uint64_t{1} << 20));
   constexpr uint64_t kSlot = 64 << 10;
   std::string why;
   auto ring = SendRing::create(kSlot, 2, why);
@@ -226,10 +204,10 @@ TEST(RpcWire, RingsAreCheckedBeforeTheyAreMappedAndTheirDataArrives) {
 }
 
 TEST(RpcWire, TenThousandRandomAndMutatedFramesNeitherCrashNorHangAMember) {
-  Solo solo(uint64_t{1} << 16);
+  SoloMember solo(push::dist::RpcGroupOptions().max_message_bytes(uint64_t{1} << 16));
   std::mt19937_64 rng(20261123);
   const std::vector<std::vector<char>> seeds = {
-      RawPeer::call_frame(1, "wire_rank", {}),
+      RawPeer::call_frame(1, "solo_answer", {}),
       RawPeer::call_frame(2, "wire_echo", {torch::arange(6.0).reshape({2, 3})}),
       RawPeer::call_frame(3, "wire_echo",
                           {c10::ivalue::Tuple::create({c10::IValue(std::string("a")), c10::IValue(1.5)})}),
