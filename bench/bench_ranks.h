@@ -1,7 +1,7 @@
 // Starting the other ranks of a distributed benchmark: rank 0 (no PUSH_DIST_BENCH_CHILD in
 // its environment) picks a free loopback port, sets torchrun's variables and forks + execs
-// itself once per other rank; each child dies with rank 0 (PR_SET_PDEATHSIG). And the job's
-// store as c10d sees it, for the baselines that call c10d directly.
+// itself once per other rank; each child dies with rank 0 (PR_SET_PDEATHSIG). And a c10d
+// TCPStore for the baselines that call c10d directly.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -21,14 +21,28 @@
 
 namespace push_bench {
 
-/// A client of `world`'s store (rank 0 hosts it) as c10d's own type: what the raw Gloo
-/// group and LibTorch's TensorPipeAgent meet through. push::dist::Store hides c10d.
+/// A c10d TCPStore for the job of `world` (rank 0 hosts it, on the port start_ranks drew
+/// into PUSH_BENCH_C10D_PORT): what the raw Gloo group and LibTorch's TensorPipeAgent meet
+/// through in the baselines, as they would in a program on c10d alone. (push's own store
+/// speaks only to clients that prove the job's secret.)
 inline c10::intrusive_ptr<c10d::Store> c10d_store(const push::dist::World& world) {
   c10d::TCPStoreOptions o;
-  o.port = static_cast<uint16_t>(world.options().master_port());
+  o.port = static_cast<uint16_t>(std::atoi(std::getenv("PUSH_BENCH_C10D_PORT")));
   o.isServer = false;
   o.waitWorkers = false;
   o.timeout = world.options().init_timeout();
+  if (world.rank() == 0) {
+    // The server, started once and kept for the life of the process (never destroyed: the
+    // baselines' groups may outlive any owner here). Each call gets a client of its own.
+    static const auto* server = [&] {
+      c10d::TCPStoreOptions s = o;
+      s.isServer = true;
+      s.numWorkers = static_cast<std::size_t>(world.size());
+      return new c10::intrusive_ptr<c10d::TCPStore>(
+          c10::make_intrusive<c10d::TCPStore>(world.options().master_addr(), s));
+    }();
+    (void)server;
+  }
   return c10::make_intrusive<c10d::TCPStore>(world.options().master_addr(), o);
 }
 
@@ -39,6 +53,7 @@ inline std::vector<pid_t> start_ranks(char* argv0, int world_size) {
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(push::dist::free_port()).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
+  setenv("PUSH_BENCH_C10D_PORT", std::to_string(push::dist::free_port()).c_str(), 1);
   std::vector<pid_t> peers;
   for (int rank = 1; rank < world_size; ++rank) {
     const pid_t peer = fork();

@@ -373,8 +373,8 @@ int supervise(Ranks& ranks, int first, std::chrono::seconds grace) {
 int launch_main(int argc, char** argv) {
   LaunchArgs a;
   if (const auto exit_status = parse_launch_args(argc, argv, a)) return *exit_status;
-  // Rank 0's store (c10d::TCPStore) listens on MASTER_PORT of every address, not only
-  // on MASTER_ADDR: the port must be free on all of them.
+  // A port free on every address (rank 0's store binds it on MASTER_ADDR only, and the
+  // address each host's ranks use for it may differ from the one this host sees).
   if (a.port == 0) a.port = push::dist::free_port("0.0.0.0");
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);

@@ -56,17 +56,6 @@ const Array* explicit_padding(const Padding& padding) {
 /// first), so a 1.13 client's requests to a 2.x server go unanswered.
 inline constexpr bool kJoinsTorchrun2Store = PUSH_TORCH_AT_LEAST(2, 0);
 
-/// Whether this LibTorch's TCPStore server can take a listening socket of push's own
-/// (TCPStoreOptions::masterListenFd, 2.x), so that it listens only where MASTER_ADDR says.
-/// 1.13's cannot: its server binds MASTER_PORT on every interface.
-inline constexpr bool kStoreTakesListenFd = PUSH_TORCH_AT_LEAST(2, 2);
-/// Hands `fd` (bound and listening) to the store server of `options` (c10d's
-/// TCPStoreOptions); only when kStoreTakesListenFd.
-template <class StoreOptions>
-void give_store_listen_fd(StoreOptions& options, int fd) {
-  if constexpr (kStoreTakesListenFd) options.masterListenFd = fd;
-}
-
 /// Whether the host store should use page-locked memory for `device`.
 inline bool wants_pinned_host(const torch::Device& device) { return device.is_cuda(); }
 

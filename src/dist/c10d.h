@@ -1,6 +1,7 @@
 #pragma once
 // The c10d side of push::dist: the state behind World and CollectiveGroup handles, on
-// c10d's TCPStore and ProcessGroupGloo. Only src/dist includes it.
+// push's own store (c10d's TCPStore under a launcher that hosts one) and c10d's
+// ProcessGroupGloo. Only src/dist includes it.
 // c10d's Gloo headers are guarded by USE_C10D_GLOO, which Debian's libtorch (built with
 // Gloo) does not export through its CMake config. The symbols are in libtorch_cpu.
 #ifndef USE_C10D_GLOO
@@ -12,6 +13,8 @@
 
 #include "core/torch_compat.h"
 #include "handshake.h"
+#include "rendezvous/job_store.h"
+#include "rendezvous/store_server.h"
 #include "store_barrier.h"
 
 #include <push/dist/collective.h>
@@ -30,9 +33,10 @@ namespace push::dist::detail {
 struct WorldState {
   WorldOptions options;
   std::vector<std::string> names;
-  handshake::Bytes secret{};  // the job's (world_join.h): RPC group keys derive from it
-  std::string secret_file;    // where rank 0 handed a secret it drew to the others (secret_file.h)
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  handshake::Bytes secret{};            // the job's (world_join.h): RPC group keys derive from it
+  std::string secret_file;              // where rank 0 handed a secret it drew to the others (secret_file.h)
+  std::unique_ptr<StoreServer> server;  // rank 0's, when push hosts the store (not a launcher)
+  c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<::gloo::transport::Device> device;
   std::unique_ptr<StoreBarrier> barrier;
   bool joined = false;  // the constructor finished: leaving is coordinated with the others
@@ -49,6 +53,8 @@ struct WorldState {
   void mark_lost(int rank, bool lost);
 
   ~WorldState();
+  /// The key of push's own store (JobStore::key_for).
+  handshake::Bytes store_key() const { return JobStore::key_for(secret, options.job_id()); }
   /// A fresh client of the job's store (for blocking waits).
   c10::intrusive_ptr<c10d::Store> new_client() const;
   /// A Gloo process group over `ranks` (this rank included), keyed under `prefix`.

@@ -84,11 +84,11 @@ void write(const std::string& path, const handshake::Bytes& secret) {
   }
 }
 
-handshake::Bytes read(const std::string& path, const std::string& fingerprint) {
+std::optional<handshake::Bytes> try_read(const std::string& path) {
   const std::string cannot = c10::str("rank 0 drew the job's secret into ", path, ", which this rank cannot use: ");
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  PUSH_CHECK(fd >= 0, kOrigin, cannot, std::strerror(errno),
-             errno == ENOENT ? " (is this rank on another host than rank 0?); " : "; ", kHowInstead);
+  if (fd < 0 && errno == ENOENT) return std::nullopt;
+  PUSH_CHECK(fd >= 0, kOrigin, cannot, std::strerror(errno), "; ", kHowInstead);
   struct stat st {};
   const bool stated = ::fstat(fd, &st) == 0;
   std::string why = !stated                ? std::string(std::strerror(errno))
@@ -104,10 +104,17 @@ handshake::Bytes read(const std::string& path, const std::string& fingerprint) {
   }
   ::close(fd);
   PUSH_CHECK(why.empty(), kOrigin, cannot, why, "; ", kHowInstead);
-  const handshake::Bytes secret = handshake::from_hex(std::string(text, 2 * handshake::kBytes), path.c_str());
-  PUSH_CHECK(handshake::fingerprint(secret) == fingerprint, kOrigin, cannot,
+  return handshake::from_hex(std::string(text, 2 * handshake::kBytes), path.c_str());
+}
+
+handshake::Bytes read(const std::string& path, const std::string& fingerprint) {
+  const std::string cannot = c10::str("rank 0 drew the job's secret into ", path, ", which this rank cannot use: ");
+  const auto secret = try_read(path);
+  PUSH_CHECK(secret.has_value(), kOrigin, cannot, std::strerror(ENOENT),
+             " (is this rank on another host than rank 0?); ", kHowInstead);
+  PUSH_CHECK(handshake::fingerprint(*secret) == fingerprint, kOrigin, cannot,
              "it holds another secret than rank 0's (a file of an earlier job?); ", kHowInstead);
-  return secret;
+  return *secret;
 }
 
 }  // namespace push::dist::detail::secret_file

@@ -10,6 +10,7 @@
 // it. The file's name derives from MASTER_ADDR, MASTER_PORT and the job id; rank 0 writes it
 // before it publishes its record (which carries the secret's fingerprint) and removes it
 // when it leaves; the others read it after that record and check the fingerprint.
+#include <optional>
 #include <string>
 
 #include "handshake.h"
@@ -27,5 +28,9 @@ void write(const std::string& path, const handshake::Bytes& secret);
 /// for anyone else, and have `fingerprint` (handshake::fingerprint). Throws push::Error
 /// saying what is wrong and how to give the job a secret instead.
 handshake::Bytes read(const std::string& path, const std::string& fingerprint);
+
+/// Like read, with no fingerprint to check (the store's handshake proves it instead), and
+/// nothing when there is no file at `path` yet.
+std::optional<handshake::Bytes> try_read(const std::string& path);
 
 }  // namespace push::dist::detail::secret_file

@@ -1,4 +1,5 @@
-// World: rendezvous through c10d's TCPStore, names, the default Gloo group, groups.
+// World: rendezvous through push's own store (rendezvous/; c10d's TCPStore under a launcher
+// that hosts one), names, the default Gloo group, groups.
 #include "c10d.h"
 #include "core/clock.h"
 #include "core/torch_compat.h"
@@ -24,39 +25,6 @@ namespace detail {
 std::string bytes_to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> string_to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 std::string current_message() { return push::detail::describe(std::current_exception()); }
-
-namespace {
-
-/// A socket listening on `host`:`port` only (not every interface), for the store server.
-/// Throws push::Error naming the address.
-int store_listen_fd(const std::string& host, int port) {
-  constexpr const char* origin = "push::dist::World";
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  PUSH_CHECK(::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) == 0, origin,
-             "cannot resolve MASTER_ADDR '", host, "'");
-  std::string why = "no address";
-  int fd = -1;
-  for (auto* a = list; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-      why = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(list);
-  PUSH_CHECK(fd >= 0, origin, "rank 0 cannot host the store at ", host, ":", port, ": ", why,
-             " (is MASTER_ADDR an address of this host, and MASTER_PORT free?)");
-  return fd;
-}
-
-}  // namespace
 
 WorldState::~WorldState() {
   // Rank 0 hosts the store: it stays until the others have left (or shutdown_timeout),
@@ -109,6 +77,16 @@ void WorldState::mark_lost(int rank, bool lost) {
 }
 
 c10::intrusive_ptr<c10d::Store> WorldState::new_client() const {
+  if (!options.launcher_hosts_store()) {
+    JobStore::Options jo;
+    jo.host = options.master_addr();
+    jo.port = options.master_port();
+    jo.job_id = options.job_id();
+    jo.rank = options.rank();
+    jo.world_size = options.world_size();
+    jo.timeout = options.init_timeout();
+    return c10::make_intrusive<JobStore>(jo, store_key(), std::chrono::steady_clock::now() + options.init_timeout());
+  }
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(options.master_port());
   o.isServer = false;
@@ -260,17 +238,11 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
              TORCH_VERSION,
              ", whose store client cannot talk to torchrun 2.x's: start this build with push launch, mpirun or "
              "srun, or use the LibTorch 2.x build (./scripts/setup --libtorch wheel)");
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(options.master_port());
-  store_options.isServer = options.rank() == 0 && !options.launcher_hosts_store();
-  store_options.numWorkers = static_cast<size_t>(options.world_size());
-  // join_job below is the wait for every rank (its error says who is missing); LibTorch
-  // 2.x's own wait in the constructor would report it as a store that cannot start.
-  store_options.waitWorkers = false;
-  store_options.timeout = options.init_timeout();
+  const bool own_store = !options.launcher_hosts_store();
   const auto deadline = push::detail::Clock::deadline_after(options.init_timeout());
   // Every store call until the job is joined ends by the deadline, even against a store that
-  // accepts and never answers (LibTorch 1.13's client has no timeout of its own).
+  // accepts and never answers (LibTorch 1.13's client has no timeout of its own; push's own
+  // store bounds each call itself).
   // (A little after the deadline: a store that answers reports its own timeouts first.)
   detail::StoreDeadline bounded(options.master_addr(), options.master_port(),
                                 deadline + std::chrono::milliseconds(500) + options.init_timeout() / 10);
@@ -279,20 +251,33 @@ World::World(WorldOptions options) : state_(std::make_shared<detail::WorldState>
                           where, " did not answer ", doing, " within ", options.init_timeout().count(),
                           " ms (init_timeout): is rank 0 stopped, or is another program listening on MASTER_PORT?"));
   };
-  try {
-    if (store_options.isServer) {
-      if constexpr (compat::kStoreTakesListenFd) {
-        compat::give_store_listen_fd(store_options,
-                                     detail::store_listen_fd(options.master_addr(), options.master_port()));
-      }
+  detail::take_secret(s);
+  if (own_store) {
+    // push's own store (rendezvous/store_server.h): only ranks that prove the job's secret
+    // read or write it, and it listens on MASTER_ADDR only, on both LibTorch builds.
+    try {
+      s.store = detail::open_own_store(s, std::chrono::steady_clock::now() + options.init_timeout());
+    } catch (const Error& e) {
+      throw Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(),
+                           (options.rank() == 0 ? " cannot host the store at " : " cannot reach the store at "), where,
+                           " (MASTER_ADDR:MASTER_PORT) within ", options.init_timeout().count(), " ms: ", e.what()));
     }
-    s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
-  } catch (const std::exception&) {
-    if (bounded.fired()) throw late("the connection");
-    throw Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(),
-                         (store_options.isServer ? " cannot host the store at " : " cannot reach the store at "), where,
-                         " (MASTER_ADDR:MASTER_PORT) within ", options.init_timeout().count(),
-                         " ms: ", detail::current_message()));
+  } else {
+    // The launcher's (torchrun's) c10d TCPStore: push is only its client.
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.master_port());
+    store_options.isServer = false;
+    store_options.numWorkers = static_cast<size_t>(options.world_size());
+    store_options.waitWorkers = false;
+    store_options.timeout = options.init_timeout();
+    try {
+      s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr(), store_options);
+    } catch (const std::exception&) {
+      if (bounded.fired()) throw late("the connection");
+      throw Error(c10::str("[", origin, "] rank ", options.rank(), " of ", options.world_size(),
+                           " cannot reach the launcher's store at ", where, " (MASTER_ADDR:MASTER_PORT) within ",
+                           options.init_timeout().count(), " ms: ", detail::current_message()));
+    }
   }
   try {
     detail::join_job(s, deadline);

@@ -5,13 +5,18 @@
 #include <set>
 #include <sstream>
 
+#include <thread>
+
 #include "handshake.h"
+#include "rendezvous/job_store.h"
+#include "rendezvous/store_server.h"
 #include "secret_file.h"
 
 namespace push::dist::detail {
 namespace {
 
 using push::detail::Clock;
+using Steady = std::chrono::steady_clock;
 constexpr const char* kOrigin = "push::dist::World";
 
 struct Record {
@@ -73,6 +78,91 @@ std::string this_process() {
   return c10::str(host, ":", ::getpid());
 }
 
+int store_listen_fd(const std::string& host, int port) {
+  constexpr const char* origin = "push::dist::World";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  PUSH_CHECK(::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) == 0, origin,
+             "cannot resolve MASTER_ADDR '", host, "'");
+  std::string why = "no address";
+  int fd = -1;
+  for (auto* a = list; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(list);
+  PUSH_CHECK(fd >= 0, origin, "rank 0 cannot host the store at ", host, ":", port, ": ", why,
+             " (is MASTER_ADDR an address of this host, and MASTER_PORT free?)");
+  return fd;
+}
+
+void take_secret(WorldState& s) {
+  const WorldOptions& o = s.options;
+  if (!o.job_secret().empty()) {
+    s.secret = handshake::from_hex(o.job_secret(), "PUSH_JOB_SECRET");
+  } else if (o.rank() == 0) {
+    // Drawn here and handed to the others through a file only this user can read (before
+    // the store listens: the others need it to join the store), never through the store.
+    s.secret = handshake::random_bytes();
+    if (o.world_size() > 1) {
+      s.secret_file = secret_file::path_for(o.master_addr(), o.master_port(), o.job_id());
+      secret_file::write(s.secret_file, s.secret);
+    }
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> open_own_store(WorldState& s, Steady::time_point deadline) {
+  const WorldOptions& o = s.options;
+  JobStore::Options jo;
+  jo.host = o.master_addr();
+  jo.port = o.master_port();
+  jo.job_id = o.job_id();
+  jo.rank = o.rank();
+  jo.world_size = o.world_size();
+  jo.timeout = o.init_timeout();
+  if (o.rank() == 0) {
+    StoreServer::Options so;
+    so.listen_fd = store_listen_fd(o.master_addr(), o.master_port());
+    so.key = JobStore::key_for(s.secret, o.job_id());
+    so.job_id = o.job_id();
+    so.world_size = o.world_size();
+    so.handshake_timeout = std::min(o.init_timeout(), Milliseconds(5000));
+    s.server = std::make_unique<StoreServer>(std::move(so));
+  }
+  if (o.rank() == 0 || !o.job_secret().empty()) return c10::make_intrusive<JobStore>(jo, s.store_key(), deadline);
+  // No secret given: rank 0 drew one into a private file (take_secret) before its store
+  // listened. So once this job's store answers, the file is there on rank 0's host: missing
+  // here, this rank is on another host (or another private folder); holding a secret the
+  // store cannot prove, it is an earlier job's.
+  JobStore::expect_this_job(jo, deadline);
+  const std::string path = secret_file::path_for(o.master_addr(), o.master_port(), o.job_id());
+  const auto secret = secret_file::try_read(path);
+  const std::string cannot = c10::str("rank 0 drew the job's secret into ", path, ", which this rank cannot use: ");
+  constexpr const char* how =
+      "; give every rank the same PUSH_JOB_SECRET (export PUSH_JOB_SECRET=$(openssl rand -hex 32)) or start the job "
+      "with push launch";
+  PUSH_CHECK(secret.has_value(), kOrigin, cannot,
+             "there is no such file (is this rank on another host than rank 0, or was rank 0 alone given "
+             "PUSH_JOB_SECRET?)",
+             how);
+  s.secret = *secret;
+  try {
+    return c10::make_intrusive<JobStore>(jo, s.store_key(), deadline);
+  } catch (const JobStore::WrongKey&) {
+    throw Error(c10::str("[", kOrigin, "] ", cannot,
+                         "it holds another secret than rank 0's store proves (a file of an earlier job?)", how));
+  }
+}
+
 void join_job(WorldState& s, Clock::time_point deadline) {
   const WorldOptions& o = s.options;
   c10d::Store& store = *s.store;
@@ -80,17 +170,9 @@ void join_job(WorldState& s, Clock::time_point deadline) {
   const std::string where = c10::str(o.master_addr(), ":", o.master_port());
   Record mine{o.job_id(), n, this_process(), "-", o.name()};
   if (!o.job_secret().empty()) {
-    s.secret = handshake::from_hex(o.job_secret(), "PUSH_JOB_SECRET");
     mine.fingerprint = handshake::fingerprint(s.secret);
   } else if (me == 0) {
-    // Drawn here and handed to the others through a file only this user can read (before
-    // rank 0's record, which they wait for), never through the store.
-    s.secret = handshake::random_bytes();
     mine.fingerprint = "~" + handshake::fingerprint(s.secret);
-    if (n > 1) {
-      s.secret_file = secret_file::path_for(o.master_addr(), o.master_port(), o.job_id());
-      secret_file::write(s.secret_file, s.secret);
-    }
   }
   // Every other rank's record must agree with this one's.
   auto check = [&](const Record& theirs, int r) {
@@ -153,16 +235,22 @@ void join_job(WorldState& s, Clock::time_point deadline) {
       for (int m = r; m < n; ++m) {
         if (!store.check({key(o, c10::str("rank/", m))})) missing.push_back(std::to_string(m));
       }
+      const int refused = s.server ? s.server->refused() : 0;
       throw Error(c10::str("[", kOrigin, "] rank ", me, ": rank", missing.size() > 1 ? "s " : " ",
                            c10::Join(", ", missing), " did not join at ", where, " within ", o.init_timeout().count(),
-                           " ms (init_timeout)", o.job_id().empty() ? "" : " in " + job_text(o.job_id())));
+                           " ms (init_timeout)", o.job_id().empty() ? "" : " in " + job_text(o.job_id()),
+                           refused == 0 ? std::string()
+                                        : c10::str("; ", refused,
+                                                   " connection(s) to the store failed the job's secret proof (ranks "
+                                                   "given different PUSH_JOB_SECRETs, or PUSH_JOB_SECRET on one side "
+                                                   "only)")));
     }
     const Record theirs = decode(bytes_to_string(store.get(k)), r);
     check(theirs, r);
     s.names[r] = theirs.name;
     if (r == 0) rank0_fingerprint = theirs.fingerprint;
   }
-  if (o.job_secret().empty() && me != 0) {
+  if (o.job_secret().empty() && me != 0 && !own_store) {  // (push's own store: read before joining it)
     PUSH_CHECK(rank0_fingerprint.rfind('~', 0) == 0, kOrigin, "rank 0 published no fingerprint of a secret it drew");
     s.secret = secret_file::read(secret_file::path_for(o.master_addr(), o.master_port(), o.job_id()),
                                  rank0_fingerprint.substr(1));

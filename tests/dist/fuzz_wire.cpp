@@ -10,6 +10,7 @@
 
 #include "dist/frame_seal.h"
 #include "dist/handshake.h"
+#include "dist/rendezvous/store_wire.h"
 #include "dist/sealed_value.h"
 #include "dist/wire.h"
 
@@ -180,13 +181,69 @@ void sealed_frames(const char* in, std::size_t size) {
   }
 }
 
+/// The store's reader (rendezvous/store_server.cpp) on a stream of sealed messages: each
+/// head opened before its body is read, each body opened and decoded as a request. When
+/// `sealed_here` every tag must open, and every request that decodes must encode back to
+/// the same bytes.
+void open_store_messages(const char* in, std::size_t size, bool encrypt, bool sealed_here) {
+  namespace d = dist::detail;
+  namespace sw = dist::detail::store_wire;
+  d::FrameSeal seal(hs::Bytes{}, /*sending=*/false, encrypt);
+  while (size >= sw::kHeadBytes) {
+    const int64_t bytes = sw::open_head(seal, in);
+    if (bytes < 0) {
+      if (sealed_here) std::abort();
+      return;  // the server closes the connection
+    }
+    in += sw::kHeadBytes;
+    size -= sw::kHeadBytes;
+    const auto n = static_cast<std::size_t>(bytes);
+    if (size < n + d::kTagBytes) return;  // the server waits for the rest
+    std::string body(in, n + d::kTagBytes);
+    if (!sw::open_body(seal, body.data(), n)) {
+      if (sealed_here) std::abort();
+      return;
+    }
+    body.resize(n);
+    in += n + d::kTagBytes;
+    size -= n + d::kTagBytes;
+    try {
+      const sw::Request r = sw::decode_request(body);
+      if (sealed_here && sw::encode_request(r) != body) std::abort();
+    } catch (const std::exception&) {
+      // the server answers with an error; the connection goes on
+    }
+  }
+}
+
+/// Bytes as a stream of sealed store messages, and the same bytes cut into bodies (each
+/// after a 2-byte length) and sealed first.
+void store_messages(const char* in, std::size_t size) {
+  namespace sw = dist::detail::store_wire;
+  for (const bool encrypt : {false, true}) {
+    open_store_messages(in, size, encrypt, /*sealed_here=*/false);
+    dist::detail::FrameSeal seal(hs::Bytes{}, /*sending=*/true, encrypt);
+    std::vector<char> sealed;
+    for (std::size_t at = 0; at + 2 <= size;) {
+      uint16_t n = 0;
+      std::memcpy(&n, in + at, sizeof(n));
+      at += 2;
+      n = static_cast<uint16_t>(std::min<std::size_t>(n, size - at));
+      const auto message = sw::seal_message(seal, std::string_view(in + at, n));
+      sealed.insert(sealed.end(), message.begin(), message.end());
+      at += n;
+    }
+    open_store_messages(sealed.data(), sealed.size(), encrypt, /*sealed_here=*/true);
+  }
+}
+
 }  // namespace
 
 int fuzz_wire(const uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const auto* in = reinterpret_cast<const char*>(data + 1);
   try {
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
       case 0:
         frame(in, size - 1);
         break;
@@ -199,8 +256,11 @@ int fuzz_wire(const uint8_t* data, std::size_t size) {
       case 3:
         store_value(in, size - 1);
         break;
-      default:
+      case 4:
         sealed_frames(in, size - 1);
+        break;
+      default:
+        store_messages(in, size - 1);
         break;
     }
   } catch (const std::exception&) {

@@ -8,7 +8,10 @@
 //   2: the dialer's side: a challenge frame checked as handshake::dial checks it;
 //   3: a member's address from the store: its seal checked (and a sealed copy round-tripped);
 //   4: frames after the handshake (frame_seal.h): the bytes read as a sealed stream, and the
-//      same bytes sealed as frames and read back (every tag must open).
+//      same bytes sealed as frames and read back (every tag must open);
+//   5: messages to push's store (rendezvous/store_wire.h): the bytes read as sealed messages,
+//      and the same bytes sealed as messages and read back (every tag must open, every
+//      request that decodes must encode to the same bytes).
 // Every input must end in a value or a push::Error (or c10::Error), never a crash, a hang or
 // a read out of bounds. The regression corpus (tests/dist/fuzz_corpus/) runs in the default
 // suite through the same function.

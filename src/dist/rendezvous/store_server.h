@@ -1,0 +1,76 @@
+#pragma once
+// push's own store server, run by rank 0 on the socket it binds to MASTER_ADDR:MASTER_PORT
+// (docs/distributed.md, "The store"). It serves the same keys as c10d's TCPStore (set, get,
+// add, compare-and-set, check, delete, count, wait) to clients that prove the job's secret
+// first (store_wire.h): a local user without the secret reads and writes nothing.
+//
+// One thread serves every connection (poll). What a connection costs before it proves
+// itself is bounded: it has handshake_timeout to finish the handshake, reads at most the
+// handshake's fixed-size frames into a fixed buffer, and at most max_pending such
+// connections are kept (a new one past that closes the oldest, so a flood cannot shut the
+// job's own ranks out for longer than their one-round-trip handshake).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/handshake.h"
+
+namespace push::dist::detail {
+
+class StoreServer {
+ public:
+  struct Options {
+    int listen_fd = -1;  // bound and listening; the server owns it from here
+    handshake::Bytes key{};
+    std::string job_id;
+    int world_size = 1;  // client ranks are 0 .. world_size-1
+    std::chrono::milliseconds handshake_timeout{5000};
+    std::size_t max_pending = 64;
+  };
+  explicit StoreServer(Options options);
+  /// Stops serving: the thread is joined, every connection and the listening socket closed.
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  /// Connections that ended in the handshake after the banner: a wrong proof, or a client
+  /// that hung up on the server's proof (it holds another key: another job's rank, or a rank
+  /// given another PUSH_JOB_SECRET).
+  int refused() const { return refused_.load(); }
+  /// Connections closed before they proved themselves because max_pending were waiting.
+  int evicted() const { return evicted_.load(); }
+
+  struct Connection;
+
+ private:
+  void run();
+  void accept_all();
+  /// Reads what `c` sent and acts on it; false when `c` is to be closed.
+  bool on_readable(Connection& c);
+  bool on_handshake(Connection& c);
+  bool on_message(Connection& c);
+  /// Runs the request in `body`, or parks it (a get or wait of missing keys).
+  void serve(Connection& c, const std::string& body);
+  /// Serves `c`'s opened requests in order until one parks. (Parked requests are answered
+  /// at the top of the loop, after every connection's input was read.)
+  void drain(Connection& c);
+  void reply(Connection& c, const std::string& body);
+  /// Answers parked requests whose keys are there now, or whose deadline passed.
+  void wake_parked(std::chrono::steady_clock::time_point now);
+  bool flush(Connection& c);
+
+  Options options_;
+  int stop_fd_ = -1;  // an eventfd: written by the destructor
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::map<std::string, std::string> data_;
+  std::atomic<int> refused_{0};
+  std::atomic<int> evicted_{0};
+  std::thread thread_;
+};
+
+}  // namespace push::dist::detail

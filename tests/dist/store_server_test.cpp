@@ -1,0 +1,243 @@
+// push's own store (src/dist/rendezvous/): c10d's semantics for the job's ranks, nothing for
+// anyone without the job's secret, and a bounded cost for connections that never prove it
+// (docs/distributed.md, "The store").
+#include <gtest/gtest.h>
+
+#include <test_util.h>
+
+#include "../poll_real.h"
+#include "dist/rendezvous/job_store.h"
+#include "dist/rendezvous/store_server.h"
+#include "dist/rendezvous/store_wire.h"
+
+#include <push/dist/free_port.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <cstring>
+#include <future>
+#include <memory>
+
+using namespace std::chrono_literals;
+namespace hs = push::dist::detail::handshake;
+namespace sw = push::dist::detail::store_wire;
+using push::dist::detail::FrameSeal;
+using push::dist::detail::JobStore;
+using push::dist::detail::StoreServer;
+
+namespace {
+
+/// A socket listening on 127.0.0.1 (a free port), for a StoreServer.
+int loopback_listener(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  EXPECT_EQ(::listen(fd, 512), 0);
+  socklen_t len = sizeof(sa);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  port = ntohs(sa.sin_port);
+  return fd;
+}
+
+/// A store of job "j" with a random secret, served on a loopback port.
+struct ServedStore {
+  explicit ServedStore(std::size_t max_pending = 64, std::chrono::milliseconds handshake_timeout = 5s) {
+    StoreServer::Options o;
+    o.listen_fd = loopback_listener(port);
+    o.key = JobStore::key_for(secret, "j");
+    o.job_id = "j";
+    o.world_size = 2;
+    o.max_pending = max_pending;
+    o.handshake_timeout = handshake_timeout;
+    server = std::make_unique<StoreServer>(std::move(o));
+  }
+  JobStore::Options client(int rank = 1, std::chrono::milliseconds timeout = 10s) const {
+    JobStore::Options o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.job_id = "j";
+    o.rank = rank;
+    o.world_size = 2;
+    o.timeout = timeout;
+    return o;
+  }
+  c10::intrusive_ptr<JobStore> connect(int rank = 1, std::chrono::milliseconds timeout = 10s) const {
+    return c10::make_intrusive<JobStore>(client(rank, timeout), JobStore::key_for(secret, "j"),
+                                         std::chrono::steady_clock::now() + 10s);
+  }
+  hs::Bytes secret = hs::random_bytes();
+  int port = 0;
+  std::unique_ptr<StoreServer> server;
+};
+
+/// A plain TCP connection to 127.0.0.1:`port`, as any local user can open.
+int raw_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  return fd;
+}
+
+/// Up to `n` bytes from `fd` within `limit`: fewer when the peer closed the connection.
+std::string raw_read(int fd, std::size_t n, std::chrono::milliseconds limit = 3s) {
+  std::string out;
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (out.size() < n && std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buffer[4096];
+    const ssize_t got = ::recv(fd, buffer, std::min(sizeof(buffer), n - out.size()), 0);
+    if (got <= 0) break;
+    out.append(buffer, static_cast<std::size_t>(got));
+  }
+  return out;
+}
+
+/// Whether the server closed `fd` within `limit`: reads (and drops) what it sent until end
+/// of file.
+bool closed_by_server(int fd, std::chrono::milliseconds limit = 3s) {
+  return push::testing::poll_real(
+      [&] {
+        for (;;) {
+          char buffer[4096];
+          const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+          if (n > 0) continue;
+          return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+        }
+      },
+      limit);
+}
+
+int thread_count() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/task");
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+}  // namespace
+
+TEST(JobStoreServer, KeepsC10dsStoreSemanticsForTheJobsRanks) {
+  ServedStore served;
+  auto a = served.connect(0), b = served.connect(1);
+  EXPECT_FALSE(a->check({"k"}));
+  a->set("k", bytes_of("value"));
+  EXPECT_TRUE(b->check({"k"}));
+  EXPECT_EQ(b->get("k"), bytes_of("value"));
+  EXPECT_EQ(a->add("n", 2), 2);
+  EXPECT_EQ(b->add("n", -5), -3);
+  EXPECT_EQ(b->get("n"), bytes_of("-3"));  // c10d keeps counters as decimal text
+  EXPECT_PUSH_ERROR(a->add("k", 1), "holds a value that is not a number");
+  // compareSet: c10d's rules for a missing key, a match and a mismatch.
+  EXPECT_EQ(a->compareSet("c", bytes_of("x"), bytes_of("y")), bytes_of("x"));
+  EXPECT_FALSE(a->check({"c"}));
+  EXPECT_EQ(a->compareSet("c", {}, bytes_of("y")), bytes_of("y"));
+  EXPECT_EQ(a->compareSet("c", bytes_of("y"), bytes_of("z")), bytes_of("z"));
+  EXPECT_EQ(a->compareSet("c", bytes_of("y"), bytes_of("w")), bytes_of("z"));
+  EXPECT_EQ(a->getNumKeys(), 3);
+  EXPECT_TRUE(a->deleteKey("c"));
+  EXPECT_FALSE(a->deleteKey("c"));
+  // A get waits for its key; a wait for every key; both end at their timeout, not before.
+  auto later = std::async(std::launch::async, [&] { return b->get("late"); });
+  std::this_thread::sleep_for(50ms);  // the get is parked at the server (real time: another thread)
+  a->set("late", bytes_of("here"));
+  EXPECT_EQ(later.get(), bytes_of("here"));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_PUSH_ERROR(a->wait({"late", "never"}, 300ms), "timed out waiting for keys");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  a->wait({"late", "n"}, 1s);
+  // A clone is another connection to the same keys.
+  EXPECT_EQ(a->clone()->get("k"), bytes_of("value"));
+  // The key and value limits are one line each, and the connection stays usable.
+  EXPECT_PUSH_ERROR(a->set(std::string(sw::kMaxKeyBytes + 1, 'k'), {}), "a string of 4097 bytes (at most 4096)");
+  EXPECT_PUSH_ERROR(a->set("big", std::vector<uint8_t>(sw::kMaxBody)), "over the store's limit");
+  EXPECT_EQ(a->get("k"), bytes_of("value"));
+}
+
+TEST(JobStoreServer, WithoutTheSecretNoKeyIsReadOrWritten) {
+  ServedStore served;
+  served.connect(0)->set("push/rpc/g/0/addr/0", bytes_of("127.0.0.1:1234"));
+  // A client holding another secret: refused at once, the store proves the real one.
+  JobStore::Options o = served.client();
+  EXPECT_THROW(JobStore(o, JobStore::key_for(hs::random_bytes(), "j"), std::chrono::steady_clock::now() + 5s),
+               JobStore::WrongKey);
+  EXPECT_TRUE(push::testing::poll_real([&] { return served.server->refused() >= 1; }, 3s));
+  // Any local user: the banner, then the handshake; a guessed proof closes the connection.
+  const int fd = raw_connect(served.port);
+  const auto banner = sw::banner("j");
+  EXPECT_EQ(raw_read(fd, sw::kBannerBytes), std::string(banner.begin(), banner.end()));
+  const auto hello = hs::hello_frame(1, hs::random_bytes());
+  ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  EXPECT_EQ(raw_read(fd, hs::kChallengeBytes).size(), hs::kChallengeBytes);
+  const auto guess = hs::proof_frame(hs::random_bytes());
+  ASSERT_EQ(::send(fd, guess.data(), guess.size(), MSG_NOSIGNAL), static_cast<ssize_t>(guess.size()));
+  EXPECT_TRUE(closed_by_server(fd));
+  ::close(fd);
+  // A c10d TCPStore client speaks first and is closed: its query is no hello.
+  const int c10d_like = raw_connect(served.port);
+  const char query[] = {0, 0, 0, 0, 0, 0, 0, 0, 19, 0, 0, 0, 0, 0, 0, 0, 'p', 'u', 's', 'h'};
+  raw_read(c10d_like, sw::kBannerBytes);
+  ::send(c10d_like, query, sizeof(query), MSG_NOSIGNAL);
+  std::vector<char> rest(hs::kHelloBytes - sizeof(query), 0);
+  ::send(c10d_like, rest.data(), rest.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(closed_by_server(c10d_like));
+  ::close(c10d_like);
+  EXPECT_EQ(served.connect(0)->getNumKeys(), 1);  // nothing written by either
+}
+
+TEST(JobStoreServer, AMessageChangedOnTheWayClosesItsConnectionAndIsNotApplied) {
+  ServedStore served;
+  for (const bool in_head : {true, false}) {
+    const int fd = raw_connect(served.port);
+    raw_read(fd, sw::kBannerBytes);
+    const auto key = JobStore::key_for(served.secret, "j");
+    const auto keys = hs::dial(fd, key, 1, 0, "127.0.0.1:" + std::to_string(served.port),
+                               std::chrono::steady_clock::now() + 5s, "the store");
+    FrameSeal seal(keys.dialer_to_listener, true, false);
+    const std::string body = sw::Writer(static_cast<uint8_t>(sw::Op::kSet)).bytes("forged").bytes("x").take();
+    auto sealed = sw::seal_message(seal, body);
+    sealed[in_head ? 0 : sw::kHeadBytes + 6] ^= 1;  // the length, or a byte of the key
+    ASSERT_EQ(::send(fd, sealed.data(), sealed.size(), MSG_NOSIGNAL), static_cast<ssize_t>(sealed.size()));
+    EXPECT_TRUE(closed_by_server(fd)) << (in_head ? "head" : "body");
+    ::close(fd);
+  }
+  EXPECT_FALSE(served.connect(0)->check({"forged"}));
+  EXPECT_FALSE(served.connect(0)->check({"forgec"}));
+}
+
+TEST(JobStoreServer, ConnectionsThatNeverProveThemselvesCostABoundedHandshakeAndShutNoRankOut) {
+  ServedStore served(/*max_pending=*/16, /*handshake_timeout=*/1s);
+  const int threads = thread_count();
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(raw_connect(served.port));
+  // The job's own rank still gets in, at once, past 200 silent connections.
+  const auto start = std::chrono::steady_clock::now();
+  auto rank = served.connect(1);
+  rank->set("k", bytes_of("v"));
+  EXPECT_EQ(rank->get("k"), bytes_of("v"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_GE(served.server->evicted(), 200 - 16);
+  EXPECT_EQ(thread_count(), threads);  // one server thread for all of them, as before
+  // Each was closed: the oldest to make room, the rest at handshake_timeout.
+  int closed = 0;
+  for (int fd : idle) {
+    closed += closed_by_server(fd, 3s) ? 1 : 0;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 200);
+  EXPECT_EQ(rank->get("k"), bytes_of("v"));
+}
