@@ -47,16 +47,16 @@ std::shared_ptr<Peers> Peers::create(const dist::World& world, int lanes) {
   static std::once_flag registered;
   std::call_once(registered, [] {
     dist::register_function(kFunction, [](const dist::RpcArgs& body) -> c10::IValue {
-      PUSH_CHECK(body.size() >= 2 && body[0].isString() && body[1].isInt(), kFunction, "a malformed request");
+      PeerRequest request = PeerRequest::decode(body);
       std::shared_ptr<Peers> peers;
       {
         std::lock_guard<std::mutex> lock(registry_mutex());
-        auto it = registry().find(body[0].toStringRef());
+        auto it = registry().find(request.distribution);
         if (it != registry().end()) peers = it->second.lock();
       }
-      PUSH_CHECK(peers != nullptr, "push::Push", "distribution '", body[0].toStringRef(),
+      PUSH_CHECK(peers != nullptr, "push::Push", "distribution '", request.distribution,
                  "' does not exist on this rank (it was destroyed or never built)");
-      return peers->dispatch(body);
+      return peers->dispatch(std::move(request));
     });
   });
   // Every rank builds its distributions in the same order, so the k-th one has the same
@@ -180,24 +180,17 @@ std::optional<std::string> Peers::lost(int rank) const {
   return it->second;
 }
 
-Future<c10::IValue> Peers::call(int rank, PeerOp op, std::vector<c10::IValue> items) const {
-  dist::RpcArgs body;
-  body.reserve(items.size() + 2);
-  body.emplace_back(name_);
-  body.emplace_back(static_cast<int64_t>(op));
-  for (auto& item : items) body.push_back(std::move(item));
-  return group_.rpc_async(rank, kFunction, std::move(body), dist::Milliseconds::max());
+Future<c10::IValue> Peers::call(int rank, PeerRequest request) const {
+  request.distribution = name_;
+  return group_.rpc_async(rank, kFunction, std::move(request).encode(), dist::Milliseconds::max());
 }
 
-c10::IValue Peers::dispatch(const dist::RpcArgs& body) {
+c10::IValue Peers::dispatch(PeerRequest request) {
   started_future_.wait();  // the first requests may come before this rank finished building
-  const auto op = static_cast<PeerOp>(body[1].toInt());
-  if (op == PeerOp::gather) {
-    PUSH_CHECK(body.size() == 6 && body[2].isInt() && body[3].isInt() && body[4].isString(), kFunction,
-               "a malformed gather");
-    return collect(body[2].toInt(), static_cast<int>(body[3].toInt()), body[4].toStringRef(), body[5]);
+  if (request.op == PeerOp::gather) {
+    return collect(request.round, request.from, request.call, std::move(request.value));
   }
-  return serve_(op, body);
+  return serve_(std::move(request));
 }
 
 std::vector<c10::IValue> Peers::all_gather(c10::IValue value, const std::string& what, const char* origin) {
@@ -207,9 +200,18 @@ std::vector<c10::IValue> Peers::all_gather(c10::IValue value, const std::string&
     round = next_round_++;
   }
   try {
-    c10::IValue all =
-        rank_ == 0 ? collect(round, 0, what, std::move(value))
-                   : call(0, PeerOp::gather, {round, static_cast<int64_t>(rank_), what, std::move(value)}).wait();
+    c10::IValue all;
+    if (rank_ == 0) {
+      all = collect(round, 0, what, std::move(value));
+    } else {
+      PeerRequest request;
+      request.op = PeerOp::gather;
+      request.round = round;
+      request.from = rank_;
+      request.call = what;
+      request.value = std::move(value);
+      all = call(0, std::move(request)).wait();
+    }
     return all.toListRef().vec();
   } catch (...) {
     throw rethrown_as(origin);

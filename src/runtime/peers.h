@@ -3,8 +3,9 @@
 // many lanes each rank has, the RPC group that carries particle messages, views and
 // parameters between ranks, and the collectives every rank makes together (creation,
 // save, load, leaving). The particle side of those calls is the Runtime's (remote.cpp);
-// this file is plumbing: one RPC function ("push.particles") per process dispatches each
-// request to its distribution by name. docs/distributed.md, "Particles across ranks".
+// this file is plumbing: one RPC function ("push.particles") per process decodes each
+// request (peer_messages.h) and dispatches it to its distribution by name. docs/distributed.md, "Particles across
+// ranks".
 #include <push/core/future.h>
 #include <push/dist/rpc.h>
 #include <push/dist/world.h>
@@ -19,16 +20,14 @@
 #include <string>
 #include <vector>
 
-namespace push::detail {
+#include "runtime/peer_messages.h"
 
-/// Requests between the ranks of one distribution (the first two items of each body are
-/// the distribution's name and the op).
-enum class PeerOp : int64_t { send = 1, view = 2, parameters = 3, gather = 4 };
+namespace push::detail {
 
 class Peers : public std::enable_shared_from_this<Peers> {
  public:
   /// What serves the particle ops of this rank (the Runtime), run in an RPC handler fiber.
-  using Serve = std::function<c10::IValue(PeerOp op, const dist::RpcArgs& body)>;
+  using Serve = std::function<c10::IValue(PeerRequest request)>;
 
   /// Collective: every rank builds its distribution's Peers in the same order (the name
   /// is derived from that order). Exchanges lane counts and hosts through the store and
@@ -65,9 +64,9 @@ class Peers : public std::enable_shared_from_this<Peers> {
   /// Why `rank` was lost, if it was.
   std::optional<std::string> lost(int rank) const;
 
-  /// A request to `rank`; its future fails at once when `rank` is lost, and never times out
-  /// otherwise (a particle's handler may run for hours).
-  Future<c10::IValue> call(int rank, PeerOp op, std::vector<c10::IValue> items) const;
+  /// `request` (for this distribution) to `rank`; its future fails at once when `rank` is
+  /// lost, and never times out otherwise (a particle's handler may run for hours).
+  Future<c10::IValue> call(int rank, PeerRequest request) const;
 
   /// Collective: every rank contributes `value` and gets every rank's, by rank. Rank 0
   /// collects; a rank lost before it contributed fails the round on every rank at once.
@@ -79,7 +78,7 @@ class Peers : public std::enable_shared_from_this<Peers> {
 
  private:
   Peers() = default;
-  c10::IValue dispatch(const dist::RpcArgs& body);
+  c10::IValue dispatch(PeerRequest request);
   c10::IValue collect(int64_t round, int from, const std::string& call, c10::IValue value);
   void on_lost(int rank, const std::string& why);
   void fail_rounds_missing(int rank, const std::string& why);

@@ -25,34 +25,6 @@ std::exception_ptr remote_particle_error(Pid pid, const std::string& message, co
   return std::make_exception_ptr(ParticleError(pid, message, c10::str("on ", rank, ": ", remote_detail(error)), error));
 }
 
-c10::IValue tensor_or_none(const torch::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
-
-std::vector<torch::Tensor> tensors_of(const c10::IValue& list, const torch::Device& device) {
-  std::vector<torch::Tensor> out;
-  for (const auto& v : list.toListRef()) {
-    out.push_back(v.isTensor() ? v.toTensor().to(device) : torch::Tensor());
-  }
-  return out;
-}
-
-std::vector<std::string> strings_of(const c10::IValue& list) {
-  std::vector<std::string> out;
-  for (const auto& v : list.toListRef()) out.push_back(v.toStringRef());
-  return out;
-}
-
-c10::IValue list_of(const std::vector<torch::Tensor>& tensors) {
-  c10::impl::GenericList out(c10::AnyType::get());
-  for (const auto& t : tensors) out.push_back(tensor_or_none(t));
-  return out;
-}
-
-c10::IValue list_of(const std::vector<std::string>& strings) {
-  c10::impl::GenericList out(c10::AnyType::get());
-  for (const auto& s : strings) out.push_back(c10::IValue(s));
-  return out;
-}
-
 }  // namespace
 
 // -- calling --------------------------------------------------------------------------------
@@ -84,11 +56,14 @@ PFuture RemoteDelivery::send(Pid pid, const Where& where, const std::string& mes
   // The bytes leave when the request is written, but a send can queue behind another:
   // a particle's live tensors are copied now, as for a message to a sibling.
   if (here) detach_from_particles(args, here->cache());
-  c10::impl::GenericList list(c10::AnyType::get());
-  for (auto& a : args) list.push_back(std::move(a));
+  PeerRequest request;
+  request.op = PeerOp::send;
+  request.pid = pid;
+  request.message = message;
+  request.args = std::move(args);
   PFuture reply;
   try {
-    reply = peers_.call(where.rank, PeerOp::send, {pid, message, list});
+    reply = peers_.call(where.rank, std::move(request));
   } catch (...) {
     return PFuture::failed(remote_particle_error(pid, message, rank, std::current_exception()));
   }
@@ -123,7 +98,7 @@ Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& cal
   // is not shared: it may have been answered before a change this handler knows of.
   std::optional<Future<ParticleView>> kept = caller.views().peek(pid);
   if (kept && !kept->is_ready()) kept.reset();
-  const int64_t version = kept ? static_cast<int64_t>(kept->wait().version()) : 0;
+  const uint64_t version = kept ? kept->wait().version() : 0;
   const std::string rank = peers_.describe(where.rank);
   auto fail = [pid, rank](const std::exception_ptr& error) {
     return std::make_exception_ptr(
@@ -131,7 +106,11 @@ Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& cal
   };
   PFuture reply;
   try {
-    reply = peers_.call(where.rank, PeerOp::view, {pid, version});
+    PeerRequest request;
+    request.op = PeerOp::view;
+    request.pid = pid;
+    request.known_version = version;
+    reply = peers_.call(where.rank, std::move(request));
   } catch (...) {
     return Future<ParticleView>::failed(fail(std::current_exception()));
   }
@@ -141,9 +120,9 @@ Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& cal
   Lane* lane_of_caller = &caller;
   auto finish = [in, out, kept, lane_of_caller, device, pid, fail] {
     try {
-      const c10::IValue answer = in.wait();
-      const auto& items = answer.toTupleRef().elements();
-      if (items.size() == 1 && kept) {
+      ViewReply answer = ViewReply::decode(in.wait(), device);
+      PUSH_CHECK(!answer.current || kept, "push::Push", "a view answered as current that this lane does not keep");
+      if (answer.current) {
         lane_of_caller->views().count_hit();
         out.set_value(kept->wait());
         return;
@@ -151,11 +130,11 @@ Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& cal
       lane_of_caller->views().count_miss();
       auto data = std::make_shared<ParticleView::Data>();
       data->pid = pid;
-      data->version = static_cast<uint64_t>(items.at(0).toInt());
-      data->names = strings_of(items.at(1));
-      data->parameters = tensors_of(items.at(2), device);
-      data->gradients = tensors_of(items.at(3), device);
-      data->buffers = tensors_of(items.at(4), device);
+      data->version = answer.version;
+      data->names = std::move(answer.names);
+      data->parameters = std::move(answer.parameters);
+      data->gradients = std::move(answer.gradients);
+      data->buffers = std::move(answer.buffers);
       out.set_value(ParticleView(std::move(data)));
     } catch (...) {
       out.set_error(fail(std::current_exception()));
@@ -170,62 +149,67 @@ Future<ParticleView> RemoteDelivery::view(Pid pid, const Where& where, Lane& cal
 }
 
 ParticleView::Data RemoteDelivery::parameters(Pid pid, const Where& where) {
-  c10::IValue reply;
+  ParametersReply reply;
   try {
-    reply = peers_.call(where.rank, PeerOp::parameters, {pid}).wait();
+    PeerRequest request;
+    request.op = PeerOp::parameters;
+    request.pid = pid;
+    reply = ParametersReply::decode(peers_.call(where.rank, std::move(request)).wait());
   } catch (...) {
     throw Error(c10::str("[push::Push::p_parameters] particle ", pid, " on ", peers_.describe(where.rank), ": ",
                          remote_detail(std::current_exception())));
   }
-  const auto& items = reply.toTupleRef().elements();
   ParticleView::Data data;
   data.pid = pid;
-  data.names = strings_of(items.at(0));
-  data.parameters = tensors_of(items.at(1), torch::kCPU);
+  data.names = std::move(reply.names);
+  data.parameters = std::move(reply.parameters);
   return data;
 }
 
 // -- serving --------------------------------------------------------------------------------
 
-c10::IValue RemoteDelivery::serve(PeerOp op, const dist::RpcArgs& body) {
-  PUSH_CHECK(body.size() >= 3 && body[2].isInt(), "push::Push", "a malformed request from another rank");
-  const Pid pid = body[2].toInt();
-  switch (op) {
+c10::IValue RemoteDelivery::serve(PeerRequest request) {
+  const Pid pid = request.pid;
+  switch (request.op) {
     case PeerOp::send: {
-      PUSH_CHECK(body.size() == 5 && body[3].isString() && body[4].isList(), "push::Particle::send",
-                 "a malformed message from another rank");
-      const std::string& message = body[3].toStringRef();
       ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Particle::send");
-      Args args = body[4].toListRef().vec();
       try {
         // Served until this rank has left the others (a Push closed from its own handler
         // still meets them first); the lanes refuse it after.
-        return local_.send(record, message, std::move(args)).wait();
+        return local_.send(record, request.message, std::move(request.args)).wait();
       } catch (const ParticleError& e) {
         // The caller names the particle, the message and this rank: send what happened.
         throw Error(describe(e.cause()));
       }
     }
     case PeerOp::view: {
-      PUSH_CHECK(body.size() == 4 && body[3].isInt(), "push::Particle::get", "a malformed request");
       ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Particle::get");
-      const auto known = static_cast<uint64_t>(body[3].toInt());
-      if (known != 0 && record.version.load(std::memory_order_acquire) == known) {
-        return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(known))});
+      ViewReply reply;
+      if (request.known_version != 0 && record.version.load(std::memory_order_acquire) == request.known_version) {
+        reply.version = request.known_version;
+        reply.current = true;
+        return std::move(reply).encode();
       }
       auto data = local_.parameters(record).wait();
-      return c10::ivalue::Tuple::create({c10::IValue(static_cast<int64_t>(data.version)), list_of(data.names),
-                                         list_of(data.parameters), list_of(data.gradients), list_of(data.buffers)});
+      reply.version = data.version;
+      reply.names = std::move(data.names);
+      reply.parameters = std::move(data.parameters);
+      reply.gradients = std::move(data.gradients);
+      reply.buffers = std::move(data.buffers);
+      return std::move(reply).encode();
     }
     case PeerOp::parameters: {
       ParticleRecord& record = registry_.await_local(pid, creation_timeout_, "push::Push::p_parameters");
       auto data = local_.parameters(record).wait();
-      return c10::ivalue::Tuple::create({list_of(data.names), list_of(data.parameters)});
+      ParametersReply reply;
+      reply.names = std::move(data.names);
+      reply.parameters = std::move(data.parameters);
+      return std::move(reply).encode();
     }
     case PeerOp::gather:
       break;
   }
-  throw Error(c10::str("[push::Push] unknown request ", static_cast<int64_t>(op), " from another rank"));
+  throw Error(c10::str("[push::Push] unknown request ", static_cast<int64_t>(request.op), " from another rank"));
 }
 
 }  // namespace push::detail

@@ -35,7 +35,7 @@ class RemoteDelivery {
   /// A copy of `pid`'s parameters on the CPU.
   ParticleView::Data parameters(Pid pid, const Where& where);
   /// Answers a request of another rank (an RPC handler fiber).
-  c10::IValue serve(PeerOp op, const dist::RpcArgs& body);
+  c10::IValue serve(PeerRequest request);
 
  private:
   Peers& peers_;

@@ -32,7 +32,7 @@ Runtime::Runtime(ModuleFactory factory, PushOptions options)
   if (peers_) {
     remote_.emplace(*peers_, lanes_, registry_, local_, options_.world()->options().rpc_timeout());
     try {
-      peers_->start([this](PeerOp op, const dist::RpcArgs& body) { return remote_->serve(op, body); });
+      peers_->start([this](PeerRequest request) { return remote_->serve(std::move(request)); });
     } catch (...) {
       shutdown();
       throw;
