@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "core/user_text.h"
-#include "dist/handshake.h"
-#include "dist/loopback.h"
+#include "dist/transport/handshake.h"
+#include "dist/transport/loopback.h"
 
 namespace push::cli {
 

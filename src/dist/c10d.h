@@ -12,10 +12,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/torch_compat.h"
-#include "handshake.h"
-#include "rendezvous/job_store.h"
-#include "rendezvous/store_server.h"
-#include "store_barrier.h"
+#include "dist/rendezvous/job_store.h"
+#include "dist/rendezvous/store_barrier.h"
+#include "dist/rendezvous/store_server.h"
+#include "dist/transport/handshake.h"
 
 #include <push/dist/collective.h>
 #include <push/dist/rpc.h>

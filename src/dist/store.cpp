@@ -1,5 +1,5 @@
 // Store: the job's c10d store behind a push handle; c10d's failures become push::Errors.
-#include "world_access.h"
+#include "dist/world_access.h"
 
 namespace push::dist {
 namespace {

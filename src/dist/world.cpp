@@ -1,12 +1,12 @@
 // World: rendezvous through push's own store (rendezvous/; c10d's TCPStore under a launcher
 // that hosts one), names, the default Gloo group, groups.
-#include "c10d.h"
 #include "core/clock.h"
 #include "core/torch_compat.h"
-#include "store_deadline.h"
-#include "transport.h"
-#include "world_access.h"
-#include "world_join.h"
+#include "dist/c10d.h"
+#include "dist/rendezvous/store_deadline.h"
+#include "dist/rendezvous/world_join.h"
+#include "dist/transport/transport.h"
+#include "dist/world_access.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -1,7 +1,7 @@
 #pragma once
 // How push::dist's own code reaches what the public handles keep private: the state behind
 // a World (c10d.h), and the c10d store behind a Store. Nothing outside src/dist includes it.
-#include "c10d.h"
+#include "dist/c10d.h"
 
 #include <push/dist/store.h>
 #include <push/dist/world.h>

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "dist/frame_seal.h"
-#include "dist/handshake.h"
+#include "dist/rendezvous/sealed_value.h"
 #include "dist/rendezvous/store_wire.h"
-#include "dist/sealed_value.h"
-#include "dist/wire.h"
+#include "dist/transport/frame_seal.h"
+#include "dist/transport/handshake.h"
+#include "dist/transport/wire.h"
 
 namespace push::testing {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 // A raw TCP client of an RpcGroup member, for tests that speak the wire format by hand
-// (src/dist/wire.h): well-formed calls, and malformed or random frames. Once introduced it
-// seals what it writes as a member would (src/dist/frame_seal.h): a frame is judged as
+// (src/dist/transport/wire.h): well-formed calls, and malformed or random frames. Once introduced it
+// seals what it writes as a member would (src/dist/transport/frame_seal.h): a frame is judged as
 // coming from an authenticated peer, however malformed it is.
 #include <ATen/core/ivalue.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/frame_seal.h"
-#include "dist/handshake.h"
-#include "dist/wire.h"
+#include "dist/transport/frame_seal.h"
+#include "dist/transport/handshake.h"
+#include "dist/transport/wire.h"
 
 namespace push::testing {
 

@@ -1,7 +1,7 @@
 // The transport's pool of large receive buffers: a freed buffer is reused, a received
 // tensor behaves like any CPU tensor (resizable, usable after its group is gone), and the
 // pool never holds more than it was allowed.
-#include "dist/receive_pool.h"
+#include "dist/transport/receive_pool.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

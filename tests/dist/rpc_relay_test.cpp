@@ -7,7 +7,7 @@
 
 #include <test_util.h>
 
-#include "dist/handshake.h"
+#include "dist/transport/handshake.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -3,8 +3,8 @@
 // (round_trips.h): a caller of a slow handler soon sleeps through its waits, burning
 // nothing; the windows follow each member's own round trips; 0 turns them off.
 #include "core/event_loop.h"
-#include "dist/round_trips.h"
-#include "dist/rpc_test_access.h"
+#include "dist/rpc/round_trips.h"
+#include "dist/rpc/rpc_test_access.h"
 #include "dist_test_util.h"
 
 #include <test_util.h>

@@ -1,4 +1,4 @@
-// Every frame after the handshake is sealed (src/dist/frame_seal.h, docs/distributed.md
+// Every frame after the handshake is sealed (src/dist/transport/frame_seal.h, docs/distributed.md
 // "Every frame"): a frame changed on the way, replayed, or sealed for another connection
 // closes its connection and names the peer; the member goes on serving the others. Off the
 // host the bytes are encrypted; within it they travel as they are, authenticated.
@@ -6,8 +6,8 @@
 #include "raw_peer.h"
 #include "solo_member.h"
 
-#include "dist/frame_seal.h"
-#include "dist/handshake.h"
+#include "dist/transport/frame_seal.h"
+#include "dist/transport/handshake.h"
 
 #include <test_util.h>
 

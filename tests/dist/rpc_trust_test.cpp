@@ -6,8 +6,8 @@
 #include "raw_peer.h"
 #include "solo_member.h"
 
-#include "dist/handshake.h"
-#include "dist/rpc_test_access.h"
+#include "dist/rpc/rpc_test_access.h"
+#include "dist/transport/handshake.h"
 
 #include <test_util.h>
 

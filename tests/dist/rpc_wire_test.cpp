@@ -6,7 +6,7 @@
 #include "raw_peer.h"
 #include "solo_member.h"
 
-#include "dist/shm_ring.h"
+#include "dist/transport/shm_ring.h"
 
 #include <test_util.h>
 

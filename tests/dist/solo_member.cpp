@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "dist/rpc_test_access.h"
+#include "dist/rpc/rpc_test_access.h"
 #include "raw_peer.h"
 
 namespace {

@@ -3,7 +3,7 @@
 // by hand: the wire, trust and sealed-frame tests share it.
 #include <push/dist.h>
 
-#include "dist/handshake.h"
+#include "dist/transport/handshake.h"
 
 namespace push::testing {
 

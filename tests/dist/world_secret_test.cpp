@@ -5,7 +5,7 @@
 
 #include <test_util.h>
 
-#include "dist/secret_file.h"
+#include "dist/rendezvous/secret_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

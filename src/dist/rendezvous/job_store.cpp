@@ -1,4 +1,4 @@
-#include "job_store.h"
+#include "dist/rendezvous/job_store.h"
 
 #include <push/core/errors.h>
 
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "dist/frame_seal.h"
-#include "store_wire.h"
+#include "dist/rendezvous/store_wire.h"
+#include "dist/transport/frame_seal.h"
 
 namespace push::dist::detail {
 namespace {

@@ -15,7 +15,7 @@
 
 #include <push/core/errors.h>
 
-#include "dist/handshake.h"
+#include "dist/transport/handshake.h"
 
 namespace push::dist::detail {
 

@@ -1,4 +1,4 @@
-#include "store_server.h"
+#include "dist/rendezvous/store_server.h"
 
 #include <push/core/errors.h>
 
@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "dist/frame_seal.h"
-#include "store_wire.h"
+#include "dist/rendezvous/store_wire.h"
+#include "dist/transport/frame_seal.h"
 
 namespace push::dist::detail {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/handshake.h"
+#include "dist/transport/handshake.h"
 
 namespace push::dist::detail {
 

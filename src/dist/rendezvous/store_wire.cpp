@@ -1,4 +1,4 @@
-#include "store_wire.h"
+#include "dist/rendezvous/store_wire.h"
 
 #include <push/core/errors.h>
 

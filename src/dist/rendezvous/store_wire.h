@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dist/frame_seal.h"
+#include "dist/transport/frame_seal.h"
 
 namespace push::dist::detail::store_wire {
 
