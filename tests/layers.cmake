@@ -122,6 +122,39 @@ foreach(area IN LISTS areas)
   endforeach()
 endforeach()
 
+# Inside dist, its sub-areas (docs/architecture.md): transport/ at the bottom (connections,
+# handshake, sealed frames, wire); rendezvous/ (the job's store, joining, the secret) uses
+# it; rpc/ and collectives/ use both. The files at src/dist/ itself (the handles and the
+# state behind them: c10d.h, world_access.h) use every sub-area, and only transport/ may
+# not use them. Every folder of src/dist/ is one of these.
+set(dist_subareas transport rendezvous rpc collectives)
+set(dist_uses_transport "")
+set(dist_uses_rendezvous transport top)
+set(dist_uses_rpc transport rendezvous top)
+set(dist_uses_collectives transport rendezvous top)
+file(GLOB dist_folders LIST_DIRECTORIES true RELATIVE ${ROOT}/src/dist ${ROOT}/src/dist/*)
+foreach(folder IN LISTS dist_folders)
+  if(IS_DIRECTORY ${ROOT}/src/dist/${folder} AND NOT folder IN_LIST dist_subareas)
+    string(APPEND violations "  src/dist/${folder}/: a folder that is no sub-area of dist (add it to tests/layers.cmake and docs/architecture.md)\n")
+  endif()
+endforeach()
+foreach(sub IN LISTS dist_subareas)
+  file(GLOB_RECURSE files ${ROOT}/src/dist/${sub}/*.h ${ROOT}/src/dist/${sub}/*.cpp)
+  foreach(file IN LISTS files)
+    file(STRINGS ${file} includes REGEX "^[ \t]*#[ \t]*include[ \t]*\"dist/")
+    foreach(line IN LISTS includes)
+      set(used top)
+      if(line MATCHES "\"dist/([a-z_]+)/")
+        set(used ${CMAKE_MATCH_1})
+      endif()
+      if(NOT used STREQUAL sub AND NOT used IN_LIST dist_uses_${sub})
+        string(REPLACE ";" ", " may "${sub};${dist_uses_${sub}}")
+        violation(${file} "${line} (dist/${sub} may include only: ${may})")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+
 # include/push/push.h is everything: it may include every public header, nothing private.
 file(STRINGS ${ROOT}/include/push/push.h includes REGEX "^[ \t]*#[ \t]*include")
 foreach(line IN LISTS includes)

@@ -2,7 +2,7 @@
 
 #include <push/core/errors.h>
 
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 namespace push::dist::detail {
 namespace {

@@ -2,7 +2,7 @@
 #include "dist/rpc/rpc_state.h"
 
 #include <iostream>
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 #include "dist/world_access.h"
 
 namespace push::dist::detail {

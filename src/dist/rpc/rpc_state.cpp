@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iostream>
 #include "dist/rendezvous/sealed_value.h"
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 #include "dist/world_access.h"
 
 namespace push::dist::detail {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 namespace push::dist::detail {
 namespace {

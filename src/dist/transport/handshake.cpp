@@ -16,8 +16,8 @@
 #include <cstring>
 
 #include "core/clock.h"
-#include "dist/rpc/rpc_origin.h"
 #include "dist/transport/loopback.h"
+#include "dist/transport/rpc_origin.h"
 #include "dist/transport/transport.h"
 
 namespace push::dist::detail::handshake {

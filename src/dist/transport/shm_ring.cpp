@@ -12,7 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 namespace push::dist::detail {
 

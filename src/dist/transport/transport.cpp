@@ -25,7 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 namespace push::dist::detail {
 namespace {

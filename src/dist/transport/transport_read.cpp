@@ -12,7 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <limits>
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 // The transport's I/O thread: waits on every connection with epoll, assembles frames,
 // maps announced rings and empties their slots, and hands complete messages on.

@@ -26,7 +26,7 @@
 #include <cstring>
 #include <iostream>
 #include "core/event_loop.h"
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 namespace push::dist::detail {
 namespace {

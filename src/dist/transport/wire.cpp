@@ -9,7 +9,7 @@
 
 #include <cstring>
 #include <limits>
-#include "dist/rpc/rpc_origin.h"
+#include "dist/transport/rpc_origin.h"
 
 namespace push::dist::detail::wire {
 namespace {
