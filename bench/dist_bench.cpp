@@ -24,6 +24,9 @@
 // raw echo driven the same way: ranks 0 and 2 each on a connection of their own, 32
 // messages in flight on each (written 32 at a time, then read), rank 1 echoing each
 // connection on a thread of its own.
+// Store/<c10d|push>/<add|set_get/bytes>: one add, or a set and a get, from rank 0 to the
+// job's store it hosts: push's own (authenticated, sealed) against a c10d TCPStore rank 0
+// hosts beside it, in the same run; `ratio` is push's time over c10d's.
 // Every row has a `ratio`, so CSV output works.
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
@@ -165,6 +168,39 @@ void same_counters(benchmark::State& state) {
                            "tcp_4wake_us", "ratio", "vs_memcpy"}) {
     state.counters.try_emplace(name, 0.0);
   }
+}
+
+/// The job's store from rank 0 (which hosts it): `bytes` 0 is one add, else a set and a get
+/// of a value of `bytes`. Through push's store (World::store: the handshake's proof at
+/// connect, every message sealed) or a c10d TCPStore that rank 0 also hosts (`raw`).
+double g_raw_store_us[32] = {};
+
+void BM_Store(benchmark::State& state, bool raw) {
+  const int64_t bytes = state.range(0);
+  static const c10::intrusive_ptr<c10d::Store> c10d = push_bench::c10d_store(g_job->world);
+  const push::dist::Store store = g_job->world.store();
+  const std::vector<uint8_t> value(static_cast<std::size_t>(bytes), 7);
+  int64_t calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (bytes == 0) {
+      benchmark::DoNotOptimize(raw ? c10d->add("bench/store/n", 1) : store.add("bench/store/n", 1));
+    } else if (raw) {
+      c10d->set("bench/store/v", value);
+      benchmark::DoNotOptimize(c10d->get("bench/store/v"));
+    } else {
+      store.set("bench/store/v", value);
+      benchmark::DoNotOptimize(store.get("bench/store/v"));
+    }
+    ++calls;
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
+  const int slot = bytes == 0 ? 0 : static_cast<int>(std::log2(static_cast<double>(bytes)));
+  if (raw) g_raw_store_us[slot] = us;
+  state.counters["us_per_call"] = us;
+  // push's time over c10d's, measured just before (raw rows: 1).
+  state.counters["ratio"] = g_raw_store_us[slot] > 0 ? us / g_raw_store_us[slot] : 0.0;
+  same_counters(state);
 }
 
 void BM_AllReduce(benchmark::State& state, bool raw) {
@@ -415,6 +451,17 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("AllReduce/push/" + std::to_string(bytes)).c_str(), BM_AllReduce, false)
         ->Arg(bytes)
         ->Iterations(3)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (const int64_t bytes : {int64_t{0}, int64_t{1} << 10, int64_t{1} << 20}) {
+    const std::string what = bytes == 0 ? std::string("add") : "set_get/" + std::to_string(bytes);
+    benchmark::RegisterBenchmark(("Store/c10d/" + what).c_str(), BM_Store, true)
+        ->Arg(bytes)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("Store/push/" + what).c_str(), BM_Store, false)
+        ->Arg(bytes)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
