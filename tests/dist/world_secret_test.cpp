@@ -5,6 +5,7 @@
 
 #include <test_util.h>
 
+#include "../poll_real.h"
 #include "dist/rendezvous/secret_file.h"
 
 #include <fcntl.h>
@@ -80,6 +81,22 @@ TEST(WorldSecret, ADrawnSecretIsHandedOnInAFileOnlyThisUserCanReadNeverThroughTh
     auto leave1 = std::async(std::launch::async, [w = std::move(w1)]() mutable { World gone = std::move(w); });
   }
   EXPECT_NE(::access(path.c_str(), F_OK), 0) << "rank 0 left " << path << " behind";
+}
+
+TEST(WorldSecret, ASecondRankZeroOnATakenPortLeavesTheRunningJobsFileAlone) {
+  // Before, rank 0 wrote its secret file before it bound MASTER_PORT: a second rank 0 of the
+  // same job id (started twice by mistake) replaced the running job's file, failed to bind,
+  // and removed the file as it left; the running job's rank 1 then could not join.
+  const int port = push::dist::free_port();
+  const std::string job = "twice-" + std::to_string(port);
+  auto r0 = std::async(std::launch::async, [&] { return World(secret_rank(port, 0, job)); });
+  const std::string path = secret_file::path_for("127.0.0.1", port, job);
+  ASSERT_TRUE(push::testing::poll_real([&] { return ::access(path.c_str(), F_OK) == 0; }, 10s)) << path;
+  EXPECT_PUSH_ERROR(World(secret_rank(port, 0, job)), "cannot host the store at 127.0.0.1:" + std::to_string(port));
+  World w1(secret_rank(port, 1, job));
+  World w0 = r0.get();
+  EXPECT_EQ(w1.size(), 2);
+  auto leave1 = std::async(std::launch::async, [w = std::move(w1)]() mutable { World gone = std::move(w); });
 }
 
 TEST(WorldSecret, AFileThatIsNotPrivateOrNotRankZerosIsRefusedInOneLine) {

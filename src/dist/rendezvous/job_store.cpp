@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "dist/rendezvous/store_wire.h"
@@ -113,20 +114,32 @@ std::string JobStore::where() const { return c10::str(options_.host, ":", option
 
 JobStore::JobStore(Options options, const handshake::Bytes& key, Steady::time_point deadline)
     : c10d::Store(options.timeout), options_(std::move(options)), key_(key) {
-  connect(deadline);
+  connect(deadline, /*patient=*/true);
 }
 
 JobStore::~JobStore() = default;
 
-/// Connects to a store that sends this job's banner, retrying while nothing listens; the
-/// socket, or -1 at the deadline. Throws when the banner is another job's.
-static int open_to_job(const JobStore::Options& o, Steady::time_point deadline, std::string& why) {
+namespace {
+
+/// A pause of 10-40 ms before trying again: clients that a busy server closed do not all
+/// come back at once.
+void pause_before_retry() {
+  thread_local std::minstd_rand random{std::random_device{}()};
+  std::this_thread::sleep_for(std::chrono::milliseconds(10 + random() % 31));
+}
+
+/// Connects to a store that sends this job's banner; the socket, or -1 at the deadline
+/// (`why` says what was found). Retries while nothing listens when `patient` (a rank
+/// waiting for rank 0 to start), else only while the server closes connections before
+/// their banner (making room). Throws when the banner is another job's.
+int open_to_job(const JobStore::Options& o, Steady::time_point deadline, bool patient, std::string& why) {
   const auto banner = sw::banner(o.job_id);
   while (Steady::now() < deadline) {
     const int fd = try_connect(o.host, o.port, deadline);
     if (fd < 0) {
       why = "nothing listens there";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!patient) return -1;
+      pause_before_retry();
       continue;
     }
     char theirs[sw::kBannerBytes];
@@ -157,26 +170,31 @@ static int open_to_job(const JobStore::Options& o, Steady::time_point deadline, 
     why = have == 0 && Steady::now() >= deadline
               ? "it did not answer: is rank 0 stopped, or another program listening on MASTER_PORT?"
               : "it closed the connection before its banner";
+    pause_before_retry();
   }
   return -1;
 }
 
+}  // namespace
+
 void JobStore::expect_this_job(const Options& options, Steady::time_point deadline) {
   std::string why = "no answer";
-  const int fd = open_to_job(options, deadline, why);
+  const int fd = open_to_job(options, deadline, /*patient=*/true, why);
   PUSH_CHECK(fd >= 0, kStoreOrigin, "rank ", options.rank, " found no store at ", options.host, ":", options.port,
              " in time: ", why);
   ::close(fd);
 }
 
-void JobStore::connect(Steady::time_point deadline) {
+void JobStore::connect(Steady::time_point deadline, bool patient) {
   std::string why = "no answer";
   for (;;) {
-    const int fd = open_to_job(options_, deadline, why);
+    const int fd = open_to_job(options_, deadline, patient, why);
     PUSH_CHECK(fd >= 0, kStoreOrigin, "rank ", options_.rank, " found no store at ", where(), " in time: ", why);
     auto link = std::make_unique<Link>();
     link->fd = fd;
-    const std::string server = sw::address_of(fd, true);
+    // The proofs bind MASTER_ADDR:MASTER_PORT as every rank was given it (not the socket's
+    // address, which a NAT or a forwarded port changes on the way).
+    const std::string server = where();
     try {
       const auto keys = handshake::dial(fd, key_, options_.rank, 0, server, deadline, "the store at " + where());
       const bool encrypt = handshake::encrypts(server);
@@ -187,11 +205,15 @@ void JobStore::connect(Steady::time_point deadline) {
       if (text.find("could not prove") != std::string::npos) {
         throw WrongKey(c10::str("[", kStoreOrigin, "] the store at ", where(),
                                 " could not prove it belongs to this job: ranks given different PUSH_JOB_SECRETs "
-                                "(or PUSH_JOB_SECRET on one side only), or another job's store on this port"));
+                                "(or PUSH_JOB_SECRET on one side only), or MASTER_ADDR spelled differently than "
+                                "for rank 0, or another job's store on this port"));
       }
       // A server that closed this connection to make room for newer ones: try again.
       why = text;
-      if (Steady::now() < deadline) continue;
+      if (Steady::now() < deadline) {
+        pause_before_retry();
+        continue;
+      }
       throw Error(
           c10::str("[", kStoreOrigin, "] rank ", options_.rank, " cannot join the store at ", where(), ": ", text));
     }
@@ -208,9 +230,12 @@ std::string JobStore::call(const std::string& body, std::chrono::milliseconds io
   const std::string origin = c10::str(kStoreOrigin, "::", what);
   PUSH_CHECK(body.size() <= sw::kMaxBody, origin, "a request of ", body.size(), " bytes is over the store's limit of ",
              sw::kMaxBody, " bytes");
-  std::lock_guard<std::mutex> lock(mutex_);
+  // One deadline from the call on, the wait for another thread's call on this connection included.
   const auto deadline = Steady::now() + io_timeout;
-  if (!link_) connect(deadline);  // dropped by an earlier call's failure
+  std::unique_lock<std::timed_mutex> lock(mutex_, deadline);
+  PUSH_CHECK(lock.owns_lock(), origin, "another call on this connection to the store at ", where(),
+             " did not end within ", io_timeout.count(), " ms: is rank 0 stopped?");
+  if (!link_) connect(deadline, /*patient=*/false);  // dropped by an earlier call's failure
   Link& link = *link_;
   auto fail = [&](const std::string& why) {
     link_.reset();
@@ -272,45 +297,53 @@ std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s
 }  // namespace
 
 void JobStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  sw::Reader(call(request(sw::Op::kSet, {key}, text(value)), timeout_, "set"), "the store").done();
+  sw::Reader(call(request(sw::Op::kSet, {key}, text(value)), bounded(timeout_), "set"), "the store").done();
 }
 
 std::vector<uint8_t> JobStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                           const std::vector<uint8_t>& desired) {
   const std::string reply =
-      call(request(sw::Op::kCompareSet, {key}, text(expected), text(desired)), timeout_, "compareSet");
+      call(request(sw::Op::kCompareSet, {key}, text(expected), text(desired)), bounded(timeout_), "compareSet");
   sw::Reader in(reply, "the store");
   return bytes(in.bytes(sw::kMaxBody));
 }
 
 std::vector<uint8_t> JobStore::get(const std::string& key) {
-  const std::string reply = call(request(sw::Op::kGet, {key}, {}, {}, timeout_.count()), waiting_io(timeout_), "get");
+  const std::string reply =
+      call(request(sw::Op::kGet, {key}, {}, {}, bounded(timeout_).count()), waiting_io(bounded(timeout_)), "get");
   sw::Reader in(reply, "the store");
   return bytes(in.bytes(sw::kMaxBody));
 }
 
 int64_t JobStore::add(const std::string& key, int64_t value) {
-  const std::string reply = call(request(sw::Op::kAdd, {key}, {}, {}, value), timeout_, "add");
+  const std::string reply = call(request(sw::Op::kAdd, {key}, {}, {}, value), bounded(timeout_), "add");
   return sw::Reader(reply, "the store").i64();
 }
 
 bool JobStore::deleteKey(const std::string& key) {
-  const std::string reply = call(request(sw::Op::kDelete, {key}), timeout_, "deleteKey");
+  const std::string reply = call(request(sw::Op::kDelete, {key}), bounded(timeout_), "deleteKey");
   return sw::Reader(reply, "the store").u8() != 0;
 }
 
 bool JobStore::check(const std::vector<std::string>& keys) {
-  const std::string reply = call(request(sw::Op::kCheck, keys), timeout_, "check");
+  const std::string reply = call(request(sw::Op::kCheck, keys), bounded(timeout_), "check");
   return sw::Reader(reply, "the store").u8() != 0;
 }
 
 int64_t JobStore::getNumKeys() {
-  return sw::Reader(call(request(sw::Op::kNumKeys, {}), timeout_, "getNumKeys"), "the store").i64();
+  return sw::Reader(call(request(sw::Op::kNumKeys, {}), bounded(timeout_), "getNumKeys"), "the store").i64();
 }
 
-void JobStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+void JobStore::wait(const std::vector<std::string>& keys) { wait(keys, bounded(timeout_)); }
 
-void JobStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+std::chrono::milliseconds JobStore::bounded(std::chrono::milliseconds timeout) const {
+  // c10d's kNoTimeout (0) waits without end: push waits the store's own timeout instead.
+  if (timeout.count() <= 0) timeout = timeout_.count() > 0 ? timeout_ : options_.timeout;
+  return std::min(timeout, std::chrono::milliseconds(sw::kMaxWaitMs));
+}
+
+void JobStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& asked) {
+  const auto timeout = bounded(asked);
   const auto start = Steady::now();
   try {
     call(request(sw::Op::kWait, keys, {}, {}, timeout.count()), waiting_io(timeout), "wait");

@@ -1,9 +1,10 @@
 #pragma once
 // A rank's client of push's own store (store_server.h, store_wire.h): a c10d::Store, so
 // that World, RPC groups and c10d's Gloo groups all meet through it. Every call has a
-// deadline: the store's timeout (a get or a wait: the timeout it asks for, and a little
-// more), after which the call fails naming the store and the connection is dropped; a call
-// after that connects again.
+// deadline from the moment it is made: the store's timeout (a get or a wait: the timeout it
+// asks for, and a little more), after which the call fails naming the store and the
+// connection is dropped; a call after that connects again, and fails at once when nothing
+// listens any more.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -77,12 +78,17 @@ class JobStore : public c10d::Store {
   /// Sends `body` and returns the reply's fields (after its status), with the connection's
   /// I/O bounded by `io_timeout`; `what` names the call in errors. A timeout reply throws.
   std::string call(const std::string& body, std::chrono::milliseconds io_timeout, const char* what);
-  void connect(std::chrono::steady_clock::time_point deadline);
+  /// `patient`: retry while nothing listens (at start, rank 0 may come later); else a store
+  /// that is gone fails at once.
+  void connect(std::chrono::steady_clock::time_point deadline, bool patient);
+  /// `timeout` as this client waits it: c10d's kNoTimeout (0) is the store's timeout, and
+  /// no wait is longer than store_wire.h's kMaxWaitMs.
+  std::chrono::milliseconds bounded(std::chrono::milliseconds timeout) const;
   std::string where() const;
 
   Options options_;
   handshake::Bytes key_;
-  std::mutex mutex_;  // one call at a time on the connection
+  std::timed_mutex mutex_;  // one call at a time on the connection
   std::unique_ptr<Link> link_;
 };
 

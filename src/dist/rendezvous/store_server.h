@@ -7,18 +7,22 @@
 // One thread serves every connection (poll). What a connection costs before it proves
 // itself is bounded: it has handshake_timeout to finish the handshake, reads at most the
 // handshake's fixed-size frames into a fixed buffer, and at most max_pending such
-// connections are kept (a new one past that closes the oldest, so a flood cannot shut the
-// job's own ranks out for longer than their one-round-trip handshake).
+// connections are kept (a new one past that closes one of them at random, preferring those
+// that sent nothing yet, and clients retry with a random pause: a flood of connections slows
+// a rank's join, it does not stop it).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dist/transport/handshake.h"
+
+struct pollfd;
 
 namespace push::dist::detail {
 
@@ -28,7 +32,8 @@ class StoreServer {
     int listen_fd = -1;  // bound and listening; the server owns it from here
     handshake::Bytes key{};
     std::string job_id;
-    int world_size = 1;  // client ranks are 0 .. world_size-1
+    std::string address;  // MASTER_ADDR:MASTER_PORT as configured: what the proofs bind
+    int world_size = 1;   // client ranks are 0 .. world_size-1
     std::chrono::milliseconds handshake_timeout{5000};
     std::size_t max_pending = 64;
   };
@@ -49,6 +54,10 @@ class StoreServer {
 
  private:
   void run();
+  /// One turn of the loop; false when the server is to stop.
+  bool serve_once(std::vector<pollfd>& fds);
+  /// Closes one connection still in its handshake (store_server.cpp says which); false when none is.
+  bool evict_one_waiting();
   void accept_all();
   /// Reads what `c` sent and acts on it; false when `c` is to be closed.
   bool on_readable(Connection& c);
@@ -56,12 +65,12 @@ class StoreServer {
   bool on_message(Connection& c);
   /// Runs the request in `body`, or parks it (a get or wait of missing keys).
   void serve(Connection& c, const std::string& body);
-  /// Serves `c`'s opened requests in order until one parks. (Parked requests are answered
-  /// at the top of the loop, after every connection's input was read.)
+  /// Serves `c`'s opened requests in order until one parks.
   void drain(Connection& c);
   void reply(Connection& c, const std::string& body);
-  /// Answers parked requests whose keys are there now, or whose deadline passed.
-  void wake_parked(std::chrono::steady_clock::time_point now);
+  /// Answers parked requests whose keys are there now, or whose deadline passed: after
+  /// every change to the keys (as c10d's TCPStore does), and at each turn of the loop.
+  void answer_parked(std::chrono::steady_clock::time_point now);
   bool flush(Connection& c);
 
   Options options_;
@@ -70,6 +79,8 @@ class StoreServer {
   std::map<std::string, std::string> data_;
   std::atomic<int> refused_{0};
   std::atomic<int> evicted_{0};
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+  std::minstd_rand random_{std::random_device{}()};
   std::thread thread_;
 };
 

@@ -35,6 +35,9 @@ constexpr uint32_t kMaxBody = 64u << 20;
 /// The longest key and the most keys in one request.
 constexpr std::size_t kMaxKeyBytes = 4096;
 constexpr std::size_t kMaxKeys = 4096;
+/// The longest a get or a wait waits (a week): longer timeouts are cut to it, so that no
+/// deadline overflows.
+constexpr int64_t kMaxWaitMs = int64_t{7} * 24 * 3600 * 1000;
 
 enum class Op : uint8_t {
   kSet = 1,         // key, value                -> ok

@@ -105,18 +105,29 @@ int store_listen_fd(const std::string& host, int port) {
   return fd;
 }
 
+namespace {
+
+/// Rank 0's drawn secret, for the others (secret_file.h); nothing when it was given or alone.
+void write_secret_file(WorldState& s) {
+  const WorldOptions& o = s.options;
+  if (o.world_size() == 1 || !o.job_secret().empty()) return;
+  s.secret_file = secret_file::path_for(o.master_addr(), o.master_port(), o.job_id());
+  secret_file::write(s.secret_file, s.secret);
+}
+
+}  // namespace
+
 void take_secret(WorldState& s) {
   const WorldOptions& o = s.options;
   if (!o.job_secret().empty()) {
     s.secret = handshake::from_hex(o.job_secret(), "PUSH_JOB_SECRET");
   } else if (o.rank() == 0) {
-    // Drawn here and handed to the others through a file only this user can read (before
-    // the store listens: the others need it to join the store), never through the store.
+    // Drawn here and handed to the others through a file only this user can read, never
+    // through the store: under push's own store, once rank 0 holds MASTER_PORT and before
+    // it listens (open_own_store), so that a second rank 0 started on a port already taken
+    // does not overwrite the running job's file; under a launcher's store, here.
     s.secret = handshake::random_bytes();
-    if (o.world_size() > 1) {
-      s.secret_file = secret_file::path_for(o.master_addr(), o.master_port(), o.job_id());
-      secret_file::write(s.secret_file, s.secret);
-    }
+    if (o.launcher_hosts_store()) write_secret_file(s);
   }
 }
 
@@ -132,8 +143,15 @@ c10::intrusive_ptr<c10d::Store> open_own_store(WorldState& s, Steady::time_point
   if (o.rank() == 0) {
     StoreServer::Options so;
     so.listen_fd = store_listen_fd(o.master_addr(), o.master_port());
+    try {
+      write_secret_file(s);
+    } catch (...) {
+      ::close(so.listen_fd);
+      throw;
+    }
     so.key = JobStore::key_for(s.secret, o.job_id());
     so.job_id = o.job_id();
+    so.address = c10::str(o.master_addr(), ":", o.master_port());
     so.world_size = o.world_size();
     so.handshake_timeout = std::min(o.init_timeout(), Milliseconds(5000));
     s.server = std::make_unique<StoreServer>(std::move(so));
@@ -243,7 +261,7 @@ void join_job(WorldState& s, Clock::time_point deadline) {
                                         : c10::str("; ", refused,
                                                    " connection(s) to the store failed the job's secret proof (ranks "
                                                    "given different PUSH_JOB_SECRETs, or PUSH_JOB_SECRET on one side "
-                                                   "only)")));
+                                                   "only; or another local program)")));
     }
     const Record theirs = decode(bytes_to_string(store.get(k)), r);
     check(theirs, r);
