@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,7 +89,11 @@ class JobStore : public c10d::Store {
 
   Options options_;
   handshake::Bytes key_;
-  std::timed_mutex mutex_;  // one call at a time on the connection
+  // One call at a time on the connection: the turn is taken (turn_taken_, under mutex_)
+  // by a call and given back when it ends; a call waits for it until its own deadline.
+  std::mutex mutex_;
+  std::condition_variable turn_free_;
+  bool turn_taken_ = false;
   std::unique_ptr<Link> link_;
 };
 
