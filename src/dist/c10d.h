@@ -55,6 +55,8 @@ struct WorldState {
   ~WorldState();
   /// The key of push's own store (JobStore::key_for).
   handshake::Bytes store_key() const { return JobStore::key_for(secret, options.job_id()); }
+  /// How this rank's clients reach push's own store (MASTER_ADDR, MASTER_PORT, job, rank).
+  JobStore::Options store_client() const;
   /// A fresh client of the job's store (for blocking waits).
   c10::intrusive_ptr<c10d::Store> new_client() const;
   /// A Gloo process group over `ranks` (this rank included), keyed under `prefix`.

@@ -76,16 +76,21 @@ void WorldState::mark_lost(int rank, bool lost) {
   }
 }
 
+JobStore::Options WorldState::store_client() const {
+  JobStore::Options jo;
+  jo.host = options.master_addr();
+  jo.port = options.master_port();
+  jo.job_id = options.job_id();
+  jo.rank = options.rank();
+  jo.world_size = options.world_size();
+  jo.timeout = options.init_timeout();
+  return jo;
+}
+
 c10::intrusive_ptr<c10d::Store> WorldState::new_client() const {
   if (!options.launcher_hosts_store()) {
-    JobStore::Options jo;
-    jo.host = options.master_addr();
-    jo.port = options.master_port();
-    jo.job_id = options.job_id();
-    jo.rank = options.rank();
-    jo.world_size = options.world_size();
-    jo.timeout = options.init_timeout();
-    return c10::make_intrusive<JobStore>(jo, store_key(), std::chrono::steady_clock::now() + options.init_timeout());
+    return c10::make_intrusive<JobStore>(store_client(), store_key(),
+                                         std::chrono::steady_clock::now() + options.init_timeout());
   }
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(options.master_port());

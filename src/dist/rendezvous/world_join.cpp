@@ -133,13 +133,7 @@ void take_secret(WorldState& s) {
 
 c10::intrusive_ptr<c10d::Store> open_own_store(WorldState& s, Steady::time_point deadline) {
   const WorldOptions& o = s.options;
-  JobStore::Options jo;
-  jo.host = o.master_addr();
-  jo.port = o.master_port();
-  jo.job_id = o.job_id();
-  jo.rank = o.rank();
-  jo.world_size = o.world_size();
-  jo.timeout = o.init_timeout();
+  const JobStore::Options jo = s.store_client();
   if (o.rank() == 0) {
     StoreServer::Options so;
     so.listen_fd = store_listen_fd(o.master_addr(), o.master_port());
