@@ -80,7 +80,7 @@ void store_value(const char* in, std::size_t size) {
   (void)push::dist::detail::unseal(key, store_key, bytes, "a fuzzed address");
 }
 
-/// A member's reader on a stream of sealed frames (transport_read.cpp): each head opened
+/// A member's reader on a stream of sealed frames (frame_reader.cpp): each head opened
 /// before its tensors are allocated, each data segment before the value is decoded. When
 /// `sealed_here` (the stream was sealed with this key just now) every tag must open.
 void open_frames(const char* in, std::size_t size, bool encrypt, bool sealed_here) {

@@ -2,7 +2,7 @@
 // One input of the wire fuzzer (tests/dist/fuzz/): what a member does with bytes from a
 // peer, without the sockets. The first byte picks the decoder:
 //   0: a frame: header, then the tensor table and the value over tensors filled from the
-//      bytes that follow (as transport_read.cpp does);
+//      bytes that follow (as frame_reader.cpp does);
 //   1: the listener's side of a handshake: the hello's and the proof's headers, and the
 //      proof checked against a fixed key (handshake.h);
 //   2: the dialer's side: a challenge frame checked as handshake::dial checks it;

@@ -69,7 +69,7 @@ void RawPeer::close_head(std::vector<char>& out) {
 }
 
 std::vector<char> RawPeer::seal(const std::vector<char>& bytes) {
-  // The member's reader (transport_read.cpp) run forwards: a head segment per frame, a data
+  // The member's reader (frame_reader.cpp) run forwards: a head segment per frame, a data
   // segment when it announces data bytes (through a ring: notes that add up to them).
   std::vector<char> out;
   for (std::size_t i = 0; i < bytes.size();) {

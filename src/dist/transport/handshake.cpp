@@ -18,7 +18,7 @@
 #include "core/clock.h"
 #include "dist/transport/loopback.h"
 #include "dist/transport/rpc_origin.h"
-#include "dist/transport/transport.h"
+#include "dist/transport/sockets.h"
 
 namespace push::dist::detail::handshake {
 namespace {
