@@ -29,6 +29,7 @@
 #include "train_command_line.h"
 #include "train_config.h"
 #include "train_data.h"
+#include "train_data_handoff.h"
 #include "train_folders.h"
 #include "train_infer.h"
 #include "train_pictures.h"
@@ -98,7 +99,9 @@ int run_train(int argc, char** argv) {
     check_data_parallel(c, started_ranks(c));
     TrainConfig checked = c;
     settle_devices(checked);
-    prepare(checked, started_ranks(c), c.nproc);
+    const Prepared prepared = prepare(checked, started_ranks(c), c.nproc);
+    // The ranks take the rows loaded here rather than load --data again.
+    hand_rows_to_ranks(c, {prepared.data.train_raw, prepared.data.test_raw});
     folders.reset();
     return relaunch(argc, argv, c);
   }

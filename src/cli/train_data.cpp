@@ -6,6 +6,7 @@
 #include "core/crc32c.h"
 #include "core/user_text.h"
 #include "stopwatch.h"
+#include "train_data_handoff.h"
 
 namespace push::cli {
 namespace {
@@ -36,13 +37,18 @@ TrainData load_train_data(TrainConfig& c) {
   PUSH_CHECK(!c.given.count("--test-fraction") || data::idx_directory(c.data).empty(), "push train",
              "--test-fraction is not for IDX data ('", c.data, "' has its own test set)");
   const Stopwatch load;
-  std::tie(d.train_raw, d.test_raw) = data::load_split(c.data, csv, c.test_fraction, c.seed);
-  if (!c.task.empty()) {
-    PUSH_CHECK(data::parse_task(c.task) == d.train_raw.task, "push train", "data set '", c.data, "' is a ",
-               data::to_string(d.train_raw.task), " data set, not ", c.task);
+  if (auto handed = rows_from_launcher(c)) {
+    std::tie(d.train_raw, d.test_raw) = std::move(*handed);  // loaded and checked by push train --nproc
+    d.handed_over = true;
+  } else {
+    std::tie(d.train_raw, d.test_raw) = data::load_split(c.data, csv, c.test_fraction, c.seed);
+    if (!c.task.empty()) {
+      PUSH_CHECK(data::parse_task(c.task) == d.train_raw.task, "push train", "data set '", c.data, "' is a ",
+                 data::to_string(d.train_raw.task), " data set, not ", c.task);
+    }
+    d.train_raw = data::subsample(d.train_raw, c.limit, c.seed);
+    d.test_raw = data::subsample(d.test_raw, c.limit, c.seed + 1);
   }
-  d.train_raw = data::subsample(d.train_raw, c.limit, c.seed);
-  d.test_raw = data::subsample(d.test_raw, c.limit, c.seed + 1);
   d.load_s = load.seconds();
   c.data_fingerprint = fingerprint(d);
   if (!c.likelihood) c.likelihood = d.classify() ? bayes::Likelihood::categorical : bayes::Likelihood::heteroscedastic;

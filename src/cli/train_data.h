@@ -12,6 +12,7 @@ struct TrainData {
   data::Standardizer scaler;          // fitted on train_raw
   data::Dataset train, test;          // standardised: what the networks see
   double load_s = 0;                  // seconds spent loading (metrics.json's timings)
+  bool handed_over = false;           // loaded once by push train --nproc, not by this rank
   bool classify() const { return train_raw.task == data::Task::classification; }
 };
 

@@ -116,7 +116,8 @@ json metrics_document(const TrainConfig& c, bayes::Infer& infer, int ranks, cons
                     {"train_size", d.train.size()},
                     {"test_size", d.test.size()},
                     {"input_shape", d.train.input_shape()},
-                    {"classes", d.train.num_classes}};
+                    {"classes", d.train.num_classes},
+                    {"loaded_by", d.handed_over ? "push train --nproc, once for its ranks" : "this rank"}};
   if (d.classify()) data_info["class_labels"] = d.train_raw.class_labels;
   json run = {{"epochs", infer.epochs_done()},
               {"ranks", ranks},

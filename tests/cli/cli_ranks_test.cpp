@@ -37,6 +37,32 @@ TEST_F(Cli, TwoRanksGiveTheSameNumbersAsOneRankWithOneOrTwoLanes) {
   }
 }
 
+// --nproc loads --data once, in the process that starts the ranks (which checks it before any
+// rank starts), and hands the rows to its ranks; ranks started by push launch load it
+// themselves. Both give the same numbers; a stray PUSH_TRAIN_DATA_FD is not read.
+TEST_F(Cli, NprocLoadsTheDataOnceAndHandsTheRowsToItsRanks) {
+  {
+    std::ofstream csv(dir_ / "rows.csv");
+    csv << "a,b,y\n";
+    for (int i = 0; i < 120; ++i) csv << i % 7 << "," << i % 5 << "," << (i % 7) + 2 * (i % 5) + (i % 3) * 0.1 << "\n";
+  }
+  const std::string common = "--data rows.csv --particles 2 --epochs 2 --devices 1 --quiet --out ";
+  auto handed = run(common + "handed --nproc 2");
+  ASSERT_EQ(handed.code, 0) << handed.out << handed.err;
+  launcher_ = "'" PUSH_CLI_BINARY "' launch --nproc 2 --";
+  auto own = run(common + "own");
+  launcher_.clear();
+  ASSERT_EQ(own.code, 0) << own.out << own.err;
+  auto stray = run(common + "stray", -1, "", {"PUSH_TRAIN_DATA_FD=0"});
+  ASSERT_EQ(stray.code, 0) << stray.out << stray.err;
+  const json h = metrics("handed"), o = metrics("own"), s = metrics("stray");
+  EXPECT_EQ(h["data"]["loaded_by"], "push train --nproc, once for its ranks");
+  EXPECT_EQ(o["data"]["loaded_by"], "this rank");
+  EXPECT_EQ(s["data"]["loaded_by"], "this rank");
+  EXPECT_EQ(h["data"]["train_size"], 96);
+  EXPECT_EQ(comparable(h), comparable(o));
+}
+
 // --data-parallel: every rank trains every particle on its share of the rows; rank 0
 // writes the usual outputs, with the mode in metrics.json, and a blocking run resumes to
 // the numbers of an uninterrupted one. Bad combinations are named, on standard error (a

@@ -75,6 +75,7 @@ inline std::string samples(const std::string& algo, int n) {
 /// ranks were started: a run's metrics.json without its timings and its layout.
 inline json comparable(json m) {
   m.erase("timings");
+  m["data"].erase("loaded_by");
   m["run"].erase("devices");
   m["run"].erase("ranks");
   return m;
