@@ -1,6 +1,7 @@
 """PusH: a distribution of particles, PusH's API on push's runtime."""
 
 import functools
+import math
 import os
 import threading
 import weakref
@@ -31,6 +32,13 @@ class UnknownParticleError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def _make_particle_of(ref):
+    dist = ref()
+    if dist is None:
+        raise _push.CancelledError("push: the distribution is gone")
+    return dist._make_particle()
+
+
 def _dispatch(ref, call, fn, args):
     dist = ref()
     if dist is None:
@@ -58,16 +66,27 @@ class PusH:
                  **kwargs):
         if not callable(mk_module):
             raise TypeError(f"push: mk_module must be callable, got {type(mk_module).__name__}")
+        sizes = {}
         for name, value in (("cache_size", cache_size), ("view_size", view_size)):
+            # A whole count; a float is cut to one as PusH does (its tutorial computes the
+            # cache size with '/'), a count below 1 refused.
+            if isinstance(value, float) and math.isfinite(value):
+                value = int(value)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"push: {name} must be an int >= 1, got {value!r}")
+                raise ValueError(f"push: {name} must be a number >= 1, got {value!r}")
+            sizes[name] = value
+        cache_size, view_size = sizes["cache_size"], sizes["view_size"]
         self._mk_module = functools.partial(mk_module, *args, **kwargs)
         self._slots: Dict[int, _Slot] = {}
         self._lock = threading.Condition()
         self._create_lock = threading.Lock()
         self._making = None  # (mk_optim, mk_scheduler, prior, train_key) of the p_create in progress
         self._made = None  # (module, optimizer, scheduler) its factory call made
-        self._core = _push.Distribution(self._make_particle, functools.partial(_dispatch, weakref.ref(self)),
+        # Weak references only: the runtime holds these callables where the garbage collector
+        # cannot see them, so a strong one (a bound method) would keep a dropped distribution,
+        # and its lanes' threads, alive for good.
+        self._core = _push.Distribution(functools.partial(_make_particle_of, weakref.ref(self)),
+                                        functools.partial(_dispatch, weakref.ref(self)),
                                         devices=devices, device_type=device_type, cache_size=cache_size,
                                         view_size=view_size, seed=seed, world=world)
         _lifetime.track(self)

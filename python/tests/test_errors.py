@@ -275,3 +275,38 @@ def test_a_closed_model_says_so():
         model.fit(torch.randn(8, 1), torch.randn(8, 1))
     with pytest.raises(ValueError, match="push.bayes.Ensemble: this model is closed"):
         model.predict(torch.randn(2, 1))
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_a_dropped_distribution_is_collected_and_its_threads_end():
+    # The runtime held the distribution's bound factory method: a reference the garbage
+    # collector cannot see, so a dropped distribution lived on with its lanes' threads.
+    import gc
+    import weakref
+
+    d = push.PusH(lambda: torch.nn.Linear(2, 1))
+    d.p_create(None)
+    gone = weakref.ref(d)
+    del d
+    gc.collect()
+    assert gone() is None
+    before = _threads()
+    for _ in range(10):
+        d = push.PusH(lambda: torch.nn.Linear(2, 1))
+        d.p_create(None)
+        del d
+        gc.collect()
+    # Closed by a closer thread each (a real wait: the threads end on their own).
+    deadline = time.monotonic() + 30
+    while _threads() > before + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _threads() <= before + 2
+
+
+def test_a_cache_size_below_one_or_not_a_number_is_refused_by_name():
+    for bad in (0.5, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="cache_size must be a number >= 1"):
+            push.PusH(lambda: torch.nn.Linear(2, 1), cache_size=bad)

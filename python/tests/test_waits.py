@@ -146,6 +146,13 @@ def _train_all(cache_size):
         return [dist.p_parameters(pid) for pid in pids], dist._core.cache_stats(0)["evictions"]
 
 
+def test_a_cache_size_computed_with_a_division_is_cut_to_a_count_as_pusH_does():
+    # PusH's tutorial computes cache_size with '/': a float, which PusH cuts with int().
+    (cut, cut_evictions), (whole, whole_evictions) = _train_all(8 / 3), _train_all(2)
+    assert cut_evictions == whole_evictions > 0
+    assert all(torch.equal(a, b) for pa, pb in zip(cut, whole) for a, b in zip(pa, pb))
+
+
 def test_python_particles_swapped_out_train_as_resident_ones():
     (swapped, evictions), (resident, none) = _train_all(2), _train_all(16)
     assert evictions > 0 and none == 0
