@@ -9,7 +9,7 @@ push.bayes.stein_vgd.train_svgd) take any torch.nn.Module and train it as Python
 push's particles, as PusH does.
 """
 
-from push.bayes.infer import (SGHMC, SGLD, SVGD, Ensemble, Infer, Laplace, MCDropout, MultiSWAG, Predictive,
+from push.bayes.models import (SGHMC, SGLD, SVGD, Ensemble, Infer, Laplace, MCDropout, MultiSWAG, Predictive,
                               rebuild_blocker)
 
 __all__ = ["Ensemble", "Infer", "Laplace", "MCDropout", "MultiSWAG", "Predictive", "SGHMC", "SGLD", "SVGD",

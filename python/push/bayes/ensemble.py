@@ -10,10 +10,21 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_folder, check_int, check_number,
+from push.bayes.particle_infer import (Infer, adam, bootstrap_loaders, check_folder, check_int, check_number,
                                        combine, constant_scheduler, run_epochs, step_on, train_keys)
 
 mk_scheduler = constant_scheduler
+create_optimizer = adam  # PusH's: Adam at lr
+
+
+def mk_optim(params):
+    """PusH's default optimizer factory of this module: Adam at 0.03."""
+    return torch.optim.Adam(params, lr=0.03)
+
+
+def mk_empty_scheduler(optim):
+    """No scheduler (PusH's mk_empty_scheduler)."""
+    return None
 
 
 def _deep_ensemble_main(particle, dataloader, loss_fn: Callable, epochs: int, bootstrap: bool = False):
@@ -44,7 +55,7 @@ def _ensemble_pred(particle, data):
         return particle.forward(data).wait().detach().cpu()
 
 
-class Ensemble(ParticleInfer):
+class Ensemble(Infer):
     """PusH's Ensemble: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
 
     _where = "push.bayes.ensemble"

@@ -1,8 +1,9 @@
 """What PusH's Bayesian entry points share: the distribution they train on, predictions
 gathered from every particle, bootstrap resamples and argument checks.
 
-PusH's ``push.bayes.infer.Infer`` is this class here (push.bayes.infer holds the C++
-algorithms): ``push_dist``, ``num_devices``, ``p_parameters`` and ``posterior_pred``.
+PusH's ``push.bayes.infer.Infer`` is the class ``Infer`` here (push.bayes.infer re-exports it;
+push's C++ algorithms are push.bayes.models): ``push_dist``, ``num_devices``, ``p_parameters``,
+``bayes_infer`` and ``posterior_pred`` for a subclass to define, ``get_var``.
 """
 
 import math
@@ -186,9 +187,10 @@ def train_keys(random_seed: bool, n: int) -> list:
     return [None] * n
 
 
-class ParticleInfer:
+class Infer:
     """A PusH distribution of ``mk_nn(*args)`` particles that a Bayesian method trains (PusH's
-    Infer). Close it (or use ``with``) to stop its lanes; the interpreter's exit does too."""
+    ``push.bayes.infer.Infer``: subclass it and define ``bayes_infer`` and ``posterior_pred``).
+    Close it (or use ``with``) to stop its lanes; the interpreter's exit does too."""
 
     _where = "push.bayes"
 
@@ -213,9 +215,26 @@ class ParticleInfer:
     def close(self) -> None:
         self.push_dist.close()
 
+    def _cleanup(self) -> None:
+        self.close()
+
+    def bayes_infer(self, dataloader, epochs: int, **kwargs):
+        """Trains the particles: a subclass defines it."""
+        raise NotImplementedError(f"{type(self).__name__}.bayes_infer: a subclass of Infer defines it")
+
+    def posterior_pred(self, data, f_reg: bool = True, mode="mean"):
+        """Predicts with the trained particles: a subclass defines it."""
+        raise NotImplementedError(f"{type(self).__name__}.posterior_pred: a subclass of Infer defines it")
+
     def p_parameters(self) -> List[List[torch.Tensor]]:
         """Every particle's parameters (CPU copies), in particle order."""
         return [self.push_dist.p_parameters(pid) for pid in self.push_dist.particle_ids()]
+
+    @staticmethod
+    def get_var(outputs: List[List[torch.Tensor]]) -> List[torch.Tensor]:
+        """The variance over the particles of ``outputs`` (each particle's list of per-batch
+        outputs): one tensor per batch."""
+        return [torch.var(torch.stack(list(batch)), dim=0) for batch in zip(*outputs)]
 
     def _gather(self, msg: str, data, *args) -> List[torch.Tensor]:
         """Each particle's answer to ``msg`` on every batch of ``data``, joined: [particles]

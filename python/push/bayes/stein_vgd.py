@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from push.bayes.ensemble import _ensemble_pred
-from push.bayes.particle_infer import (ParticleInfer, batches_of, check_int, check_number, combine, mean_loss, step_on,
+from push.bayes.particle_infer import (Infer, batches_of, check_int, check_number, combine, mean_loss, step_on,
                                        train_keys)
 
 
@@ -94,7 +94,7 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
     return losses
 
 
-class SteinVGD(ParticleInfer):
+class SteinVGD(Infer):
     """PusH's SteinVGD: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
 
     _where = "push.bayes.stein_vgd"

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from push.bayes.particle_infer import (ParticleInfer, adam, bootstrap_loaders, check_folder, check_int, check_number,
+from push.bayes.particle_infer import (Infer, adam, bootstrap_loaders, check_folder, check_int, check_number,
                                        combine, constant_scheduler, mix, run_epochs, step_on, train_keys)
 
 mk_scheduler = constant_scheduler
@@ -114,7 +114,7 @@ def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int
     return average if f_reg else average.clamp_min(torch.finfo(average.dtype).tiny).log()
 
 
-class MultiSWAG(ParticleInfer):
+class MultiSWAG(Infer):
     """PusH's MultiSWAG: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
 
     _where = "push.bayes.swag"
