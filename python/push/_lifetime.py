@@ -8,6 +8,7 @@ and for the garbage collector are joined.
 """
 
 import atexit
+import traceback
 import weakref
 
 from push import _push
@@ -27,5 +28,8 @@ def untrack(obj) -> None:
 @atexit.register
 def _close_all():
     for obj in list(_open):
-        obj.close()
+        try:
+            obj.close()
+        except Exception:  # noqa: B902 -- a handler's exception nobody waited for: said, and the rest still close
+            traceback.print_exc()
     _push.Distribution.join_closers()

@@ -60,7 +60,7 @@ class Particle:
         self._dist._check_pid(pid)
         if not isinstance(msg, str):
             raise TypeError(f"push: a message name is a str, got {type(msg).__name__}")
-        return PFuture(self._call.send(pid, msg, *args))
+        return PFuture(self._call.send(pid, msg, *args), unwaited=self._dist._unwaited)
 
     def get(self, pid: int) -> PFuture:
         """A view of particle ``pid``'s parameters (and gradients) as they are now."""

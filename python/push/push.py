@@ -11,7 +11,7 @@ import torch
 
 from push import _lifetime, _push
 from push.particle import Particle
-from push.pfuture import PFuture
+from push.pfuture import PFuture, Unwaited
 
 class _Slot:
     __slots__ = ("module", "optimizer", "scheduler", "state", "device", "view")
@@ -81,6 +81,7 @@ class PusH:
         self._lock = threading.Condition()
         self._create_lock = threading.Lock()
         self._making = None  # (mk_optim, mk_scheduler, prior, train_key) of the p_create in progress
+        self._unwaited = Unwaited()  # futures of messages dropped without a wait (PFuture.__del__)
         self._made = None  # (module, optimizer, scheduler) its factory call made
         # Weak references only: the runtime holds these callables where the garbage collector
         # cannot see them, so a strong one (a bound method) would keep a dropped distribution,
@@ -100,9 +101,11 @@ class PusH:
         self.close()
 
     def close(self) -> None:
-        """Lets running handlers finish, then stops every lane and handler thread."""
+        """Lets running handlers finish, then stops every lane and handler thread. Raises
+        the exception of a message nobody waited for, if one failed."""
         self._core.close()
         _lifetime.untrack(self)
+        self._unwaited.raise_failed()
 
     def __del__(self):
         # Garbage may be collected on any thread, a lane's or a handler's too, where waiting
@@ -238,7 +241,7 @@ class PusH:
         self._check_pid(pid_to)
         if not isinstance(msg, str):
             raise TypeError(f"push: a message name is a str, got {type(msg).__name__}")
-        future = PFuture(self._core.launch(pid_to, msg, *args))
+        future = PFuture(self._core.launch(pid_to, msg, *args), unwaited=self._unwaited)
         if sync:
             future.wait()
             return None
@@ -251,7 +254,10 @@ class PusH:
         for f in futures:
             if not isinstance(f, PFuture):
                 raise TypeError(f"push: p_wait takes PFutures, got {type(f).__name__}")
-        return {f._fid: f.wait() for f in futures}
+        self._unwaited.raise_failed()
+        results = {f._fid: f.wait() for f in futures}
+        self._unwaited.raise_failed()
+        return results
 
     def p_parameters(self, pid: int, sync: bool = True) -> List[torch.Tensor]:
         """Copies of particle ``pid``'s parameters, on the CPU."""

@@ -310,3 +310,37 @@ def test_a_cache_size_below_one_or_not_a_number_is_refused_by_name():
     for bad in (0.5, float("nan"), float("inf"), True, "2"):
         with pytest.raises(ValueError, match="cache_size must be a number >= 1"):
             push.PusH(lambda: torch.nn.Linear(2, 1), cache_size=bad)
+
+
+def test_a_failing_handler_nobody_waits_for_is_raised_by_the_next_wait_and_by_close():
+    # PusH's own training loops send without waiting; the handler's exception used to vanish.
+    import threading
+
+    release, started = threading.Event(), threading.Event()
+
+    def boom(p, n):
+        started.set()
+        release.wait(30)  # fails only once the test has seen the sender's result
+        raise ValueError(f"nobody waits for this one ({n})")
+
+    def fire(p, to, n):
+        p.send(to, "BOOM", n)  # the future is dropped here
+        return "sent"
+
+    d = push.PusH(lambda: torch.nn.Linear(2, 1))
+    b = d.p_create(None, receive={"BOOM": boom})
+    a = d.p_create(None, receive={"FIRE": fire})
+    assert list(d.p_wait([d.p_launch(a, "FIRE", b, 1)]).values()) == ["sent"]
+    release.set()
+    deadline = time.monotonic() + 30
+    with pytest.raises(ValueError, match=r"nobody waits for this one \(1\)") as info:
+        while time.monotonic() < deadline:  # raised once the handler has failed
+            d.p_wait([])
+            time.sleep(0.01)
+    assert any(f"particle {b}, message 'BOOM'" in note for note in info.value.__notes__)
+    d.p_wait([])  # said once
+    started.clear()
+    assert d.p_launch(a, "FIRE", b, 2).wait() == "sent"
+    assert started.wait(30)  # running: close lets it finish (one not yet started is cancelled)
+    with pytest.raises(ValueError, match=r"nobody waits for this one \(2\)"):
+        d.close()  # lets the running handler finish, then says what it raised
