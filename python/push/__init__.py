@@ -20,4 +20,8 @@ from push.particle import Particle, ParticleView
 from push.pfuture import PFuture
 from push.push import PusH
 
+# Seconds the interpreter's exit waits for handlers still running before it ends without
+# them (a Ctrl-C during the wait ends it at once); see push._lifetime.
+exit_grace = 10.0
+
 __all__ = ["CancelledError", "Particle", "ParticleError", "ParticleView", "PFuture", "PusH"]

@@ -278,6 +278,7 @@ PYBIND11_MODULE(_push, m) {
       .def_static("in_handler", [] { return HandlerCall::current() != nullptr; })
       .def("close", &Distribution::close, py::call_guard<py::gil_scoped_release>())
       .def("close_later", &Distribution::close_later, py::call_guard<py::gil_scoped_release>())
+      .def("wait_stopped", &Distribution::wait_stopped, py::arg("seconds"), py::call_guard<py::gil_scoped_release>())
       .def_static("join_closers", &Distribution::join_closers, py::call_guard<py::gil_scoped_release>());
 
   bind_bayes(m);

@@ -1,5 +1,8 @@
 #include "distribution.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "module_mirror.h"
 #include "values.h"
 
@@ -147,6 +150,17 @@ void Distribution::close() {
   } else {
     stop(std::move(s), threads_);
   }
+}
+
+bool Distribution::wait_stopped(double seconds) const {
+  std::shared_ptr<std::shared_future<void>> stopped;
+  {
+    std::shared_lock<std::shared_mutex> lock(push_mutex_);
+    stopped = stopped_;
+  }
+  if (!stopped) return false;
+  const auto wait = std::chrono::duration<double>(std::max(seconds, 0.0));
+  return stopped->wait_for(std::chrono::duration_cast<std::chrono::nanoseconds>(wait)) == std::future_status::ready;
 }
 
 void Distribution::close_later() {

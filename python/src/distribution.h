@@ -74,6 +74,9 @@ class Distribution {
   /// The same, always handed to a closer thread (for garbage collection).
   void close_later();
   bool closed() const;
+  /// Whether the stopping close() or close_later() began has ended, waiting at most
+  /// `seconds` for it (false when no close began). Call without the GIL.
+  bool wait_stopped(double seconds) const;
   std::size_t handler_threads() const { return threads_->threads(); }
   /// Joins the closer threads (at exit, without the GIL).
   static void join_closers();

@@ -344,3 +344,53 @@ def test_a_failing_handler_nobody_waits_for_is_raised_by_the_next_wait_and_by_cl
     assert started.wait(30)  # running: close lets it finish (one not yet started is cancelled)
     with pytest.raises(ValueError, match=r"nobody waits for this one \(2\)"):
         d.close()  # lets the running handler finish, then says what it raised
+
+
+def _start_script(tmp_path, body):
+    script = tmp_path / "exit.py"
+    script.write_text(textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def test_a_handler_still_running_at_exit_is_waited_for_at_most_the_grace(tmp_path):
+    proc = _start_script(tmp_path, """
+        import time, torch, push
+        push.exit_grace = 1
+        d = push.PusH(lambda: torch.nn.Linear(2, 1))
+        d.p_launch(d.p_create(None, receive={"F": lambda p: time.sleep(1e9)}), "F")
+        print("exiting", flush=True)
+    """)
+    try:
+        assert proc.stdout.readline().strip() == "exiting"
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - start < 20  # the grace (1 s), not the handler's end
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert "still had a handler running at exit (push.exit_grace = 1 s passed)" in err, err
+
+
+def test_a_second_ctrl_c_ends_the_exit_at_once(tmp_path):
+    proc = _start_script(tmp_path, """
+        import time, torch, push
+        d = push.PusH(lambda: torch.nn.Linear(2, 1))
+        f = d.p_launch(d.p_create(None, receive={"F": lambda p: time.sleep(1e9)}), "F")
+        print("waiting", flush=True)
+        d.p_wait([f])
+    """)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(0.5)  # real time: the wait has begun
+        proc.send_signal(signal.SIGINT)  # the wait ends; the exit waits for the handler
+        time.sleep(1)  # real time: the exit has begun waiting (its grace is 10 s)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - start < 5
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "(interrupted)" in err, err
