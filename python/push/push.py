@@ -196,7 +196,7 @@ class PusH:
             view = self._view_module()
         lane_device = torch.device(self._core.device(self._core.lane_of(pid))) if here else None
         with self._lock:
-            self._slots[pid] = _Slot(module, optimizer, scheduler, dict(state), lane_device, view)
+            self._slots[pid] = _Slot(module, optimizer, scheduler, state, lane_device, view)  # shared, as in PusH
             self._lock.notify_all()
         return pid
 

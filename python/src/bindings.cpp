@@ -62,7 +62,10 @@ bool set_push_error(const std::exception_ptr& error) {
         py::list existing = py::getattr(exc, "__notes__", py::list());
         if (!existing.contains(py::str(notes))) exc.attr("add_note")(notes);
       }
-      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+      // With its traceback, so that the handler's own frames come after the waiter's.
+      PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr()));
+      Py_INCREF(type);
+      PyErr_Restore(type, exc.inc_ref().ptr(), PyException_GetTraceback(exc.ptr()));
       throw py::error_already_set();
     } catch (const ParticleError& e) {
       notes += (notes.empty() ? "" : "\n") + std::string("in push particle ") + std::to_string(e.pid()) +

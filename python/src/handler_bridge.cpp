@@ -22,6 +22,10 @@ PyRef::~PyRef() {
 PythonError::PythonError(py::error_already_set& error)
     : std::runtime_error(error.what()), exception_([&] {
         py::gil_scoped_acquire gil;
+        // The handler's frames stay with the exception: raised again in the waiter, its
+        // traceback goes on from them (raise_python).
+        const auto kept = py::reinterpret_steal<py::object>(PyException_GetTraceback(error.value().ptr()));
+        if (error.trace() && !kept) PyException_SetTraceback(error.value().ptr(), error.trace().ptr());
         return std::make_shared<PyRef>(error.value());
       }()) {}
 

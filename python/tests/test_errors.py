@@ -394,3 +394,19 @@ def test_a_second_ctrl_c_ends_the_exit_at_once(tmp_path):
         proc.kill()
     assert proc.returncode == 130
     assert "(interrupted)" in err, err
+
+
+def test_a_handler_exception_keeps_the_handlers_own_frames(dist):
+    import traceback
+
+    def deep_in_the_handler(x):
+        raise ValueError(f"from deep ({x})")
+
+    def handler(p, x):
+        deep_in_the_handler(x)
+
+    pid = dist.p_create(None, receive={"H": handler})
+    with pytest.raises(ValueError, match=r"from deep \(3\)") as info:
+        dist.p_wait([dist.p_launch(pid, "H", 3)])
+    names = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
+    assert "handler" in names and "deep_in_the_handler" in names, names

@@ -246,3 +246,19 @@ def test_load_refuses_what_does_not_fit(tmp_path):
                 after = [d.p_parameters(pid) for pid in (0, 1)]
                 assert all(torch.equal(a, b) for pa, pb in zip(before, after) for a, b in zip(pa, pb))
         f.write_bytes(whole)
+
+
+def test_a_state_dict_is_the_particles_own_object_as_in_pusH(dist):
+    # PusH keeps the dict it is given: the program sees what handlers write, and particles
+    # given one dict share it.
+    shared = {"seen": []}
+
+    def note(p):
+        p.state["seen"].append(p.pid)
+        p.state["last"] = p.pid
+
+    a = dist.p_create(None, receive={"NOTE": note}, state=shared)
+    b = dist.p_create(None, receive={"NOTE": note}, state=shared)
+    dist.p_wait([dist.p_launch(a, "NOTE")])
+    dist.p_wait([dist.p_launch(b, "NOTE")])
+    assert shared == {"seen": [a, b], "last": b}

@@ -143,11 +143,11 @@ class MultiSWAG(Infer):
             raise ValueError(f"{self._where}: mswag_state may not hold 'n' (MultiSWAG counts its samples there)")
         mk_optim = mk_optim or create_optimizer(lr)
         keys = train_keys(random_seed, num_models)
-        state = dict(mswag_state or {}, _seed=self.seed)
+        state = dict(mswag_state or {}, _seed=self.seed)  # each particle its own copy: its own count "n"
         receive = {"SWAG_STEP": _swag_step, "SWAG_SWAG": _swag_swag, "SWAG_PRED": _mswag_pred}
         self.swag_pids = [self.push_dist.p_create(mk_optim, mk_scheduler, prior, keys[n], device=n % self.num_devices,
                                                   receive=dict(receive, **({"SWAG_PARTICLE": mswag_entry} if n == 0
-                                                                           else {})), state=state)
+                                                                           else {})), state=dict(state))
                           for n in range(num_models)]
         result = self.push_dist.p_launch(self.swag_pids[0], "SWAG_PARTICLE", dataloader, loss_fn, cov_mat_rank,
                                          pretrain_epochs, swag_epochs, self.swag_pids, bootstrap).wait()
