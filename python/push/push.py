@@ -1,8 +1,10 @@
 """PusH: a distribution of particles, PusH's API on push's runtime."""
 
+import collections
 import functools
 import math
 import os
+import tempfile
 import threading
 import weakref
 from typing import Callable, Dict, Iterable, List, Optional
@@ -269,11 +271,32 @@ class PusH:
         return list(self._core.named_parameters(pid))
 
     def save(self, path: str = None, sync: bool = True) -> None:
-        """Saves every particle's parameters and buffers to the folder ``path``
-        (written whole or not at all). Python optimizers' state is not saved."""
-        if path is None:
-            raise ValueError("push: save needs a folder (PusH's fixed file names have no meaning here)")
-        self._core.save(os.fspath(path))
+        """Saves every particle's parameters and buffers to the folder ``path`` (written
+        whole or not at all; ``load`` reads it back, checked). Without ``path``, as PusH
+        does: ``particles/device{lane}_particle{pid}.pth`` in the working folder, each the
+        module's ``state_dict()`` for ``module.load_state_dict(torch.load(file))``.
+        Python optimizers' state is not saved."""
+        if path is not None:
+            self._core.save(os.fspath(path))
+            return
+        os.makedirs("particles", exist_ok=True)
+        # push's own checkpoint first (every particle, from its lane), then each particle's
+        # state_dict under PusH's name, replaced whole.
+        with tempfile.TemporaryDirectory(dir="particles", prefix=".push-save-") as scratch:
+            folder = os.path.join(scratch, "checkpoint")
+            self._core.save(folder)
+            keys = list(self._mk_module().state_dict().keys())
+            for pid in self.particle_ids():
+                source = os.path.join(folder, f"particle-{pid}.pt")
+                if not os.path.exists(source):
+                    continue  # another rank's particle: that rank writes its file
+                archive = torch.jit.load(source, map_location="cpu")
+                saved = dict(archive.named_parameters())
+                saved.update(archive.named_buffers())
+                state = collections.OrderedDict((k, saved["module." + k].detach().clone()) for k in keys)
+                name = os.path.join("particles", f"device{self._core.lane_of(pid)}_particle{pid}.pth")
+                torch.save(state, os.path.join(scratch, "part"))
+                os.replace(os.path.join(scratch, "part"), name)
 
     def load(self, path: str) -> None:
         """Restores every particle saved in the folder ``path`` into the particle of the same

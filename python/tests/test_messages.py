@@ -1,4 +1,6 @@
 """Particles, messages and results from Python: PusH's API on push's runtime."""
+import os
+
 import torch
 import pytest
 
@@ -262,3 +264,27 @@ def test_a_state_dict_is_the_particles_own_object_as_in_pusH(dist):
     dist.p_wait([dist.p_launch(a, "NOTE")])
     dist.p_wait([dist.p_launch(b, "NOTE")])
     assert shared == {"seen": [a, b], "last": b}
+
+
+def test_save_without_a_folder_writes_pusHs_files_that_torch_load_reads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
+
+    def train(p, x):
+        p.step(lambda out, y: (out - y).pow(2).mean(), x, x[:, :1]).wait()
+
+    with push.PusH(make) as d:
+        pids = [d.p_create(lambda ps: torch.optim.SGD(ps, lr=0.1), receive={"TRAIN": train}) for _ in range(2)]
+        d.p_wait([d.p_launch(pid, "TRAIN", torch.randn(8, 3)) for pid in pids])
+        d.save()
+        expected = {pid: d.p_parameters(pid) for pid in pids}
+        lanes = {pid: d._core.lane_of(pid) for pid in pids}
+    files = sorted(os.listdir(tmp_path / "particles"))
+    assert files == sorted(f"device{lanes[pid]}_particle{pid}.pth" for pid in pids)
+    for pid in pids:
+        module = make()
+        module.load_state_dict(torch.load(tmp_path / "particles" / f"device{lanes[pid]}_particle{pid}.pth"))
+        assert all(torch.equal(a, b) for a, b in zip(module.parameters(), expected[pid]))
+        assert int(module[1].num_batches_tracked) == 1  # buffers too
