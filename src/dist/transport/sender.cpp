@@ -43,7 +43,7 @@ void Sender::write_frame(Connection& c, const wire::Header& header_in, const wir
                  body.data_bytes <= options_.max_message_bytes - body.meta.size(),
              kRpcOrigin, "a message of ", body.meta.size() + body.data_bytes, " bytes is over the limit of ",
              options_.max_message_bytes, " bytes (RpcGroupOptions::max_message_bytes)");
-  WriteSide::Turn turn(c.writer(), options_.describe(c.peer()));
+  WriteSide::Turn turn(c.writer(), [&] { return options_.describe(c.peer()); });  // named only on failure
   try {
     write_in_turn(c, turn, header, body);
   } catch (...) {

@@ -13,10 +13,10 @@ namespace push::dist::detail {
 using push::detail::EventLoop;
 using push::detail::waits_suspend_here;
 
-WriteSide::Turn::Turn(WriteSide& side, const std::string& peer) : side_(side) {
+WriteSide::Turn::Turn(WriteSide& side, const std::function<std::string()>& peer) : side_(side) {
   std::unique_lock<std::mutex> lock(side.mutex_);
   for (;;) {
-    PUSH_CHECK(!side.closed_, kRpcOrigin, "the connection to ", peer, " is closed");
+    PUSH_CHECK(!side.closed_, kRpcOrigin, "the connection to ", peer(), " is closed");
     if (!side.writing_) {
       side.writing_ = true;
       side.turn_loop_ = EventLoop::current();
@@ -33,7 +33,7 @@ WriteSide::Turn::Turn(WriteSide& side, const std::string& peer) : side_(side) {
       // The holder is a fiber of this very thread's loop, suspended: blocking here would
       // keep it from ever finishing.
       const void* here = EventLoop::current();
-      PUSH_CHECK(here == nullptr || here != side.turn_loop_, kRpcOrigin, "cannot send to ", peer,
+      PUSH_CHECK(here == nullptr || here != side.turn_loop_, kRpcOrigin, "cannot send to ", peer(),
                  " from here: a handler of this same loop is writing to it and waits for it to read, and "
                  "this code cannot wait (an inline continuation, a backward pass, Particle::borrow); send "
                  "from a handler or from another thread");

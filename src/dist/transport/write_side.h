@@ -34,9 +34,9 @@ class WriteSide {
   /// The turn to write one whole frame, held while it lives.
   class Turn {
    public:
-    /// Waits for the turn. Throws push::Error, naming `peer`, when the connection is
+    /// Waits for the turn. Throws push::Error, naming `peer()`, when the connection is
     /// closed, or when this thread cannot wait for a turn that a fiber of its own loop holds.
-    Turn(WriteSide& side, const std::string& peer);
+    Turn(WriteSide& side, const std::function<std::string()>& peer);
     ~Turn();
     Turn(const Turn&) = delete;
     Turn& operator=(const Turn&) = delete;
