@@ -13,26 +13,24 @@
 // each tensor's storage): no copy of the meta or tensor bytes and no thread hop. They take
 // turns per connection, and one whose peer does not take the bytes waits without holding
 // its loop's thread when it runs in a fiber (sender.h, write_side.h). The I/O thread
-// (transport_loop.cpp) reads: each connection's handshake (incoming_handshake.h), then its
+// (io_loop.h) reads: each connection's handshake (incoming_handshake.h), then its
 // frames (frame_reader.h), and hands complete messages to the group's callbacks; it only
 // tells waiting senders that a socket is writable again. It never waits on a send, so two
 // members sending to each other at once cannot deadlock.
 //
 // Transport composes its parts and owns no socket itself: the poller (what the I/O thread
 // sleeps on), the acceptor (the listening socket, the handshakes in progress), the peer
-// table (every connection, by rank the ones it dialed, behind one lock), the heartbeats
-// and the sender. Each connection (connection.h) keeps its senders' state private behind
-// its own lock (write_side.h).
+// table (every connection, by rank the ones it dialed, behind one lock), the heartbeats,
+// the sender and the I/O thread (io_loop.h); dialer.h dials. Each connection (connection.h)
+// keeps its senders' state private behind its own lock (write_side.h).
 #include <ATen/core/ivalue.h>
 
-#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -40,6 +38,7 @@
 #include "dist/transport/handshake.h"
 #include "dist/transport/heartbeats.h"
 #include "dist/transport/incoming_handshake.h"
+#include "dist/transport/io_loop.h"
 #include "dist/transport/loopback.h"
 #include "dist/transport/peer_table.h"
 #include "dist/transport/poller.h"
@@ -136,18 +135,7 @@ class Transport {
   int port() const { return acceptor_.port(); }
 
  private:
-  // The I/O thread (transport_loop.cpp).
-  void loop();
-  /// Registers an open connection: the I/O thread reads it from now on.
-  void watch(const ConnectionPtr& c);
-  /// Reads what `c` has; false when the connection must close (`why` says why).
-  bool read_some(Connection& c, std::string& why);
-  /// Sends the heartbeats that are due and closes the connections of peers silent past
-  /// heartbeat_timeout; returns when it needs the I/O thread next.
-  std::optional<Clock::time_point> keep_alive();
-  void close(Connection* c, const std::string& why);
-  /// Dials `peer` and proves this member; retries refused connections until `deadline`
-  /// when `retry`.
+  /// Dials `peer` and watches the connection (dialer.h).
   ConnectionPtr dial(int peer, const std::string& address, Clock::time_point deadline, bool retry);
 
   TransportOptions options_;
@@ -159,12 +147,7 @@ class Transport {
   PeerTable peers_;
   Heartbeats heartbeats_;
   Sender sender_;
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
-  bool stopped_ = false;
-  // Connections closed during the current batch of events: kept alive until it ends, so a
-  // later event of the batch for one finds it (marked gone) rather than freed memory.
-  std::vector<ConnectionPtr> closed_in_batch_;
+  IoLoop loop_;  // last: it works on the parts above
 };
 
 }  // namespace push::dist::detail
