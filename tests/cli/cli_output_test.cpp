@@ -198,23 +198,25 @@ TEST_F(Cli, FoldersThatOnlyLookLikeStagingFoldersAreKept) {
 TEST_F(Cli, KilledRunsLeaveNothingThatLingers) {
   // Kill runs at different moments: once --out is staged, once --save is too, and in the
   // middle of training; each leaves staging folders behind, and the next run cleans up.
+  // The progress bar (on stderr, in a log beside the test's folder) shows training begun.
+  const fs::path log = dir_.string() + ".log";
   for (const std::string moment : {"--out staged", "--save staged", "training"}) {
-    const pid_t pid = start("--epochs 100000 --particles 2 --quiet --save ck --out out", "/dev/null");
+    const pid_t pid = start("--epochs 100000 --particles 2 --save ck --out out", log);
     const std::string out = ".out.partial-" + std::to_string(pid) + "-";
     const std::string ck = ".ck.partial-" + std::to_string(pid) + "-";
     const bool reached = Clock::poll_until(Clock::deadline_after(60s), 5ms, [&] {
       const auto names = entries();
       const bool out_staged = !staging_folders(names, out).empty(), ck_staged = !staging_folders(names, ck).empty();
+      if (moment == "training") return ck_staged && slurp(log).find("] epoch ") != std::string::npos;
       return out_staged && (moment == "--out staged" || ck_staged);
     });
-    // Real time is the point here: the run has staged both folders and goes on to train.
-    if (reached && moment == "training") Clock::sleep_for(500ms);
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(reached) << moment << ": the run did not get there";
     EXPECT_FALSE(staging_folders(entries(), out).empty()) << moment;
   }
+  fs::remove(log);
   auto r = run("--epochs 1 --particles 2 --quiet --save ck --out out");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(entries(), (std::vector<std::string>{"ck", "out"}));

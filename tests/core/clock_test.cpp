@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/timer_queue.h"
 #include "test_util.h"
+#include "thread_count.h"
 
 namespace push {
 namespace {
@@ -32,8 +33,9 @@ TEST(Clock, AManualClockMovesOnlyWhenAdvanced) {
   ManualClock clock;
   EXPECT_TRUE(Clock::manual());
   const auto t0 = Clock::now();
-  std::this_thread::sleep_for(5ms);  // real time passes; manual time does not
-  EXPECT_EQ(Clock::now(), t0);
+  const auto real0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(within([&] { return std::chrono::steady_clock::now() > real0; }));  // real time passes...
+  EXPECT_EQ(Clock::now(), t0);                                                    // ...manual time does not
   clock.advance(250ms);
   EXPECT_EQ(Clock::now() - t0, 250ms);
   EXPECT_PUSH_ERROR(clock.advance(-1ms), "only moves forward");
@@ -56,10 +58,17 @@ TEST(Clock, AThreadsWaitForEndsExactlyWhenManualTimePassesItsDeadline) {
   Promise<int> never;
   const Future<int> f = never.future();
   std::atomic<int> result{-1};
-  std::thread waiter([&] { result = f.wait_for(100ms) ? 1 : 0; });
+  std::atomic<pid_t> tid{0};
+  std::thread waiter([&] {
+    tid = ::gettid();
+    result = f.wait_for(100ms) ? 1 : 0;
+  });
   ASSERT_TRUE(within([&] { return clock.waiters() == 1; }));  // its deadline: now + 100 ms
   clock.advance(99ms);
-  std::this_thread::sleep_for(20ms);  // many ticks of real time: still before the deadline
+  // The wait sleeps a tick at a time and compares the deadline at each wake-up: a few more
+  // sleeps, and it has looked at 99 ms.
+  const long sleeps = testing::sample_thread(tid).sleeps;
+  EXPECT_TRUE(within([&] { return testing::sample_thread(tid).sleeps >= sleeps + 3; }));
   EXPECT_EQ(result.load(), -1) << "the wait ended before its deadline";
   clock.advance(1ms);
   const bool ended = within([&] { return result.load() != -1; });
@@ -84,11 +93,19 @@ TEST(Clock, PollUntilSeesItsConditionAtOnceAndItsDeadlineInManualTime) {
   EXPECT_TRUE(seen);
   EXPECT_EQ(result.load(), 1);
   // A condition that never turns true fails exactly when manual time passes the deadline.
+  // Its condition counts the looks: a look after the advance also compared the deadline.
   result = -1;
-  std::thread timing_out([&] { result = Clock::poll_until(Clock::deadline_after(1s), 100ms, [] { return false; }); });
+  std::atomic<int> looks{0};
+  std::thread timing_out([&] {
+    result = Clock::poll_until(Clock::deadline_after(1s), 100ms, [&] {
+      looks.fetch_add(1);
+      return false;
+    });
+  });
   ASSERT_TRUE(within([&] { return clock.waiters() == 1; }));
   clock.advance(999ms);
-  std::this_thread::sleep_for(20ms);  // many ticks of real time: still before the deadline
+  const int before = looks.load();
+  EXPECT_TRUE(within([&] { return looks.load() >= before + 2; }));  // a whole look at 999 ms
   EXPECT_EQ(result.load(), -1) << "the poll gave up before its deadline";
   clock.advance(1ms);
   EXPECT_TRUE(within([&] { return result.load() != -1; }));

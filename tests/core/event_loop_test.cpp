@@ -135,8 +135,15 @@ TEST(EventLoop, StopCancelsQueuedJobsUnwindsSuspendedFibersAndJoins) {
       nullptr);
   Future<int> queued = in_fiber(*loop, [] { return 1; });
   while (!holding) std::this_thread::yield();
-  std::thread stopper([&] { loop->stop(); });
-  std::this_thread::sleep_for(100ms);  // stop() has requested the stop and waits to join
+  std::atomic<pid_t> stopper_tid{0};
+  std::thread stopper([&] {
+    stopper_tid = ::gettid();
+    loop->stop();
+  });
+  // stop() requests the stop, then joins the loop thread: the stopper lies in that wait.
+  testing::eventually([&] { return stopper_tid.load() != 0; });
+  testing::ThreadSample last;
+  EXPECT_TRUE(testing::eventually([&] { return testing::asleep_in_one_wait(stopper_tid, last); }));
   gate.set_value(0);
   stopper.join();  // joined: the loop thread is gone
 

@@ -110,13 +110,19 @@ TEST(Future, WaitReturnsAValueThatOutlivesTheFuture) {
   EXPECT_EQ(value.toStringRef(), std::string(64, 'v'));
 }
 
-TEST(Future, AWaiterLooksForTheValueOnlyWithinTheExpectedWindowThenSleeps) {
-  Promise<int> promise;
-  promise.expect_within(std::chrono::milliseconds(2));
-  std::thread t([promise] {
+// Sets 5 on `promise` 300 ms from now, from a thread of its own: real time is the point, the
+// waiter's CPU is measured over it.
+std::thread set_five_later(Promise<int> promise) {
+  return std::thread([promise] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     promise.set_value(5);
   });
+}
+
+TEST(Future, AWaiterLooksForTheValueOnlyWithinTheExpectedWindowThenSleeps) {
+  Promise<int> promise;
+  promise.expect_within(std::chrono::milliseconds(2));
+  std::thread t = set_five_later(promise);
   const auto cpu = testing::thread_cpu();
   EXPECT_EQ(promise.future().wait(), 5);
   // 2 ms of looking, then asleep: far below the 300 ms a wait that kept looking would burn.
@@ -128,10 +134,7 @@ TEST(Future, AWaiterThatMayRunOnOneCoreOnlySleepsAtOnce) {
   // Looking there would take the core from the thread that completes the value.
   Promise<int> promise;
   promise.expect_within(std::chrono::seconds(30));
-  std::thread t([promise] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    promise.set_value(5);
-  });
+  std::thread t = set_five_later(promise);
   std::chrono::nanoseconds spent{};
   std::thread waiter([&] {
     cpu_set_t one;
@@ -162,21 +165,35 @@ TEST(Future, AnExpectedWindowNeverStretchesAWaitFor) {
 TEST(Future, AValueCompletedWithinTheWindowIsFoundWithoutSleeping) {
   auto due = std::make_shared<detail::FutureState<int>>();
   due->expect_within(std::chrono::seconds(30));
-  std::thread t([due] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // `stop` is asked once before the waiter takes its seat, then between rounds of looking:
+  // the value is completed once the waiter is looking.
+  std::atomic<int> asked{0};
+  auto looking = [&] {
+    asked.fetch_add(1);
+    return false;
+  };
+  std::thread t([due, &asked] {
+    testing::eventually([&] { return asked.load() >= 2; });  // bounded: a waiter that never looks fails below
     due->set_value(1);
   });
-  EXPECT_TRUE(due->spin_until_ready(std::chrono::seconds(30)));  // found by looking, not by a wake-up
+  EXPECT_TRUE(due->spin_until_ready(std::chrono::seconds(30), looking));  // found by looking, not by a wake-up
   t.join();
   // No window: nothing to look for, at once.
   auto plain = std::make_shared<detail::FutureState<int>>();
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(plain->spin_until_ready(std::chrono::seconds(30)));
   // The window counts from expect_within, not from the wait: one that is over looks no more.
+  // The window is steady time: a microsecond, waited out on the steady clock.
   auto late = std::make_shared<detail::FutureState<int>>();
-  late->expect_within(std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));
-  EXPECT_FALSE(late->spin_until_ready(std::chrono::seconds(30)));
+  late->expect_within(std::chrono::microseconds(1));
+  const auto over = std::chrono::steady_clock::now() + std::chrono::microseconds(1);
+  ASSERT_TRUE(testing::eventually([&] { return std::chrono::steady_clock::now() > over; }));
+  bool looked = false;
+  EXPECT_FALSE(late->spin_until_ready(std::chrono::seconds(30), [&] {
+    looked = true;
+    return false;
+  }));
+  EXPECT_FALSE(looked) << "a window that was over was looked through again";
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   // A window of centuries is cut to an hour, and a limit of 0 looks not at all.
   late->expect_within(std::chrono::nanoseconds::max());

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -206,6 +207,32 @@ double cpu_seconds(pid_t pid) {
   const auto fields = proc_stat(pid);
   if (fields.size() < 13) return 0;
   return (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+void wait_until_quiet(std::chrono::seconds limit) {
+  double last = -1;  // the first look only starts the count
+  poll_real(
+      [&] {
+        const double now = process_cpu_seconds();
+        const bool quiet = last >= 0 && now - last < 0.03;  // 30% of the 100 ms between looks
+        last = now;
+        return quiet;
+      },
+      limit, std::chrono::milliseconds(100));
+}
+
+double cpu_seconds_over_an_idle_second() {
+  wait_until_quiet();
+  const double before = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // real time is the point: CPU used over it
+  return process_cpu_seconds() - before;
 }
 
 void shutdown_quietly(push::dist::RpcGroup& rpc) {

@@ -67,6 +67,20 @@ bool is_stopped(pid_t pid);
 /// The CPU time process `pid` has used, user and system, in seconds; 0 when it is gone.
 double cpu_seconds(pid_t pid);
 
+/// The CPU time this process has used (every thread, user and system), in seconds, to the
+/// microsecond.
+double process_cpu_seconds();
+
+/// Waits at most `limit` until this process is quiet: under 30% of a core used over 100 ms.
+/// What a test set going (a flood of connections to accept) has been served then, and a
+/// measurement of idle CPU can begin; a process that never quiets fails that measurement.
+void wait_until_quiet(std::chrono::seconds limit = std::chrono::seconds(10));
+
+/// Waits until this process is quiet (wait_until_quiet), then returns the CPU seconds it uses
+/// over the next second of real time: what a server left idle (a flood of connections it
+/// cannot accept, say) burns.
+double cpu_seconds_over_an_idle_second();
+
 /// Shuts `rpc` down, ignoring the failure of its barrier (it waits for a member a test killed).
 void shutdown_quietly(push::dist::RpcGroup& rpc);
 

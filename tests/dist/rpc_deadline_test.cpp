@@ -44,9 +44,12 @@ TEST(DistRpcDeadline, ACallTimesOutExactlyWhenAManualClockPassesItsDeadline) {
     push::detail::ManualClock clock;
     auto soon = alone.rpc.rpc_async(0, "deadline_held", {c10::IValue(int64_t{7})}, 100ms);
     auto later = alone.rpc.rpc_async(0, "deadline_held", {c10::IValue(int64_t{8})}, 300ms);
+    // Due 1 ms before `later`: its timing out shows the I/O thread has looked at that time.
+    auto probe = alone.rpc.rpc_async(0, "deadline_held", {c10::IValue(int64_t{10})}, 299ms);
     clock.advance(99ms);
     // Real time, more than either timeout, while the manual one stands 1 ms short of the
-    // first: the I/O thread looks every Clock::kManualTick and must find nothing due.
+    // first: the I/O thread looks every Clock::kManualTick and must find nothing due (real
+    // time is the point: a deadline kept on the wall clock would pass here).
     std::this_thread::sleep_for(350ms);
     EXPECT_FALSE(soon.is_ready());
     clock.advance(1ms);
@@ -54,12 +57,12 @@ TEST(DistRpcDeadline, ACallTimesOutExactlyWhenAManualClockPassesItsDeadline) {
                       "call of 'deadline_held' on worker0: no reply from worker0 (rank 0) within the timeout");
     // Each call has its own deadline: the second's is 200 ms further on.
     clock.advance(199ms);
-    std::this_thread::sleep_for(50ms);  // real time again, for the I/O thread to look
+    EXPECT_PUSH_ERROR(probe.wait(), "no reply from worker0 (rank 0) within the timeout");
     EXPECT_FALSE(later.is_ready());
     clock.advance(1ms);
     EXPECT_PUSH_ERROR(later.wait(), "no reply from worker0 (rank 0) within the timeout");
   }
-  gate.set_value(true);  // the held handlers reply now: both replies are late, and dropped
+  gate.set_value(true);  // the held handlers reply now: their replies are late, and dropped
   EXPECT_EQ(alone.rpc.rpc_sync(0, "deadline_held", {c10::IValue(int64_t{9})}).toInt(), 9);
   alone.rpc.shutdown();
   g_gate = nullptr;

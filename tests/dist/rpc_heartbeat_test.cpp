@@ -67,6 +67,7 @@ TEST(DistFailure, AStoppedMemberIsLostWithinTheHeartbeatTimeout) {
 // silent by those that dialed it early, nor does it take them for silent.
 PUSH_DIST_WORKER(rpc_late_member) {
   auto world = push::testing::test_world();
+  // Real time is the point: the others' heartbeat clocks run in their own processes.
   if (world.rank() == 1) std::this_thread::sleep_for(2s);
   auto rpc = world.rpc_group("late", world.names(), push::dist::RpcGroupOptions().heartbeat_timeout(500ms));
   for (int peer = 0; peer < world.size(); ++peer) EXPECT_NE(rpc.rpc_sync(peer, "beat_whoami", {}).toInt(), 0);

@@ -20,6 +20,8 @@ namespace {
 c10::IValue spin_echo(const RpcArgs& a) { return a.at(0); }
 PUSH_RPC_FUNCTION(spin_echo);
 
+// Real time is the point: a round trip this slow turns the caller's window off, and the CPU
+// the caller spends over it is measured.
 c10::IValue spin_slow(const RpcArgs& a) {
   std::this_thread::sleep_for(std::chrono::milliseconds(a.at(0).toInt()));
   return a.at(0);

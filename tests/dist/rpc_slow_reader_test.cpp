@@ -53,7 +53,8 @@ void stopped_reader(bool shared_memory) {
   const pid_t pid = published_pid(world);
   if (rank == 2) {
     ASSERT_TRUE(push::testing::eventually([&] { return push::testing::is_stopped(pid); }, 10s));
-    std::this_thread::sleep_for(300ms);  // rank 0's replies to it are stuck by now
+    // Real time, another process: rank 0's replies to the stopped rank 1 are stuck by now.
+    std::this_thread::sleep_for(300ms);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 20; ++i) EXPECT_NE(rpc.rpc_sync(0, "slow_whoami", {}).toInt(), 0);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
@@ -115,7 +116,7 @@ PUSH_DIST_WORKER(rpc_dropped_reader) {
   } else {
     const pid_t pid = published_pid(world);
     ASSERT_TRUE(push::testing::eventually([&] { return push::testing::is_stopped(pid); }, 10s));
-    std::this_thread::sleep_for(4s);
+    std::this_thread::sleep_for(4s);  // real time is the point: stopped past rank 0's send timeout
     ::kill(pid, SIGCONT);
   }
   world.store().add("test/resumed", 1);

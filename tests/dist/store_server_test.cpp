@@ -9,6 +9,8 @@
 #include "dist/rendezvous/job_store.h"
 #include "dist/rendezvous/store_server.h"
 #include "dist/rendezvous/store_wire.h"
+#include "dist_test_util.h"
+#include "thread_count.h"
 
 #include <push/dist/free_port.h>
 
@@ -112,13 +114,6 @@ int try_raw_connect(int port) {
   return fd;
 }
 
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 /// Up to `n` bytes from `fd` within `limit`: fewer when the peer closed the connection.
 std::string raw_read(int fd, std::size_t n, std::chrono::milliseconds limit = 3s) {
   std::string out;
@@ -162,7 +157,13 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t
 }  // namespace
 
 TEST(JobStoreServer, KeepsC10dsStoreSemanticsForTheJobsRanks) {
+  const auto others = push::testing::thread_ids();
   ServedStore served;
+  std::vector<pid_t> started;  // the server's one thread
+  for (pid_t t : push::testing::thread_ids()) {
+    if (!others.count(t)) started.push_back(t);
+  }
+  ASSERT_EQ(started.size(), 1u);
   auto a = served.connect(0), b = served.connect(1);
   EXPECT_FALSE(a->check({"k"}));
   a->set("k", bytes_of("value"));
@@ -182,8 +183,17 @@ TEST(JobStoreServer, KeepsC10dsStoreSemanticsForTheJobsRanks) {
   EXPECT_TRUE(a->deleteKey("c"));
   EXPECT_FALSE(a->deleteKey("c"));
   // A get waits for its key; a wait for every key; both end at their timeout, not before.
-  auto later = std::async(std::launch::async, [&] { return b->get("late"); });
-  std::this_thread::sleep_for(50ms);  // the get is parked at the server (real time: another thread)
+  std::atomic<pid_t> getter{0};
+  auto later = std::async(std::launch::async, [&] {
+    getter = ::gettid();
+    return b->get("late");
+  });
+  // The get is parked at the server: its thread waits for the reply (the request is sent),
+  // then the server's thread lies in one wait (nothing unread: it took the request in).
+  using push::testing::asleep_in_one_wait;
+  push::testing::ThreadSample getter_seen, server_seen;
+  EXPECT_TRUE(push::testing::eventually([&] { return getter != 0 && asleep_in_one_wait(getter, getter_seen); }));
+  EXPECT_TRUE(push::testing::eventually([&] { return asleep_in_one_wait(started[0], server_seen); }));
   a->set("late", bytes_of("here"));
   EXPECT_EQ(later.get(), bytes_of("here"));
   const auto start = std::chrono::steady_clock::now();
@@ -294,7 +304,8 @@ TEST(JobStoreServer, ASustainedFloodOfSilentConnectionsSlowsARanksJoinButDoesNot
       for (int fd : open) ::close(fd);
     });
   }
-  std::this_thread::sleep_for(200ms);  // the flood is on (real time: another thread)
+  // The flood is on: it has filled max_pending and pushes connections out.
+  EXPECT_TRUE(push::testing::poll_real([&] { return served.server->evicted() > 0; }, 30s));
   const auto start = std::chrono::steady_clock::now();
   std::optional<c10::intrusive_ptr<JobStore>> rank;
   std::string error;
@@ -329,10 +340,8 @@ TEST(JobStoreServer, OutOfFileDescriptorsTheServerWaitsInsteadOfSpinning) {
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
     for (int fd; (fd = try_raw_connect(served.port)) >= 0;) flood.push_back(fd);
   }
-  std::this_thread::sleep_for(300ms);
-  const double cpu_before = cpu_seconds();
-  std::this_thread::sleep_for(1s);
-  const double used = cpu_seconds() - cpu_before;
+  // Once the connections it could take are accepted.
+  const double used = push::testing::cpu_seconds_over_an_idle_second();
   EXPECT_LT(used, 0.3) << "CPU seconds used in one idle second with no descriptors left";
   for (int fd : flood) ::close(fd);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);

@@ -27,8 +27,10 @@ PUSH_DIST_WORKER(netbed_gloo_only) {
   auto world = push::dist::World(push::dist::WorldOptions::from_env().timeout(20s).shutdown_timeout(5s));
   auto group = world.collective();
   auto t = torch::ones({1024});
-  std::ofstream(std::getenv("PUSH_TEST_OUT") + std::string(".ready" + std::to_string(world.rank()))) << "1";
   try {
+    group.all_reduce(t);
+    // Ready once a collective has crossed between the hosts: the loop below is under way.
+    std::ofstream(std::getenv("PUSH_TEST_OUT") + std::string(".ready" + std::to_string(world.rank()))) << "1";
     for (;;) group.all_reduce(t);
   } catch (const push::Error& e) {
     if (world.rank() == 0) std::ofstream(std::getenv("PUSH_TEST_OUT")) << e.what();
@@ -43,7 +45,6 @@ TEST_F(GlooFaults, AKilledHostFailsTheCollectiveAtOnceAndRankZeroLeavesAfterShut
     codes = run_workers(2, "netbed_gloo_only", 90s, {"PUSH_TEST_OUT=" + out}, on_hosts(bed, {0, 1}));
   });
   wait_until([&] { return std::ifstream(out + ".ready0").good() && std::ifstream(out + ".ready1").good(); }, 60);
-  std::this_thread::sleep_for(500ms);
   const auto killed = std::chrono::steady_clock::now();
   bed.kill(1);
   job.join();

@@ -42,7 +42,7 @@ TEST_F(Hosts, AnEmulatedLinkLosesAndStallsAsAsked) {
   bed.link(1, LinkSpec{.stalled = true});
   server = serve_once(bed, 0, 40111, 16);
   std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // real time is the point: the stall's length
     bed.link(1, LinkSpec{});
   });
   const auto start = std::chrono::steady_clock::now();

@@ -272,6 +272,33 @@ TEST(SimpleQueue, PutGetTimeoutAndClose) {
   EXPECT_PUSH_ERROR(q.get(), "get on a closed, empty queue");
 }
 
+TEST(SimpleQueue, CountsTheGetsWaitingAndAPutOrCloseServesThem) {
+  SimpleQueue<int> q;
+  EXPECT_EQ(q.waiting(), 0u);
+  std::atomic<int> got{-1};
+  std::thread first([&] { got = *q.get(); });
+  ASSERT_TRUE(push::testing::eventually([&] { return q.waiting() == 1; }));
+  EXPECT_FALSE(q.get(0ms).has_value());  // a get that does not wait is not counted
+  EXPECT_EQ(q.waiting(), 1u);
+  q.put(4);
+  first.join();
+  EXPECT_EQ(got.load(), 4);
+  EXPECT_EQ(q.waiting(), 0u);
+  std::atomic<bool> failed{false};
+  std::thread second([&] {
+    try {
+      q.get();
+    } catch (const push::Error&) {
+      failed = true;
+    }
+  });
+  ASSERT_TRUE(push::testing::eventually([&] { return q.waiting() == 1; }));
+  q.close();
+  second.join();
+  EXPECT_TRUE(failed.load());
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
 // Producers and consumers on threads and fibers at once: every value out exactly once, and
 // a get inside a pool task suspends the task (one thread serves consumers and producers).
 TEST(SimpleQueue, ManyProducersAndConsumersIncludingFibersOnOneThread) {

@@ -51,12 +51,9 @@ PUSH_DIST_WORKER(ranks_killed) {
                             p.send(0, "death", now_s());  // written before send returns
                             std::raise(SIGKILL);
                           }
-                          if (step % 20 == 0) {
-                            // Let the lane's other epochs run between these steps (a wait on
-                            // itself), so none of rank 1's epochs ends before particle 1 dies.
-                            std::this_thread::sleep_for(5ms);
-                            p.send(p.pid(), "where").wait();
-                          }
+                          // The lane's epochs take turns (a wait on itself), so none of rank
+                          // 1's epochs ends before particle 1 dies.
+                          if (step % 20 == 0) p.send(p.pid(), "where").wait();
                         }
                         return c10::IValue(int64_t{400});
                       })
@@ -69,7 +66,7 @@ PUSH_DIST_WORKER(ranks_killed) {
                   .on("where", [](Particle& p, const Args&) { return c10::IValue(p.pid()); });
   for (int i = 0; i < 4; ++i) dist.p_create(opts);
   if (world.rank() != 0) {
-    std::this_thread::sleep_for(100s);  // particle 1 kills this process first
+    std::this_thread::sleep_for(100s);  // a kill is the point: particle 1 kills this process first
     return;
   }
   std::vector<push::PFuture> fs;

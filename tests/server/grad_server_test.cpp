@@ -7,10 +7,12 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "dist_test_util.h"
 #include "test_util.h"
+#include "thread_count.h"
 
 using namespace std::chrono_literals;
 using push::server::GradServer;
@@ -97,9 +99,9 @@ TEST(GradServer, SumIsTheSumOfEveryPushedGradient) {
 }
 
 // One process is primary, secondary and client, with reduce_batch_size = max_queue_size =
-// 1: every push is forwarded at once and the primary steps on it; its step takes 300 ms
-// (after_step sleeps). The second push finds the secondary full and returns only once the
-// first one's step is done.
+// 1: every push is forwarded at once and the primary steps on it; its first step lasts until
+// the second push is blocked (after_step waits for a gate). The second push finds the
+// secondary full and returns only once the first one's step is done.
 PUSH_DIST_WORKER(grad_backpressure) {
   auto world = push::testing::test_world(60s);
   auto rpc = world.rpc_group("pressure", world.names());
@@ -108,16 +110,30 @@ PUSH_DIST_WORKER(grad_backpressure) {
   if (world.rank() == 0) {
     GradServerHost host(rpc, "ps", "worker0", {"worker0"}, GradServerOptions().reduce_batch_size(1).max_queue_size(1));
     std::atomic<int> stepped{0};
+    std::promise<void> gate;
+    std::shared_future<void> opened = gate.get_future().share();
     host.manage_model(*served, sgd, [&] {
-      std::this_thread::sleep_for(300ms);
+      if (stepped.load() == 0) opened.wait();  // the thread blocks, as a long step would
       ++stepped;
     });
     GradServer ps(rpc, "ps");
     torch::nn::Linear mine(2, 1);
     set_grads(*mine, 1);
-    ps.push(*mine);  // forwarded at once: the primary's 300 ms step begins
+    // The gate opens once this thread lies blocked in the second push (bounded: a push that
+    // never blocks has returned, and failed the check below, long before).
+    const pid_t me = ::gettid();
+    std::atomic<bool> second{false};
+    std::thread opener([&] {
+      push::testing::eventually([&] { return second.load(); });
+      push::testing::ThreadSample last;
+      push::testing::eventually([&] { return push::testing::asleep_in_one_wait(me, last); });
+      gate.set_value();
+    });
+    ps.push(*mine);  // forwarded at once: the primary's step begins, and waits at the gate
+    second = true;
     ps.push(*mine);  // full: returns only once that step is done (without the bound: at once)
     EXPECT_GE(stepped.load(), 1);
+    opener.join();
     ps.flush();
     EXPECT_EQ(stepped.load(), 2);
     EXPECT_EQ(host.steps(), 2);

@@ -29,7 +29,7 @@ c10::IValue pool_square(const RpcArgs& a) {
   int peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
   }
-  std::this_thread::sleep_for(2ms);  // long enough for calls to overlap
+  std::this_thread::sleep_for(2ms);  // real time is the point: long enough for calls to overlap
   --g_inside;
   const int64_t x = a.at(0).toInt();
   if (x == 13) throw std::runtime_error("thirteen");
@@ -43,11 +43,21 @@ PUSH_RPC_FUNCTION(pool_add);
 c10::IValue pool_peak(const RpcArgs&) { return static_cast<int64_t>(g_peak.load()); }
 PUSH_RPC_FUNCTION(pool_peak);
 
+// A worker's slow calls hold their slots until the test lets them go (pool_release); each
+// waits as a suspended handler fiber, so the release gets through.
+push::Promise<bool> g_release;
+
 c10::IValue pool_slow(const RpcArgs&) {
-  std::this_thread::sleep_for(1s);  // long beside the caller's polling, even under a sanitizer
+  g_release.future().wait();
   return c10::IValue();
 }
 PUSH_RPC_FUNCTION(pool_slow);
+
+c10::IValue pool_release(const RpcArgs&) {
+  g_release.set_value(true);
+  return c10::IValue();
+}
+PUSH_RPC_FUNCTION(pool_release);
 
 PUSH_DIST_WORKER(rank_pool) {
   auto world = push::testing::test_world(120s);
@@ -85,12 +95,13 @@ PUSH_DIST_WORKER(rank_pool) {
     auto ordered = pool.imap("pool_square", {3, 4});
     EXPECT_EQ(ordered.next()->value.toInt(), 9);
     EXPECT_EQ(ordered.next()->value.toInt(), 16);
-    // 4 slots busy for 1 s; the 6 calls behind them can be cancelled.
+    // 4 slots busy until released; the 6 calls behind them can be cancelled.
     std::vector<push::Future<c10::IValue>> calls;
     for (int i = 0; i < 10; ++i) calls.push_back(pool.apply_async("pool_slow"));
     push::testing::eventually([&] { return pool.queued() <= 6; });
     EXPECT_EQ(pool.queued(), 6u);  // 4 sent, the rest wait for a slot
     EXPECT_EQ(pool.cancel_queued(), 6u);
+    for (const char* w : {"worker1", "worker2"}) rpc.rpc_sync(w, "pool_release");
     int cancelled = 0;
     for (auto& c : calls) {
       try {
@@ -139,8 +150,13 @@ PUSH_DIST_WORKER(rank_pool) {
   if (world.rank() == 2) {
     EXPECT_PUSH_ERROR(jobs.get(60s), "get on a closed, empty queue");
   }
+  if (world.rank() == 1) {
+    // Rank 2's get waits at this host before rank 0 closes the queue.
+    EXPECT_TRUE(push::testing::eventually([&] { return host->queue().waiting() == 1; }, 30s));
+    world.store().set("test/get-waiting", {1});
+  }
   if (world.rank() == 0) {
-    std::this_thread::sleep_for(100ms);
+    world.store().wait({"test/get-waiting"}, 60s);
     jobs.close();
     EXPECT_PUSH_ERROR(jobs.put(1), "put on a closed queue");
   }

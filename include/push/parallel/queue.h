@@ -98,6 +98,11 @@ class SimpleQueue {
     std::lock_guard lock(mutex_);
     return items_.size();
   }
+  /// How many get()s wait for a value now.
+  size_t waiting() const {
+    std::lock_guard lock(mutex_);
+    return waiters_.size();
+  }
   /// Puts fail from now on; waiting gets fail at once; values already in stay gettable.
   void close() {
     std::deque<std::shared_ptr<Promise<T>>> waiters;
