@@ -79,8 +79,9 @@ class Particle:
                                       f"{what} can only be used while the handler runs")
 
     def zero_grad(self) -> PFuture:
+        """Clears the module's gradients (to None, on every torch), with or without an optimizer."""
         self._check_active("zero_grad")
-        self.module.zero_grad()
+        self.module.zero_grad(set_to_none=True)
         return PFuture(value=None)
 
     def forward(self, x: torch.Tensor, *args) -> PFuture:

@@ -121,6 +121,20 @@ def test_state_forward_and_ids(dist):
     assert dist.num_particles() == 2
 
 
+def test_zero_grad_clears_the_modules_gradients_without_an_optimizer(dist):
+    # As in PusH: the module's gradients, every parameter's, also for a particle without an optimizer.
+    def clear(p, x):
+        p.forward(x).wait().sum().backward()
+        before = [t.grad is not None for t in p.module.parameters()]
+        p.zero_grad().wait()
+        return before, [t.grad for t in p.module.parameters()]
+
+    pid = dist.p_create(None, receive={"CLEAR": clear})
+    before, after = dist.p_launch(pid, "CLEAR", torch.ones(5, 3)).wait()
+    assert before == [True, True]
+    assert after == [None, None]
+
+
 def test_particles_are_seeded_by_id():
     def params(seed):
         with push.PusH(lambda: torch.nn.Linear(3, 1), seed=seed) as d:

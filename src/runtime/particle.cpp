@@ -117,7 +117,7 @@ PFuture Particle::run_with_view(const ParticleView& view, const std::function<c1
 
 PFuture Particle::zero_grad() {
   return run_now("zero_grad", [&]() -> c10::IValue {
-    optimizer().zero_grad();
+    module().zero_grad(/*set_to_none=*/true);  // as LibTorch 2.x and PyTorch do by default
     return {};
   });
 }

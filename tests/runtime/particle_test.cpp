@@ -229,6 +229,24 @@ struct TwoInputs : torch::nn::Module {
   torch::nn::Linear fc;
 };
 
+// As in PusH, zero_grad clears the module's gradients, every parameter's, with or without an
+// optimizer (SVGD's particles have none).
+TEST(Particle, ZeroGradClearsTheModulesGradientsWithoutAnOptimizer) {
+  Push dist(tiny_mlp);
+  auto x = torch::linspace(-1, 1, 8).unsqueeze(1);
+  Pid pid = dist.p_create(ParticleOptions().on("clear", [x](Particle& p, const Args&) {
+    mse(p.forward(x).wait().toTensor(), 2 * x).backward();
+    int64_t with_gradients = 0;
+    for (const auto& t : p.module().parameters()) with_gradients += t.grad().defined() ? 1 : 0;
+    EXPECT_EQ(with_gradients, static_cast<int64_t>(p.module().parameters().size()));
+    p.zero_grad().wait();
+    int64_t left = 0;
+    for (const auto& t : p.module().parameters()) left += t.grad().defined() ? 1 : 0;
+    return c10::IValue(left);
+  }));
+  EXPECT_EQ(dist.p_launch(pid, "clear").wait().toInt(), 0);
+}
+
 TEST(Particle, CustomModuleWithExtraForwardArguments) {
   Push dist([] { return std::make_shared<TwoInputs>(); });
   Pid pid = dist.p_create(ParticleOptions().on("f", [](Particle& p, const Args&) {

@@ -83,6 +83,8 @@ class Particle {
     });
   }
 
+  /// Clears the module's gradients (every parameter's, to undefined, on either LibTorch), as
+  /// PusH does; the particle needs no optimizer for it.
   PFuture zero_grad();
   /// Advances the learning-rate scheduler; throws if there is none.
   PFuture scheduler_step();
