@@ -97,6 +97,48 @@ PUSH_DIST_WORKER(collectives) {
 
 TEST(DistCollective, GatherScatterBroadcastReduceBarrier) { expect_all_ok(run_workers(3, "collectives")); }
 
+// Complex tensors cross every collective as their real and imaginary parts, as
+// torch.distributed's Python layer sends them; reductions that order values refuse them.
+PUSH_DIST_WORKER(complex_collectives) {
+  auto world = push::testing::test_world();
+  const int n = world.size(), rank = world.rank();
+  auto group = world.collective();
+  const auto mine = [&](double scale) {
+    return torch::complex(torch::full({3}, scale * (rank + 1)), torch::full({3}, -scale * rank));
+  };
+  auto t = mine(1.0);
+  group.all_reduce(t);
+  EXPECT_EQ(t.scalar_type(), torch::kComplexFloat);
+  EXPECT_TRUE(torch::equal(torch::real(t), torch::full({3}, n * (n + 1) / 2.0)));
+  EXPECT_TRUE(torch::equal(torch::imag(t), torch::full({3}, -n * (n - 1) / 2.0)));
+  t = mine(2.0);
+  group.all_reduce(t, ReduceOp::average);
+  EXPECT_TRUE(torch::allclose(torch::real(t), torch::full({3}, n + 1.0)));
+  EXPECT_PUSH_ERROR(group.all_reduce(t, ReduceOp::max), "max on complex tensors");
+  EXPECT_PUSH_ERROR(group.all_reduce(t, ReduceOp::product), "product on complex tensors");
+  std::vector<torch::Tensor> gathered;
+  group.all_gather(gathered, mine(1.0));
+  ASSERT_EQ(static_cast<int>(gathered.size()), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(gathered[i].is_complex());
+    EXPECT_EQ(gathered[i][0].item<c10::complex<float>>(), c10::complex<float>(i + 1.0F, -1.0F * i));
+  }
+  auto b = rank == 1 ? mine(5.0) : torch::zeros({3}, torch::kComplexFloat);
+  group.broadcast(b, 1);
+  EXPECT_EQ(b[2].item<c10::complex<float>>(), c10::complex<float>(10.0F, -5.0F));
+  if (rank == 0) group.send(torch::complex(torch::ones({2}, torch::kDouble), torch::ones({2}, torch::kDouble)), 1, 3);
+  if (rank == 1) {
+    auto got = torch::zeros({2}, torch::kComplexDouble);
+    EXPECT_EQ(group.recv(got, 0, 3), 0);
+    EXPECT_EQ(got[1].item<c10::complex<double>>(), c10::complex<double>(1.0, 1.0));
+  }
+  world.barrier();
+}
+
+TEST(DistCollective, ComplexTensorsCrossAsTheirRealAndImaginaryParts) {
+  expect_all_ok(run_workers(3, "complex_collectives"));
+}
+
 PUSH_DIST_WORKER(point_to_point) {
   auto world = push::testing::test_world();
   const int n = world.size(), rank = world.rank();

@@ -12,8 +12,10 @@
 // Ranks in this API (src, dst, the answer of recv) are *global* ranks; list arguments
 // (all_gather, gather, scatter) are ordered like ranks(). Every member must call each
 // collective, in the same order. CPU tensors travel over Gloo; CUDA tensors need a build
-// with PUSH_WITH_NCCL (see docs/distributed.md). The group is thread-safe, but collectives
-// issued from several threads must still reach every member in the same order.
+// with PUSH_WITH_NCCL (see docs/distributed.md). Complex tensors travel as their real and
+// imaginary parts: sum and average reduce them, min, max and product refuse them. The group
+// is thread-safe, but collectives issued from several threads must still reach every member
+// in the same order.
 #include <torch/arg.h>
 #include <torch/types.h>
 

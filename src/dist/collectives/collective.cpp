@@ -128,6 +128,26 @@ std::function<void()> average_step(ReduceOp op, const torch::Tensor& tensor, con
   return [tensor, n = s.ranks.size()]() mutable { tensor.div_(static_cast<double>(n)); };
 }
 
+/// What crosses the wire for `t`: a complex tensor as a view of its real and imaginary parts
+/// (a last dimension of 2), as torch.distributed's Python layer sends it; Gloo and NCCL
+/// reduce those parts as they do real numbers, and writes into the view land in `t`.
+torch::Tensor on_wire(const torch::Tensor& t) { return t.defined() && t.is_complex() ? torch::view_as_real(t) : t; }
+
+std::vector<at::Tensor> on_wire(const std::vector<torch::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(on_wire(t));
+  return out;
+}
+
+/// A reduction of complex tensors part by part is right for sums only: min, max and product
+/// are refused, as torch.distributed refuses them.
+void check_reducible(ReduceOp op, const torch::Tensor& tensor, const std::string& origin) {
+  if (!tensor.defined() || !tensor.is_complex() || op == ReduceOp::sum || op == ReduceOp::average) return;
+  const char* name = op == ReduceOp::product ? "product" : op == ReduceOp::min ? "min" : "max";
+  throw Error(c10::str("[", origin, "] ", name, " on complex tensors is not defined (sum and average are)"));
+}
+
 /// Fills `output` with one tensor like `input` per member, for a gather to land in.
 void one_per_member(std::vector<torch::Tensor>& output, const torch::Tensor& input, const detail::GroupState& s) {
   output.clear();
@@ -148,12 +168,13 @@ Work launch(detail::GroupState& s, const torch::Tensor& tensor, const std::strin
 Work CollectiveGroup::all_reduce_async(torch::Tensor& tensor, ReduceOp op) const {
   const auto origin = op_name("all_reduce");
   auto& s = check("all_reduce");
+  check_reducible(op, tensor, origin);
   auto done = average_step(op, tensor, s, origin);
   auto o = timed<c10d::AllreduceOptions>(s);
   o.reduceOp = to_c10d(op);
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
   return launch(
-      s, tensor, origin, [&](auto& pg) { return pg->allreduce(tensors, o); }, std::move(done));
+      s, tensors[0], origin, [&](auto& pg) { return pg->allreduce(tensors, o); }, std::move(done));
 }
 
 void CollectiveGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) const { all_reduce_async(tensor, op).wait(); }
@@ -163,10 +184,10 @@ Work CollectiveGroup::all_gather_async(std::vector<torch::Tensor>& output, const
   auto& s = check("all_gather");
   PUSH_CHECK(input.defined(), origin, "the input tensor is undefined");
   one_per_member(output, input, s);
-  std::vector<std::vector<at::Tensor>> outputs{output};
-  std::vector<at::Tensor> inputs{input};
+  std::vector<std::vector<at::Tensor>> outputs{on_wire(output)};
+  std::vector<at::Tensor> inputs{on_wire(input)};
   const auto o = timed<c10d::AllgatherOptions>(s);
-  return launch(s, input, origin, [&](auto& pg) { return pg->allgather(outputs, inputs, o); });
+  return launch(s, inputs[0], origin, [&](auto& pg) { return pg->allgather(outputs, inputs, o); });
 }
 
 void CollectiveGroup::all_gather(std::vector<torch::Tensor>& output, const torch::Tensor& input) const {
@@ -177,8 +198,8 @@ Work CollectiveGroup::broadcast_async(torch::Tensor& tensor, int src) const {
   const auto origin = op_name("broadcast");
   auto& s = check("broadcast");
   const auto o = rooted<c10d::BroadcastOptions>(s, src, origin);
-  std::vector<at::Tensor> tensors{tensor};
-  return launch(s, tensor, origin, [&](auto& pg) { return pg->broadcast(tensors, o); });
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
+  return launch(s, tensors[0], origin, [&](auto& pg) { return pg->broadcast(tensors, o); });
 }
 
 void CollectiveGroup::broadcast(torch::Tensor& tensor, int src) const { broadcast_async(tensor, src).wait(); }
@@ -190,10 +211,10 @@ Work CollectiveGroup::gather_async(const torch::Tensor& input, std::vector<torch
   std::vector<std::vector<at::Tensor>> outputs;
   if (o.rootRank == s.group_rank) {
     one_per_member(output, input, s);
-    outputs.push_back(output);
+    outputs.push_back(on_wire(output));
   }
-  std::vector<at::Tensor> inputs{input};
-  return launch(s, input, origin, [&](auto& pg) { return pg->gather(outputs, inputs, o); });
+  std::vector<at::Tensor> inputs{on_wire(input)};
+  return launch(s, inputs[0], origin, [&](auto& pg) { return pg->gather(outputs, inputs, o); });
 }
 
 void CollectiveGroup::gather(const torch::Tensor& input, std::vector<torch::Tensor>& output, int dst) const {
@@ -209,10 +230,10 @@ Work CollectiveGroup::scatter_async(torch::Tensor& output, const std::vector<tor
     PUSH_CHECK(input.size() == s.ranks.size(), origin, "the source passes one tensor per member: ", s.ranks.size(),
                " expected, got ", input.size());
     inputs.emplace_back();
-    for (const auto& t : input) inputs.back().push_back(t.contiguous());
+    for (const auto& t : input) inputs.back().push_back(on_wire(t.contiguous()));
   }
-  std::vector<at::Tensor> outputs{output};
-  return launch(s, output, origin, [&](auto& pg) { return pg->scatter(outputs, inputs, o); });
+  std::vector<at::Tensor> outputs{on_wire(output)};
+  return launch(s, outputs[0], origin, [&](auto& pg) { return pg->scatter(outputs, inputs, o); });
 }
 
 void CollectiveGroup::scatter(torch::Tensor& output, const std::vector<torch::Tensor>& input, int src) const {
@@ -222,13 +243,14 @@ void CollectiveGroup::scatter(torch::Tensor& output, const std::vector<torch::Te
 Work CollectiveGroup::reduce_async(torch::Tensor& tensor, int dst, ReduceOp op) const {
   const auto origin = op_name("reduce");
   auto& s = check("reduce");
+  check_reducible(op, tensor, origin);
   auto done = average_step(op, tensor, s, origin);
   auto o = rooted<c10d::ReduceOptions>(s, dst, origin);
   o.reduceOp = to_c10d(op);
   if (o.rootRank != s.group_rank) done = nullptr;  // the reduction lands on the root only
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
   return launch(
-      s, tensor, origin, [&](auto& pg) { return pg->reduce(tensors, o); }, std::move(done));
+      s, tensors[0], origin, [&](auto& pg) { return pg->reduce(tensors, o); }, std::move(done));
 }
 
 void CollectiveGroup::reduce(torch::Tensor& tensor, int dst, ReduceOp op) const {
@@ -256,8 +278,8 @@ Work CollectiveGroup::isend(const torch::Tensor& tensor, int dst, int tag) const
   PUSH_CHECK(tag >= 0, origin, "tags are >= 0, got ", tag);
   const int to = to_group_rank(s, dst, origin);
   PUSH_CHECK(to != s.group_rank, origin, "rank ", dst, " cannot send to itself");
-  std::vector<at::Tensor> tensors{tensor};
-  return launch(s, tensor, origin, [&](auto& pg) { return pg->send(tensors, to, tag); });
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
+  return launch(s, tensors[0], origin, [&](auto& pg) { return pg->send(tensors, to, tag); });
 }
 
 void CollectiveGroup::send(const torch::Tensor& tensor, int dst, int tag) const { isend(tensor, dst, tag).wait(); }
@@ -266,15 +288,15 @@ Work CollectiveGroup::irecv(torch::Tensor& tensor, std::optional<int> src, int t
   const auto origin = op_name("irecv");
   auto& s = check("irecv");
   PUSH_CHECK(tag >= 0, origin, "tags are >= 0, got ", tag);
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
   if (src) {
     const int from = to_group_rank(s, *src, origin);
     PUSH_CHECK(from != s.group_rank, origin, "rank ", *src, " cannot receive from itself");
-    auto work = on_backend(s, tensor, origin, [&](auto& pg) { return pg->recv(tensors, from, tag); });
+    auto work = on_backend(s, tensors[0], origin, [&](auto& pg) { return pg->recv(tensors, from, tag); });
     return detail::WorkFactory::make(std::move(work), origin, s.timeout, nullptr, *src);
   }
   PUSH_CHECK(s.ranks.size() > 1, origin, "a group of one has nobody to receive from");
-  auto work = on_backend(s, tensor, origin, [&](auto& pg) { return pg->recvAnysource(tensors, tag); });
+  auto work = on_backend(s, tensors[0], origin, [&](auto& pg) { return pg->recvAnysource(tensors, tag); });
   return detail::WorkFactory::make(std::move(work), origin, s.timeout, nullptr, -1,
                                    [ranks = s.ranks](int group_rank) { return ranks.at(group_rank); });
 }
