@@ -216,8 +216,8 @@ PUSH_DIST_WORKER(dies_mid_collective) {
   auto group = world.collective();
   group.barrier();
   if (world.rank() == world.size() - 1) {
-    // Die while the others are inside the all_reduce, waiting for this rank's data: a real
-    // sleep, since what is timed is other processes reaching Gloo's wait.
+    // Die while the others are inside the all_reduce, waiting for this rank's data: real time
+    // is the point, since what is timed is other processes reaching Gloo's wait.
     std::this_thread::sleep_for(300ms);
     std::raise(SIGKILL);
   }

@@ -128,8 +128,8 @@ PUSH_DIST_WORKER(shm_reader_dies) {
     failed = std::chrono::steady_clock::now();
     done = true;
   });
-  // A real sleep: the point is that the sender, left alone for a while, neither finishes
-  // nor gives up while the reader is merely stopped.
+  // Real time is the point: the sender, left alone for a while, neither finishes nor gives
+  // up while the reader is merely stopped.
   std::this_thread::sleep_for(500ms);
   EXPECT_FALSE(done) << "the sender should be waiting for the frozen reader: " << error;
   const auto killed = std::chrono::steady_clock::now();

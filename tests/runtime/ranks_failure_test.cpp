@@ -66,7 +66,7 @@ PUSH_DIST_WORKER(ranks_killed) {
                   .on("where", [](Particle& p, const Args&) { return c10::IValue(p.pid()); });
   for (int i = 0; i < 4; ++i) dist.p_create(opts);
   if (world.rank() != 0) {
-    std::this_thread::sleep_for(100s);  // a kill is the point: particle 1 kills this process first
+    std::this_thread::sleep_for(100s);  // real time is the point: particle 1 kills this process first
     return;
   }
   std::vector<push::PFuture> fs;

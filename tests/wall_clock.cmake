@@ -1,0 +1,55 @@
+# Tests run on push's clock, not the wall's: a test that waits for a timeout, a heartbeat or a
+# deadline drives a ManualClock, or waits for the state it needs (eventually, a thread's
+# state, a store key). A real sleep stays only where real time is the point (a child
+# process, a kill, an overlap, CPU measured over a second), and says so: "real time" on its
+# line or in the comment just above it. At most 15 in tests/.
+#   cmake -DROOT=<source dir> -P wall_clock.cmake
+cmake_minimum_required(VERSION 3.25)
+set(limit 15)
+file(GLOB_RECURSE files ${ROOT}/tests/*.cpp ${ROOT}/tests/*.h)
+set(count 0)
+set(unexplained "")
+foreach(path IN LISTS files)
+  # One list element per line: what CMake's lists read specially (semicolons, brackets,
+  # backslashes) becomes a comma first.
+  file(READ ${path} text)
+  foreach(special ";" "[" "]" "\\")
+    string(REPLACE "${special}" "," text "${text}")
+  endforeach()
+  string(REPLACE "\n" ";" lines "${text}")
+  set(i 0)
+  foreach(line IN LISTS lines)
+    if(line MATCHES "sleep_for\\(")
+      math(EXPR count "${count} + 1")
+      # The line itself and the five above it.
+      set(start ${i})
+      math(EXPR start "${i} - 5")
+      if(start LESS 0)
+        set(start 0)
+      endif()
+      set(said FALSE)
+      foreach(j RANGE ${start} ${i})
+        list(GET lines ${j} near)
+        string(TOLOWER "${near}" near)
+        if(near MATCHES "real time")
+          set(said TRUE)
+        endif()
+      endforeach()
+      if(NOT said)
+        file(RELATIVE_PATH rel ${ROOT} ${path})
+        math(EXPR at "${i} + 1")
+        list(APPEND unexplained "${rel}:${at}")
+      endif()
+    endif()
+    math(EXPR i "${i} + 1")
+  endforeach()
+endforeach()
+if(unexplained)
+  list(JOIN unexplained "\n  " unexplained)
+  message(FATAL_ERROR "sleep_for without a comment saying real time is the point:\n  ${unexplained}")
+endif()
+if(count GREATER limit)
+  message(FATAL_ERROR "${count} sleep_for in tests/, over the limit of ${limit}: wait for the state the test needs, "
+                      "or drive a ManualClock (core/clock.h)")
+endif()
+message(STATUS "${count} sleep_for in tests/ (limit ${limit}), each where real time is the point")
