@@ -106,13 +106,35 @@ struct PoolCore::Impl {
   }
 };
 
-PoolCore::PoolCore(int threads, const char* origin) : impl_(std::make_shared<Impl>()) {
+PoolCore::PoolCore(int threads, const char* origin, const std::function<void(int worker)>& initializer)
+    : impl_(std::make_shared<Impl>()) {
   const int n = threads > 0 ? threads : usable_cores();
   impl_->origin = origin;
   impl_->running.assign(n, 0);
   for (int w = 0; w < n; ++w) {
     impl_->loops.push_back(std::make_shared<Impl::Loop>(impl_.get(), w, "push-pool-" + std::to_string(w)));
     impl_->loops.back()->start();
+  }
+  if (!initializer) return;
+  // Each worker's thread runs it before anything else is queued to it.
+  std::vector<Future<int>> ran;
+  for (int w = 0; w < n; ++w) {
+    Promise<int> promise;
+    ran.push_back(promise.future());
+    impl_->loops[w]->post_fiber(
+        [promise, &initializer, w] {
+          initializer(w);
+          promise.set_value(w);
+        },
+        [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
+  }
+  for (int w = 0; w < n; ++w) {
+    ran[w].wait_ready();
+    if (auto error = ran[w].error()) {
+      for (auto& f : ran) f.wait_ready();  // none still runs the caller's initializer
+      terminate();
+      throw Error(c10::str("[", origin, "] the initializer failed on worker ", w, ": ", push::detail::describe(error)));
+    }
   }
 }
 

@@ -11,7 +11,11 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
+#include <numeric>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "test_util.h"
 #include "thread_count.h"
@@ -130,6 +134,100 @@ TEST(ThreadPool, AFailedItemIsRethrownByIndexAfterEveryTaskEnded) {
 
 // One thread: each task waits for its own gate (a fiber wait), so all four wait at once;
 // opening the gates in the order 2, 0, 3, 1 is the order imap_unordered returns them in.
+TEST(ThreadPool, MapAsyncAndStarmapAsyncGiveAFutureOfEveryResultInItemOrder) {
+  ThreadPool pool(2);
+  push::Promise<int> gate;
+  std::vector<int> items(50);
+  std::iota(items.begin(), items.end(), 0);
+  auto squares = pool.map_async(
+      [gate](int x) {
+        if (x == 49) gate.future().wait();  // the last item waits: the map is not ready before it
+        return x * x;
+      },
+      items);
+  EXPECT_FALSE(squares.wait_for(20ms));
+  EXPECT_FALSE(squares.is_ready());
+  gate.set_value(1);
+  const std::vector<int> got = squares.wait();
+  ASSERT_EQ(got.size(), items.size());
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(got[i], i * i);
+  EXPECT_FALSE(squares.has_error());  // machin's successful()
+  auto sums = pool.starmap_async([](int a, int b) { return a + b; }, std::vector<std::tuple<int, int>>{{1, 2}, {3, 4}});
+  EXPECT_EQ(sums.wait(), (std::vector<int>{3, 7}));
+  // A failure ends it once every task has ended, naming the first failed item.
+  std::atomic<int> ended{0};
+  auto failing = pool.map_async(
+      [&](int x) {
+        ++ended;
+        if (x % 10 == 3) throw std::runtime_error("bad item");
+        return x;
+      },
+      items);
+  failing.wait_ready();
+  EXPECT_EQ(ended.load(), 50);
+  EXPECT_TRUE(failing.has_error());
+  try {
+    failing.wait();
+    FAIL() << "no error";
+  } catch (const TaskError& e) {
+    EXPECT_EQ(e.index(), 3u);
+    EXPECT_NE(std::string(e.what()).find("map_async] task 3 failed: bad item"), std::string::npos) << e.what();
+  }
+  // A callback on completion (machin's callback and error_callback) is then().
+  auto total = pool.map_async([](int x) { return x; }, items).then([](const std::vector<int>& v) {
+    return std::accumulate(v.begin(), v.end(), 0);
+  });
+  EXPECT_EQ(total.wait(), 49 * 50 / 2);
+  EXPECT_TRUE(pool.map_async([](int x) { return x; }, std::vector<int>{}).wait().empty());
+}
+
+TEST(ThreadPool, ImapNextWithATimeoutFailsWhenTheResultIsLateAndLaterGetsIt) {
+  ThreadPool pool(2);
+  push::Promise<int> gate;
+  auto results = pool.imap([gate](int x) { return x == 0 ? gate.future().wait() : x; }, std::vector<int>{0, 1});
+  EXPECT_PUSH_ERROR(results.next(20ms), "result 0 of 2 is not there within 20 ms");
+  gate.set_value(7);
+  auto first = results.next(10s);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->value, 7);
+  EXPECT_EQ(results.next(10s)->value, 1);
+  EXPECT_FALSE(results.next(10s).has_value());
+}
+
+thread_local int g_initialized_worker = -1;
+
+TEST(ThreadPool, TheInitializerRunsOnEveryWorkerThreadBeforeItsTasks) {
+  std::mutex mutex;
+  std::set<std::thread::id> initialized;
+  ThreadPool pool(3, [&](int worker) {
+    g_initialized_worker = worker;
+    std::lock_guard lock(mutex);
+    initialized.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(initialized.size(), 3u);
+  std::vector<int> items(60);
+  const auto seen = pool.map(
+      [&](int) {
+        std::lock_guard lock(mutex);
+        return std::make_pair(g_initialized_worker, initialized.count(std::this_thread::get_id()));
+      },
+      items);
+  for (const auto& [worker, known] : seen) {
+    EXPECT_GE(worker, 0);
+    EXPECT_EQ(known, 1u);
+  }
+}
+
+TEST(ThreadPool, AnInitializerThatFailsStopsThePoolAndNamesTheWorker) {
+  const int before = push::testing::count_threads();
+  EXPECT_PUSH_ERROR(ThreadPool(2,
+                               [](int worker) {
+                                 if (worker == 1) throw std::runtime_error("no GPU here");
+                               }),
+                    "the initializer failed on worker 1: no GPU here");
+  EXPECT_EQ(push::testing::settled_thread_count(before), before);
+}
+
 TEST(ThreadPool, ImapUnorderedGivesResultsAsTheyCompleteAndWaitingTasksShareAThread) {
   ThreadPool pool(1);
   std::vector<push::Promise<int>> gates(4);

@@ -259,4 +259,38 @@ std::vector<T> wait_all(const std::vector<Future<T>>& futures) {
   return out;
 }
 
+/// A future of every value in order, complete once every future is: failed with the first
+/// error in order when one failed (no work is left running behind it). Empty: complete now.
+template <class T>
+Future<std::vector<T>> collect_all(const std::vector<Future<T>>& futures) {
+  struct All {
+    explicit All(const std::vector<Future<T>>& f) : futures(f), left(f.size()) {}
+    std::vector<Future<T>> futures;  // released with the last callback, once every one ran
+    std::atomic<size_t> left;
+    Promise<std::vector<T>> promise;
+  };
+  auto all = std::make_shared<All>(futures);
+  auto done = all->promise.future();
+  if (futures.empty()) {
+    all->promise.set_value({});
+    return done;
+  }
+  for (const auto& f : futures) {
+    f.on_complete([all] {
+      if (all->left.fetch_sub(1) != 1) return;
+      for (const auto& g : all->futures) {
+        if (auto error = g.error()) {
+          all->promise.set_error(error);
+          return;
+        }
+      }
+      std::vector<T> out;
+      out.reserve(all->futures.size());
+      for (const auto& g : all->futures) out.push_back(g.wait());
+      all->promise.set_value(std::move(out));
+    });
+  }
+  return done;
+}
+
 }  // namespace push

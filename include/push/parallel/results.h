@@ -9,6 +9,7 @@
 #include <push/core/errors.h>
 #include <push/core/future.h>
 
+#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -49,6 +50,16 @@ class Results {
   /// throws its TaskError here; next() after it goes on with the following results.
   std::optional<Indexed<T>> next() {
     if (next_ == slots_.size()) return std::nullopt;
+    return slots_[next_++].wait();
+  }
+  /// next(), waiting at most `timeout` (machin's next(timeout)): push::Error when the next
+  /// result is not there by then; a later next() waits for the same one again.
+  template <class Rep, class Period>
+  std::optional<Indexed<T>> next(std::chrono::duration<Rep, Period> timeout) {
+    if (next_ == slots_.size()) return std::nullopt;
+    PUSH_CHECK(slots_[next_].wait_for(timeout), "push::parallel::Results::next", "result ", next_, " of ",
+               slots_.size(), " is not there within ",
+               std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), " ms");
     return slots_[next_++].wait();
   }
   size_t size() const { return slots_.size(); }

@@ -1,7 +1,7 @@
 #pragma once
 // ThreadPool and CtxThreadPool: a fixed set of worker threads that run tasks, with
-// machin's (and Python multiprocessing's) methods: apply, apply_async, map, imap,
-// imap_unordered, starmap.
+// machin's (and Python multiprocessing's) methods: apply, apply_async, map, map_async,
+// imap, imap_unordered, starmap, starmap_async, and a per-thread initializer.
 //
 //   push::parallel::ThreadPool pool(4);
 //   auto f = pool.apply_async([](int x) { return x * x; }, 7);       // push::Future<int>
@@ -59,8 +59,10 @@ class PoolCore {
  public:
   using Run = std::function<void(int worker)>;
   using Cancel = std::function<void(std::exception_ptr)>;
-  /// threads <= 0: push::usable_cores().
-  PoolCore(int threads, const char* origin);
+  /// threads <= 0: push::usable_cores(). `initializer(worker)`, when given, runs once on
+  /// each worker's thread before any task; its failure stops the pool and is thrown here,
+  /// naming the worker.
+  PoolCore(int threads, const char* origin, const std::function<void(int worker)>& initializer = {});
   ~PoolCore();
   PoolCore(const PoolCore&) = delete;
   PoolCore& operator=(const PoolCore&) = delete;
@@ -130,6 +132,26 @@ class PoolMethods {
         },
         "push::parallel::ThreadPool::starmap"));
   }
+  /// map without waiting: a future of every result in item order, failed (once every task
+  /// has ended) with the first TaskError in item order. machin's map_async; its result's
+  /// get, wait, ready and successful are the future's wait, wait_for, is_ready and
+  /// !has_error, and a callback is then() or on_complete().
+  template <class F, class Item>
+  auto map_async(F f, const std::vector<Item>& items) {
+    return collect_all(each(
+        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
+        "push::parallel::ThreadPool::map_async"));
+  }
+  /// starmap without waiting, as map_async.
+  template <class F, class... T>
+  auto starmap_async(F f, const std::vector<std::tuple<T...>>& items) {
+    return collect_all(each(
+        std::move(f), items,
+        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
+          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
+        },
+        "push::parallel::ThreadPool::starmap_async"));
+  }
   /// f(item) for every item; the results one at a time, in item order.
   template <class F, class Item>
   auto imap(F f, const std::vector<Item>& items) {
@@ -196,9 +218,14 @@ class PoolMethods {
 };
 
 /// A pool of `threads` workers (<= 0: one per core it may run on, push::usable_cores()).
+/// `initializer(worker)` runs once on each worker's thread before its first task (machin's
+/// initializer and initargs: bind the arguments into it), for what lives in the thread
+/// (torch::set_num_threads, a thread-local generator); when it throws on a worker, the
+/// constructor stops the pool and throws push::Error naming that worker.
 class ThreadPool : public PoolMethods<ThreadPool> {
  public:
-  explicit ThreadPool(int threads = 0) : core_(threads, "push::parallel::ThreadPool") {}
+  explicit ThreadPool(int threads = 0, const std::function<void(int worker)>& initializer = {})
+      : core_(threads, "push::parallel::ThreadPool", initializer) {}
   // Tasks hold the pool's address.
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
