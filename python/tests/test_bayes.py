@@ -85,8 +85,11 @@ def test_what_is_not_rebuilt_is_named():
     assert "MyLinear" in bayes.rebuild_blocker(nn.Sequential(MyLinear(2, 2)))
     assert "its p is 1.0" in bayes.rebuild_blocker(nn.Sequential(nn.Dropout(1.0)))
     assert "padding_mode" in bayes.rebuild_blocker(nn.Sequential(nn.Conv2d(1, 1, 3, padding_mode="reflect")))
-    with pytest.raises(ValueError, match="cannot train this model in C.*LSTM.*train_deep_ensemble"):
-        bayes.Ensemble(lambda: nn.Sequential(nn.LSTM(2, 2)))
+    # PusH's way trains it (bayes_infer); fit, push's C++ way, cannot, and says so.
+    with pytest.raises(ValueError, match="cannot train this model in C.*LSTM.*bayes_infer"):
+        bayes.Ensemble(lambda: nn.Sequential(nn.LSTM(2, 2))).fit(*data())
+    with pytest.raises(ValueError, match="cannot train this model in C.*LSTM"):
+        bayes.Ensemble(lambda: nn.Sequential(nn.LSTM(2, 2)), particles=2)  # C++ options: checked at once
 
 
 def test_bad_options_are_named():

@@ -303,3 +303,39 @@ def test_seeds_come_from_the_one_cpp_mixer():
     assert mix(7, 3) != mix(3, 7)
     with pytest.raises(TypeError):
         mix(-1)
+
+
+def test_one_class_per_algorithm_trains_either_way_from_one_seed():
+    # push.bayes.Ensemble is PusH's push.bayes.ensemble.Ensemble (and MultiSWAG likewise):
+    # bayes_infer trains PusH's way, fit push's C++ way, and both make each particle under
+    # the seed push's mixer draws from the one seed, so their particles start equal.
+    assert push.bayes.Ensemble is ensemble.Ensemble
+    assert push.bayes.MultiSWAG is swag.MultiSWAG
+    loader, x, y = regression_loader(n=32)
+    seq = lambda: torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))  # noqa: E731
+    for cls in (push.bayes.Ensemble, push.bayes.MultiSWAG):
+        with cls(seq, seed=5, particles=3) as model:
+            model.fit(x, y, epochs=0)
+            cpp = [[t for _, t in model.particle_parameters(pid)] for pid in model.particle_ids()]
+        with cls(seq, seed=5) as model:
+            if cls is push.bayes.Ensemble:
+                model.bayes_infer(loader, 0, num_ensembles=3)
+            else:
+                model.bayes_infer(loader, 0, 0, num_models=3)
+            python = model.p_parameters()
+        assert len(cpp) == len(python) == 3
+        for a, b in zip(cpp, python):
+            assert all(torch.equal(u, v) for u, v in zip(a, b)), cls.__name__
+    # losses are the latest run's; a module fit cannot rebuild trains PusH's way.
+    with push.bayes.Ensemble(MLP, 8, seed=1) as model:
+        model.bayes_infer(loader, 2, num_ensembles=2)
+        assert len(model.losses) == 2
+        with pytest.raises(ValueError, match="cannot train this model in C.*bayes_infer"):
+            model.fit(x, y, epochs=1)
+    with push.bayes.Ensemble(seq, seed=1, particles=2) as model:
+        model.fit(x, y, epochs=3)
+        assert len(model.losses) == 3
+        model.bayes_infer(loader, 1, num_ensembles=2)
+        assert len(model.losses) == 1
+        model.fit(x, y, epochs=1)
+        assert len(model.losses) == 4

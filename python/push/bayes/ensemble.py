@@ -3,13 +3,14 @@
 ``train_deep_ensemble`` trains any torch.nn.Module as Python code (the Python path): the
 lead particle walks the DataLoader and steps on each batch, and sends every batch to the
 other particles, which step on it too, as PusH does. For a torch.nn.Sequential of standard
-layers, push.bayes.Ensemble trains the same kind of ensemble in C++.
+layers, the same class trains in C++ with ``fit`` (push.bayes.Ensemble is this class).
 """
 
 from typing import Callable, Dict, Optional
 
 import torch
 
+from push.bayes.both_ways import TrainsBothWays
 from push.bayes.particle_infer import (Infer, adam, bootstrap_loaders, check_folder, check_int, check_number,
                                        combine, constant_scheduler, run_epochs, step_on, train_keys)
 
@@ -55,10 +56,20 @@ def _ensemble_pred(particle, data):
         return particle.forward(data).wait().detach().cpu()
 
 
-class Ensemble(Infer):
-    """PusH's Ensemble: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
+class Ensemble(TrainsBothWays, Infer):
+    """A deep ensemble, trained either way (push.bayes.both_ways): PusH's ``bayes_infer``
+    and ``posterior_pred`` on any torch.nn.Module, or push's ``fit`` and ``predict`` in C++
+    for a torch.nn.Sequential of standard layers, with push.bayes.Infer's options and
+    ``bootstrap`` (False) as keyword arguments."""
 
     _where = "push.bayes.ensemble"
+    _kind = "Ensemble"
+
+    def __init__(self, mk_nn, *args, num_devices: int = 1, cache_size: int = 4, view_size: int = 4, seed: int = 0,
+                 **options):
+        Infer.__init__(self, mk_nn, *args, num_devices=num_devices, cache_size=cache_size, view_size=view_size,
+                       seed=seed)
+        self._start(mk_nn, args, seed, num_devices, cache_size, options)
 
     def bayes_infer(self, dataloader, epochs: int, loss_fn: Callable = torch.nn.MSELoss(), lr: float = 0.01,
                     num_ensembles: int = 2, mk_scheduler: Optional[Callable] = mk_scheduler, prior: bool = False,
@@ -69,6 +80,7 @@ class Ensemble(Infer):
         the particles to the folder "particles" (PusH's), a path to that folder."""
         check_int(self._where, "epochs", epochs, 0)
         check_int(self._where, "num_ensembles", num_ensembles, 1)
+        self._fit_last = False
         check_number(self._where, "lr", lr)
         folder = check_folder(self._where, f_save)
         mk_optim = mk_optim or adam(lr)

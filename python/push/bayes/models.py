@@ -91,8 +91,8 @@ class Infer:
         why = rebuild_blocker(probe)
         if why:
             raise ValueError(f"push.bayes.{self._kind}: cannot train this model in C++: {why}. "
-                             "Train it as Python code with push.bayes.ensemble.train_deep_ensemble, "
-                             "push.bayes.swag.train_mswag or push.bayes.stein_vgd.train_svgd")
+                             "Train it as Python code with bayes_infer (push.bayes.ensemble.train_deep_ensemble, "
+                             "push.bayes.swag.train_mswag, push.bayes.stein_vgd.train_svgd)")
         self._infer = _push.bayes.Infer(self._kind, model, dict(options))
         _lifetime.track(self)
 
@@ -181,24 +181,11 @@ class Infer:
         return list(self._core.particle_parameters(pid))
 
 
-class Ensemble(Infer):
-    """A deep ensemble: particles trained independently. Also ``bootstrap`` (False)."""
-
-    _kind = "Ensemble"
-
-
 class SVGD(Infer):
     """Stein variational gradient descent. Also ``bandwidth`` (None: the rule's),
     ``bandwidth_rule`` ("median", "median_log_n"), ``repulsive`` (True)."""
 
     _kind = "SVGD"
-
-
-class MultiSWAG(Infer):
-    """MultiSWAG. Also ``pretrain_epochs`` (10), ``rank`` (10), ``collect_every_steps`` (0:
-    each epoch), ``swag_lr``, ``collect_momentum`` (0.9), ``samples`` (10), ``min_variance``."""
-
-    _kind = "MultiSWAG"
 
 
 class MCDropout(Infer):
@@ -243,3 +230,16 @@ class Laplace(Infer):
         x, y = _tensors(x, y)
         self._core.approximate(x, y, not torch.is_floating_point(y))
         return self
+
+
+class _Engine(Infer):
+    """The C++ engine of a class that also trains PusH's way (push.bayes.both_ways)."""
+
+    def __init__(self, kind: str, model, options: dict):
+        self._kind = kind
+        super().__init__(model, **options)
+
+
+def engine(kind: str, model, options: dict) -> Infer:
+    """The C++ algorithm ``kind`` on ``model`` (a factory or a model spec) with ``options``."""
+    return _Engine(kind, model, options)

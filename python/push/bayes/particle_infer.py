@@ -201,10 +201,30 @@ class Infer:
         self.mk_nn = mk_nn
         self.args = args
         self.seed = seed
-        self.push_dist = push.PusH(mk_nn, *args, cache_size=cache_size, view_size=view_size, devices=num_devices,
-                                   seed=seed)
-        self.num_devices = self.push_dist.num_devices()
+        self._dist_options = dict(cache_size=cache_size, view_size=view_size, devices=num_devices, seed=seed)
+        self._push_dist = None
+        self._num_devices = None
         self.losses: List[float] = []  # the lead particle's mean training loss per epoch
+
+    @property
+    def push_dist(self) -> "push.PusH":
+        """The PusH distribution of ``mk_nn(*args)`` particles, made at its first use."""
+        if self._push_dist is None:
+            self._push_dist = push.PusH(self.mk_nn, *self.args, **self._dist_options)
+        return self._push_dist
+
+    @push_dist.setter
+    def push_dist(self, dist) -> None:
+        self._push_dist = dist
+
+    @property
+    def num_devices(self) -> int:
+        """The distribution's device lanes (GPUs, or CPU lanes without GPUs)."""
+        return self._num_devices if self._num_devices is not None else self.push_dist.num_devices()
+
+    @num_devices.setter
+    def num_devices(self, n: int) -> None:
+        self._num_devices = n
 
     def __enter__(self):
         return self
@@ -213,7 +233,8 @@ class Infer:
         self.close()
 
     def close(self) -> None:
-        self.push_dist.close()
+        if self._push_dist is not None:
+            self._push_dist.close()
 
     def _cleanup(self) -> None:
         self.close()

@@ -4,8 +4,8 @@
 ``pretrain_epochs`` epochs, then ``swag_epochs`` more while each collects SWAG's moments of
 its weights once per epoch (a running mean, a running second moment and the last
 ``cov_mat_rank`` deviations). ``posterior_pred`` samples each particle's Gaussian and
-averages the predictions. For a torch.nn.Sequential of standard layers,
-push.bayes.MultiSWAG does the same in C++.
+averages the predictions. For a torch.nn.Sequential of standard layers, the same class
+trains in C++ with ``fit`` (push.bayes.MultiSWAG is this class).
 
 Where push differs from PusH (docs/python.md): samples follow SWAG (Maddox et al. 2019),
 mean + scale^1/2 (sigma z1 / sqrt 2 + D z2 / sqrt(2 (K - 1))), as push::bayes::MultiSWAG
@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from push.bayes.both_ways import TrainsBothWays
 from push.bayes.particle_infer import (Infer, adam, bootstrap_loaders, check_folder, check_int, check_number,
                                        combine, constant_scheduler, mix, run_epochs, step_on, train_keys)
 
@@ -114,13 +115,22 @@ def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int
     return average if f_reg else average.clamp_min(torch.finfo(average.dtype).tiny).log()
 
 
-class MultiSWAG(Infer):
-    """PusH's MultiSWAG: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
+class MultiSWAG(TrainsBothWays, Infer):
+    """MultiSWAG, trained either way (push.bayes.both_ways): PusH's ``bayes_infer`` and
+    ``posterior_pred`` on any torch.nn.Module, or push's ``fit`` and ``predict`` in C++ for a
+    torch.nn.Sequential of standard layers, with push.bayes.Infer's options and
+    ``pretrain_epochs`` (10), ``rank`` (10), ``collect_every_steps`` (0: each epoch),
+    ``swag_lr``, ``collect_momentum`` (0.9), ``samples`` (10), ``min_variance`` as keyword
+    arguments."""
 
     _where = "push.bayes.swag"
+    _kind = "MultiSWAG"
 
-    def __init__(self, mk_nn: Callable, *args, **kwargs):
-        super().__init__(mk_nn, *args, **kwargs)
+    def __init__(self, mk_nn: Callable, *args, num_devices: int = 1, cache_size: int = 4, view_size: int = 4,
+                 seed: int = 0, **options):
+        Infer.__init__(self, mk_nn, *args, num_devices=num_devices, cache_size=cache_size, view_size=view_size,
+                       seed=seed)
+        self._start(mk_nn, args, seed, num_devices, cache_size, options)
         self.swag_pids: List[int] = []
         self._pred_calls = 0
 
@@ -135,6 +145,7 @@ class MultiSWAG(Infer):
         that folder."""
         check_int(self._where, "pretrain_epochs", pretrain_epochs, 0)
         check_int(self._where, "swag_epochs", swag_epochs, 0)
+        self._fit_last = False
         check_int(self._where, "num_models", num_models, 1)
         check_int(self._where, "cov_mat_rank", cov_mat_rank, 0)
         check_number(self._where, "lr", lr)
