@@ -157,6 +157,8 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t
 }  // namespace
 
 TEST(JobStoreServer, KeepsC10dsStoreSemanticsForTheJobsRanks) {
+  // TSan starts its own background thread at the process's first pthread_create.
+  if (push::testing::sanitized()) std::thread([] {}).join();
   const auto others = push::testing::thread_ids();
   ServedStore served;
   std::vector<pid_t> started;  // the server's one thread

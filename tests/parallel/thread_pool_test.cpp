@@ -219,6 +219,8 @@ TEST(ThreadPool, TheInitializerRunsOnEveryWorkerThreadBeforeItsTasks) {
 }
 
 TEST(ThreadPool, AnInitializerThatFailsStopsThePoolAndNamesTheWorker) {
+  // TSan starts its own background thread at the process's first pthread_create.
+  if (push::testing::sanitized()) std::thread([] {}).join();
   const int before = push::testing::count_threads();
   EXPECT_PUSH_ERROR(ThreadPool(2,
                                [](int worker) {
