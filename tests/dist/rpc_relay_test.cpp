@@ -166,12 +166,14 @@ PUSH_DIST_WORKER(stopped_store_host) {
   const pid_t pid = std::stoi(relay_text(world.store().get("test/pid")));
   rpc.barrier(30s);
   if (world.rank() == 0) {
-    // Once rank 1 is out of the barrier (whose last store calls may be rank 1's).
-    world.store().wait({"test/out"}, 30s);
-    ::raise(SIGSTOP);  // rank 1 kills it
+    // Rank 1 stops this process here, then kills it.
+    world.store().wait({"test/never"}, 60s);
     return;
   }
-  world.store().set("test/out", relay_bytes("1"));
+  // Stopped by rank 1 once every store call of rank 1 has its answer: rank 0 stopping itself
+  // could stop its store between taking a call of rank 1 and answering it, and that call
+  // would wait the store's own timeout (init_timeout), not the heartbeat's.
+  ::kill(pid, SIGSTOP);
   ASSERT_TRUE(push::testing::eventually([&] { return push::testing::is_stopped(pid); }, 10s));
   const auto start = std::chrono::steady_clock::now();
   {
