@@ -128,10 +128,9 @@ PoolCore::PoolCore(int threads, const char* origin, const std::function<void(int
         },
         [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
   }
+  for (auto& f : ran) f.wait_ready();  // then none still runs the caller's initializer
   for (int w = 0; w < n; ++w) {
-    ran[w].wait_ready();
     if (auto error = ran[w].error()) {
-      for (auto& f : ran) f.wait_ready();  // none still runs the caller's initializer
       terminate();
       throw Error(c10::str("[", origin, "] the initializer failed on worker ", w, ": ", push::detail::describe(error)));
     }

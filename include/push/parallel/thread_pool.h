@@ -118,19 +118,12 @@ class PoolMethods {
   /// f(item) for every item; the results in item order.
   template <class F, class Item>
   auto map(F f, const std::vector<Item>& items) {
-    return wait_all(each(
-        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-        "push::parallel::ThreadPool::map"));
+    return wait_all(each_item(std::move(f), items, "push::parallel::ThreadPool::map"));
   }
   /// f(args...) for every tuple of arguments; the results in order.
   template <class F, class... T>
   auto starmap(F f, const std::vector<std::tuple<T...>>& items) {
-    return wait_all(each(
-        std::move(f), items,
-        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
-          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
-        },
-        "push::parallel::ThreadPool::starmap"));
+    return wait_all(each_tuple(std::move(f), items, "push::parallel::ThreadPool::starmap"));
   }
   /// map without waiting: a future of every result in item order, failed (once every task
   /// has ended) with the first TaskError in item order. machin's map_async; its result's
@@ -138,35 +131,24 @@ class PoolMethods {
   /// !has_error, and a callback is then() or on_complete().
   template <class F, class Item>
   auto map_async(F f, const std::vector<Item>& items) {
-    return collect_all(each(
-        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-        "push::parallel::ThreadPool::map_async"));
+    return collect_all(each_item(std::move(f), items, "push::parallel::ThreadPool::map_async"));
   }
   /// starmap without waiting, as map_async.
   template <class F, class... T>
   auto starmap_async(F f, const std::vector<std::tuple<T...>>& items) {
-    return collect_all(each(
-        std::move(f), items,
-        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
-          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
-        },
-        "push::parallel::ThreadPool::starmap_async"));
+    return collect_all(each_tuple(std::move(f), items, "push::parallel::ThreadPool::starmap_async"));
   }
   /// f(item) for every item; the results one at a time, in item order.
   template <class F, class Item>
   auto imap(F f, const std::vector<Item>& items) {
-    auto futures = each(
-        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-        "push::parallel::ThreadPool::imap");
+    auto futures = each_item(std::move(f), items, "push::parallel::ThreadPool::imap");
     using T = typename decltype(futures)::value_type::value_type;
     return Results<T>(in_item_order(futures));
   }
   /// f(item) for every item; the results one at a time, as their tasks complete.
   template <class F, class Item>
   auto imap_unordered(F f, const std::vector<Item>& items) {
-    auto futures = each(
-        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); },
-        "push::parallel::ThreadPool::imap_unordered");
+    auto futures = each_item(std::move(f), items, "push::parallel::ThreadPool::imap_unordered");
     using T = typename decltype(futures)::value_type::value_type;
     return Results<T>(in_completion_order(futures));
   }
@@ -199,6 +181,23 @@ class PoolMethods {
         },
         [promise](std::exception_ptr e) { promise.set_error(std::move(e)); });
     return promise.future();
+  }
+
+  // f(item) as one task per item.
+  template <class F, class Item>
+  auto each_item(F f, const std::vector<Item>& items, const char* origin) {
+    return each(
+        std::move(f), items, [](auto& self, auto& fn, int w, const Item& x) { return self.invoke(fn, w, x); }, origin);
+  }
+  // f(args...) as one task per tuple of arguments.
+  template <class F, class... T>
+  auto each_tuple(F f, const std::vector<std::tuple<T...>>& items, const char* origin) {
+    return each(
+        std::move(f), items,
+        [](auto& self, auto& fn, int w, const std::tuple<T...>& x) {
+          return std::apply([&](const auto&... a) { return self.invoke(fn, w, a...); }, x);
+        },
+        origin);
   }
 
   // One task per item, sharing f; a failure (cancellation included) becomes a TaskError
