@@ -1,4 +1,5 @@
 """PusH's own entry points and programs, run on push with only their imports changed."""
+import pytest
 import torch
 
 import push
@@ -6,9 +7,17 @@ import push.bayes.ensemble as ensemble
 from conftest import MLP, regression_loader
 
 
-def test_train_deep_ensemble_as_pusH_calls_it():
+# engine=None: the run trains on push's C++ engine (MLP's forward is a chain of layers, the
+# loss MSE); engine=False: as Python handlers, PusH's way.
+both_paths = pytest.mark.parametrize("engine", [None, False])
+
+
+@both_paths
+def test_train_deep_ensemble_as_pusH_calls_it(engine):
     loader, x, y = regression_loader()
-    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 40, MLP, 32, num_ensembles=3) as ens:
+    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 40, MLP, 32, num_ensembles=3,
+                                      engine=engine) as ens:
+        assert (ens._routed is not None) == (engine is None)
         params = ens.p_parameters()
         assert len(params) == 3 and all(len(p) == 4 for p in params)
         assert not torch.equal(params[0][0], params[1][0])  # each member its own initialisation
@@ -28,12 +37,13 @@ def test_train_deep_ensemble_as_pusH_calls_it():
         assert torch.allclose(ens.posterior_pred(loader)["mean"], pred["mean"])
 
 
-def test_train_deep_ensemble_is_repeatable_and_spreads_over_lanes():
+@both_paths
+def test_train_deep_ensemble_is_repeatable_and_spreads_over_lanes(engine):
     loader, _, _ = regression_loader(n=64)
 
     def run(**kwargs):
         with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 3, MLP, 8, num_ensembles=4, num_devices=2,
-                                          **kwargs) as ens:
+                                          engine=None if kwargs.get("random_seed") else engine, **kwargs) as ens:
             assert ens.num_devices == 2
             return ens.p_parameters()
 
@@ -46,13 +56,15 @@ def test_train_deep_ensemble_is_repeatable_and_spreads_over_lanes():
     assert not torch.equal(a[0][0], c[0][0])
 
 
-def test_bootstrap_gives_each_member_its_own_resample():
+@both_paths
+def test_bootstrap_gives_each_member_its_own_resample(engine):
     loader, x, y = regression_loader(n=128, batch=32)
-    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1) as plain, \
+    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
+                                      engine=engine) as plain, \
             ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
-                                         bootstrap=True) as boot, \
+                                         bootstrap=True, engine=engine) as boot, \
             ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
-                                         bootstrap=True) as again:
+                                         bootstrap=True, engine=engine) as again:
         for pid in range(3):
             assert not torch.equal(plain.p_parameters()[pid][0], boot.p_parameters()[pid][0])
             assert all(torch.equal(u, v) for u, v in zip(boot.p_parameters()[pid], again.p_parameters()[pid]))

@@ -8,12 +8,14 @@ the same objects), which train any torch.nn.Module PusH's way (push.bayes.both_w
 
 PusH's own entry points (push.bayes.ensemble.train_deep_ensemble, push.bayes.swag.train_mswag,
 push.bayes.stein_vgd.train_svgd) take any torch.nn.Module and train it as Python code on
-push's particles, as PusH does.
+push's particles, as PusH does; Ensemble's trains on the C++ engine instead when the run
+means what the engine computes, and ``explain`` says why one does not (push.bayes.engine_route).
 """
 
 from push.bayes.models import SGHMC, SGLD, SVGD, Infer, Laplace, MCDropout, Predictive, rebuild_blocker
 from push.bayes.ensemble import Ensemble
+from push.bayes.engine_route import PythonPathWarning, explain
 from push.bayes.swag import MultiSWAG
 
-__all__ = ["Ensemble", "Infer", "Laplace", "MCDropout", "MultiSWAG", "Predictive", "SGHMC", "SGLD", "SVGD",
-           "rebuild_blocker"]
+__all__ = ["Ensemble", "Infer", "Laplace", "MCDropout", "MultiSWAG", "Predictive", "PythonPathWarning", "SGHMC",
+           "SGLD", "SVGD", "explain", "rebuild_blocker"]

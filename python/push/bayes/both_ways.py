@@ -7,11 +7,16 @@ Both ways draw every particle's seed from the one ``seed`` through push's seed m
 (push::mix_seed). They train separate sets of particles: ``posterior_pred`` and
 ``p_parameters`` answer for what ``bayes_infer`` trained, ``predict`` and
 ``particle_parameters`` for what ``fit`` trained; ``losses`` is the latest run's.
+
+``bayes_infer`` itself trains on the C++ engine when the run means what the engine
+computes (push.bayes.engine_route): its particles are then the engine's, and
+``posterior_pred`` and ``p_parameters`` answer from them through the user's own module.
 """
 
 import torch
 
 from push.bayes import models
+from push.bayes.engine_route import Route
 
 # What the C++ engine's model answers, forwarded as they are.
 _FORWARDED = ("predict", "save", "load", "warnings", "particle_ids", "particle_parameters")
@@ -40,6 +45,8 @@ class TrainsBothWays:
         self._closed = False
         self._engine_args = (mk_nn, args, options)
         self._fit_last = False
+        self._routed = None  # (engine, route) of a bayes_infer that trained in C++
+        self._routed_nets = None
         if eager:
             self._make_engine()
 
@@ -70,6 +77,48 @@ class TrainsBothWays:
             return getattr(self._cpp, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def _trained_before(self) -> bool:
+        """Whether bayes_infer has made particles (either way)."""
+        return self._routed is not None or (self._push_dist is not None and bool(self._push_dist.particle_ids()))
+
+    def _train_routed(self, route: Route, epochs: int):
+        """bayes_infer on the C++ engine: the route's particles, ``epochs`` epochs."""
+        engine = models.engine(self._kind, route.factory, route.options)
+        self._routed = (engine, route)
+        engine.fit(route.x, route.y, epochs=epochs, num_classes=route.num_classes)
+        self.losses = [loss - route.loss_offset for loss in engine.losses]
+        return self
+
+    def _routed_modules(self) -> list:
+        """The routed particles as the user's own modules (made without touching the
+        caller's random stream), their parameters the engine's."""
+        if self._routed_nets is None:
+            engine, route = self._routed
+            nets = []
+            for pid in engine.particle_ids():
+                with torch.random.fork_rng(devices=[]):
+                    net = self.mk_nn(*self.args)
+                values = [t for _, t in engine.particle_parameters(pid)]
+                net.load_state_dict(dict(zip(route.names, values)))
+                nets.append(net)
+            self._routed_nets = nets
+        return self._routed_nets
+
+    def _routed_outputs(self, data) -> list:
+        """Each routed particle's output on every batch of ``data``, joined: [particles] of [N, ...]."""
+        from push.bayes.particle_infer import batches
+        inputs = batches(data)
+        if not inputs:
+            raise ValueError(f"{self._where}: there is no data to predict on")
+        with torch.no_grad():
+            return [torch.cat([net(x).detach() for x in inputs]) for net in self._routed_modules()]
+
+    def p_parameters(self):
+        """Every particle's parameters (CPU copies), in particle order."""
+        if self._routed is not None:
+            return [[p.detach().clone() for p in net.parameters()] for net in self._routed_modules()]
+        return super().p_parameters()
+
     @property
     def losses(self):
         """The mean training loss of each epoch of the latest run (fit's, or bayes_infer's)."""
@@ -85,6 +134,8 @@ class TrainsBothWays:
     def close(self) -> None:
         """Stops both ways' particles and frees them."""
         engine, self._engine, self._closed = self.__dict__.get("_engine"), None, True
-        if engine is not None:
-            engine.close()
+        routed, self._routed, self._routed_nets = self.__dict__.get("_routed"), None, None
+        for e in (engine, routed[0] if routed else None):
+            if e is not None:
+                e.close()
         super().close()

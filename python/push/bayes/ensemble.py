@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from push.bayes import engine_route
 from push.bayes.both_ways import TrainsBothWays
 from push.bayes.particle_infer import (Infer, adam, bootstrap_loaders, check_folder, check_int, check_number,
                                        combine, constant_scheduler, run_epochs, step_on, train_keys)
@@ -74,15 +75,27 @@ class Ensemble(TrainsBothWays, Infer):
     def bayes_infer(self, dataloader, epochs: int, loss_fn: Callable = torch.nn.MSELoss(), lr: float = 0.01,
                     num_ensembles: int = 2, mk_scheduler: Optional[Callable] = mk_scheduler, prior: bool = False,
                     random_seed: bool = False, bootstrap: bool = False, ensemble_entry=_deep_ensemble_main,
-                    ensemble_state: Optional[Dict] = None, f_save: bool = False, mk_optim: Optional[Callable] = None):
+                    ensemble_state: Optional[Dict] = None, f_save: bool = False, mk_optim: Optional[Callable] = None,
+                    engine: Optional[bool] = None):
         """Creates ``num_ensembles`` particles and trains them ``epochs`` epochs.
-        ``mk_optim`` (push's addition) replaces PusH's Adam at ``lr``; ``f_save``: True saves
-        the particles to the folder "particles" (PusH's), a path to that folder."""
+        push's additions: ``mk_optim`` replaces PusH's Adam at ``lr``; ``engine``: None
+        trains on push's C++ engine when the run means what it computes (push.bayes.
+        engine_route; else as Python code, with a warning saying why), True insists on
+        it, False keeps the Python path. ``f_save``: True saves the particles to the
+        folder "particles" (PusH's), a path to that folder."""
         check_int(self._where, "epochs", epochs, 0)
         check_int(self._where, "num_ensembles", num_ensembles, 1)
         self._fit_last = False
         check_number(self._where, "lr", lr)
         folder = check_folder(self._where, f_save)
+        if engine not in (None, True, False):
+            raise ValueError(f"{self._where}: engine must be None, True or False, got {engine!r}")
+        if engine is not False:
+            route = engine_route.decide(engine, self._plan(dataloader, loss_fn, lr, num_ensembles, mk_scheduler,
+                                                           prior, random_seed, bootstrap, ensemble_entry,
+                                                           ensemble_state, f_save, mk_optim), self._where)
+            if route is not None:
+                return self._train_routed(route, epochs)
         mk_optim = mk_optim or adam(lr)
         keys = train_keys(random_seed, num_ensembles)
         state = dict(ensemble_state or {}, _seed=self.seed)
@@ -99,9 +112,30 @@ class Ensemble(TrainsBothWays, Infer):
             self.push_dist.save(folder)
         return self
 
+    def _plan(self, dataloader, loss_fn=torch.nn.MSELoss(), lr: float = 0.01, num_ensembles: int = 2,
+              mk_scheduler=mk_scheduler, prior: bool = False, random_seed: bool = False, bootstrap: bool = False,
+              ensemble_entry=_deep_ensemble_main, ensemble_state=None, f_save=False, mk_optim=None):
+        """bayes_infer's run on the C++ engine (an engine_route.Route), or why it trains as Python code."""
+        python_only = next((why for cond, why in (
+            (ensemble_entry is not _deep_ensemble_main, "ensemble_entry replaces PusH's training loop"),
+            (ensemble_state is not None, "ensemble_state is read by PusH's training loop"),
+            (prior, "prior=True trains PusH's randomized prior as Python code"),
+            (random_seed, "random_seed=True draws the particles' seeds from torch's generator"),
+            (bool(f_save), "f_save writes PusH's particle files"),
+            (self._trained_before(), "this Ensemble has trained particles: bayes_infer adds to them PusH's way"))
+            if cond), "")
+        neutral = mk_scheduler is None or mk_scheduler in (constant_scheduler, mk_empty_scheduler)
+        options = dict(particles=num_ensembles, seed=self.seed, bootstrap=bool(bootstrap))
+        options.update(engine_route.lanes(self._dist_options["devices"], self._dist_options["cache_size"],
+                                          num_ensembles))
+        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, lr, mk_optim, neutral, python_only,
+                                 options)
+
     def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:
         """The ensemble's prediction on ``data`` (a tensor or a DataLoader) in each ``mode``
         (push.bayes.particle_infer.combine lists them): {mode: tensor}."""
+        if self._routed is not None:
+            return combine(self._routed_outputs(data), f_reg, mode)
         return combine(self._gather("ENSEMBLE_PRED", data), f_reg, mode)
 
 
@@ -109,12 +143,13 @@ def train_deep_ensemble(dataloader, loss_fn: Callable, epochs: int, nn: Callable
                         num_devices: int = 1, cache_size: int = 4, view_size: int = 4, num_ensembles: int = 2,
                         prior: bool = False, random_seed: bool = False, bootstrap: bool = False,
                         ensemble_entry=_deep_ensemble_main, ensemble_state: Optional[Dict] = None,
-                        mk_optim: Optional[Callable] = None, seed: int = 0) -> Ensemble:
+                        mk_optim: Optional[Callable] = None, seed: int = 0, engine: Optional[bool] = None) -> Ensemble:
     """Trains ``num_ensembles`` networks ``nn(*args)`` on ``dataloader`` for ``epochs``
     epochs with Adam at ``lr``, as PusH's does; returns the Ensemble (``posterior_pred``,
     ``p_parameters``, ``losses``, ``close``).
 
-    push's additions: ``mk_optim`` (an optimizer factory instead of Adam at ``lr``) and
+    push's additions: ``mk_optim`` (an optimizer factory instead of Adam at ``lr``),
+    ``engine`` (Ensemble.bayes_infer's: None trains on push's C++ engine when it can) and
     ``seed`` (the run's seed; ``random_seed=True`` makes each particle under a seed drawn
     from torch's generator instead, as PusH does).
     ``num_devices`` device lanes (GPUs, or CPU lanes without GPUs) share the particles.
@@ -124,7 +159,7 @@ def train_deep_ensemble(dataloader, loss_fn: Callable, epochs: int, nn: Callable
     try:
         ensemble.bayes_infer(dataloader, epochs, loss_fn=loss_fn, lr=lr, num_ensembles=num_ensembles, prior=prior,
                              random_seed=random_seed, bootstrap=bootstrap, ensemble_entry=ensemble_entry,
-                             ensemble_state=ensemble_state, mk_optim=mk_optim)
+                             ensemble_state=ensemble_state, mk_optim=mk_optim, engine=engine)
     except BaseException:
         ensemble.close()
         raise
