@@ -41,6 +41,18 @@ def _make_particle_of(ref):
     return dist._make_particle()
 
 
+def torch_threads_per_lane(devices: Optional[int], device_type: Optional[str]) -> Optional[int]:
+    """The intra-op threads of each lane when the program lowered torch's count below the
+    cores (torch.set_num_threads): that count shared by the lanes. None otherwise: push's
+    default (the cores shared by the lanes)."""
+    threads = torch.get_num_threads()
+    if threads >= _push.usable_cores():
+        return None
+    on_gpus = device_type != "cpu" and torch.cuda.is_available()
+    lanes = devices or (torch.cuda.device_count() if on_gpus else 1)
+    return max(1, threads // max(1, lanes))
+
+
 def _dispatch(ref, call, fn, args):
     dist = ref()
     if dist is None:
@@ -59,13 +71,17 @@ class PusH:
     host memory (their Python optimizers' state stays where it is). PusH's ``multi`` is
     accepted and has no effect: push's lanes already run concurrently in this process.
 
+    ``intra_op_threads``: each lane's intra-op threads, which its Python handlers compute
+    with too; by default push's (the cores shared by the lanes), or, when the program set
+    torch's count lower (torch.set_num_threads), that count shared by the lanes.
+
     ``world`` (a push.dist.World) spreads the particles over every process of a job
     (push.dist says how); every rank then runs the same program.
     """
 
     def __init__(self, mk_module: Callable, *args, cache_size: int = 4, view_size: int = 4, multi: bool = False,
                  devices: Optional[int] = None, device_type: Optional[str] = None, seed: int = 0, world=None,
-                 **kwargs):
+                 intra_op_threads: Optional[int] = None, **kwargs):
         if not callable(mk_module):
             raise TypeError(f"push: mk_module must be callable, got {type(mk_module).__name__}")
         sizes = {}
@@ -91,7 +107,9 @@ class PusH:
         self._core = _push.Distribution(functools.partial(_make_particle_of, weakref.ref(self)),
                                         functools.partial(_dispatch, weakref.ref(self)),
                                         devices=devices, device_type=device_type, cache_size=cache_size,
-                                        view_size=view_size, seed=seed, world=world)
+                                        view_size=view_size, seed=seed, world=world,
+                                        intra_op_threads=(torch_threads_per_lane(devices, device_type)
+                                                          if intra_op_threads is None else intra_op_threads))
         _lifetime.track(self)
 
     # -- lifetime --------------------------------------------------------------------

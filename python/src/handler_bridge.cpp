@@ -3,6 +3,7 @@
 #include "handler_threads.h"
 #include "values.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -42,6 +43,10 @@ HandlerEnded HandlerCall::ended() const {
 bool HandlerCall::active() {
   std::lock_guard<std::mutex> lock(mutex_);
   return !finished_ && !ended_;
+}
+
+void HandlerCall::check_active() {
+  if (!active()) throw ended();
 }
 
 void HandlerCall::post(std::function<void(Particle&)> op) {
@@ -112,11 +117,16 @@ Handler make_handler(std::string message, std::shared_ptr<PyRef> fn, std::shared
   return [message = std::move(message), fn = std::move(fn), dispatch = std::move(dispatch),
           threads = std::move(threads)](Particle& particle, const Args& args) -> c10::IValue {
     auto call = std::make_shared<HandlerCall>(particle.pid(), message);
-    // The handler thread computes on the lane's device and stream, as the lane would.
+    // The handler thread computes on the lane's device and stream, and with the lane's
+    // intra-op threads, as the lane would (read here, on the lane's thread). A new thread's
+    // count is the process's default (every core), not the lane's: its own OpenMP team then
+    // spins beside the lane's, 4x slower on 2 cores (docs/python.md, "How Python handlers run").
     const torch::Device device = particle.device();
     const c10::Stream stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+    const int intra_op_threads = at::get_num_threads();
     return call->serve(particle, [&] {
-      threads->run([call, fn, dispatch, args, stream]() -> std::function<void()> {
+      threads->run([call, fn, dispatch, args, stream, intra_op_threads]() -> std::function<void()> {
+        if (at::get_num_threads() != intra_op_threads) at::set_num_threads(intra_op_threads);
         c10::StreamGuard on_lane_stream(stream);
         CurrentCall running(call.get());
         py::gil_scoped_acquire gil;

@@ -1,7 +1,13 @@
+import os
+
 import pytest
 import torch
 
 import push
+
+# python/tests/install_check runs these tests against the installed wheel.
+if os.environ.get("PUSH_TEST_INSTALLED"):
+    assert "site-packages" in push.__file__, f"push comes from {push.__file__}, not the installed wheel"
 
 
 def linear():

@@ -60,8 +60,7 @@ def test_the_push_form_run_trains_on_the_engine_as_the_engine_does():
         routed = ensemble.Ensemble(MLP, 8, seed=3).bayes_infer(loader, 6, num_ensembles=3)
     # The C++ path with the options the route maps PusH's run to: the same numbers.
     direct = bayes.Ensemble(lambda: mlp_seq(8), seed=3, particles=3, lr=0.01, batch_size=32, fuse=True,
-                            noise_std=math.sqrt(0.5), prior_std=math.inf, devices=1, cache_size=4,
-                            intra_op_threads=torch.get_num_threads()).fit(x, y, epochs=6)
+                            noise_std=math.sqrt(0.5), prior_std=math.inf, devices=1, cache_size=4).fit(x, y, epochs=6)
     with routed, direct:
         assert routed._routed[0].fused  # the engine's particles, trained as one stack
         ours = routed.p_parameters()

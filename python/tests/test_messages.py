@@ -302,3 +302,23 @@ def test_save_without_a_folder_writes_pusHs_files_that_torch_load_reads(tmp_path
         module.load_state_dict(torch.load(tmp_path / "particles" / f"device{lanes[pid]}_particle{pid}.pth"))
         assert all(torch.equal(a, b) for a, b in zip(module.parameters(), expected[pid]))
         assert int(module[1].num_batches_tracked) == 1  # buffers too
+
+
+def test_handlers_compute_with_their_lane_s_intra_op_threads():
+    # A handler thread is new: without this its count would be the process's default (every
+    # core), whatever the lane's, and its OpenMP team would spin beside the lane's.
+    threads = lambda p: torch.get_num_threads()  # noqa: E731
+    with push.PusH(linear, devices=1, device_type="cpu", intra_op_threads=1) as d:
+        pid = d.p_create(None, receive={"T": threads})
+        assert d.p_launch(pid, "T").wait() == 1
+    # torch.set_num_threads lowered below the cores is the lanes' count by default.
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with push.PusH(linear, devices=1, device_type="cpu") as d:
+            pid = d.p_create(None, receive={"T": threads})
+            assert d.p_launch(pid, "T").wait() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="intra_op_threads must be >= 1"):
+        push.PusH(linear, intra_op_threads=0)

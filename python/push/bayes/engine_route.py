@@ -168,11 +168,13 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
 def lanes(devices: int, cache_size: int, particles: int) -> dict:
     """The engine's lanes for PusH's ``num_devices`` and ``cache_size``: on GPUs those; on
     CPU lanes every particle resident (PusH's cache bounds GPU memory; on the CPU a swap
-    would copy within the same memory) and the threads torch is set to, shared by the lanes."""
-    if torch.cuda.is_available():
-        return dict(devices=devices, cache_size=cache_size)
-    return dict(devices=devices, cache_size=max(cache_size, particles),
-                intra_op_threads=max(1, torch.get_num_threads() // devices))
+    would copy within the same memory). The intra-op threads as push.PusH's."""
+    from push.push import torch_threads_per_lane
+    options = dict(devices=devices, cache_size=cache_size if torch.cuda.is_available() else max(cache_size, particles))
+    threads = torch_threads_per_lane(devices, None)
+    if threads is not None:
+        options["intra_op_threads"] = threads
+    return options
 
 
 def decide(engine: Optional[bool], route: Union[Route, str], where: str) -> Optional[Route]:
