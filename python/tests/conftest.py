@@ -26,11 +26,13 @@ def sgd(params):
 
 # PusH's entry points' data and model (test_push_form*.py): a 1-D regression and a module
 # that is not a Sequential, so it trains as Python code on push's particles.
-def regression_loader(n=256, batch=64):
+def regression_loader(n=256, batch=64, shuffle=False):
     g = torch.Generator().manual_seed(1)
     x = torch.rand(n, 1, generator=g) * 4 - 2
     y = torch.sin(2 * x) + 0.05 * torch.randn(n, 1, generator=g)
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch), x, y
+    order = torch.Generator().manual_seed(2) if shuffle else None
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch, shuffle=shuffle,
+                                       generator=order), x, y
 
 
 class MLP(torch.nn.Module):

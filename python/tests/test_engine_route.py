@@ -55,7 +55,7 @@ def test_a_forward_that_is_a_chain_is_its_sequential():
 
 
 def test_the_push_form_run_trains_on_the_engine_as_the_engine_does():
-    loader, x, y = regression_loader(n=128, batch=32)
+    loader, x, y = regression_loader(n=128, batch=32, shuffle=True)
     with no_python_path():
         routed = ensemble.Ensemble(MLP, 8, seed=3).bayes_infer(loader, 6, num_ensembles=3)
     # The C++ path with the options the route maps PusH's run to: the same numbers.
@@ -111,8 +111,41 @@ class Items(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
+class Frozen(MLP):
+    def __init__(self, width):
+        super().__init__(width)
+        self.a.requires_grad_(False)
+
+
+class Unused(MLP):
+    def __init__(self, width):
+        super().__init__(width)
+        self.scale = nn.Parameter(torch.ones(1))
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(1, 1), nn.Linear(1, 1)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+class RandomDepth(MLP):
+    def __init__(self, width):
+        super().__init__(width)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = torch.tanh(self.a(x))
+        return self.b(torch.tanh(h) if self.calls % 2 else h)
+
+
 def test_why_a_run_stays_python_code_is_said():
-    loader, x, y = regression_loader(n=64, batch=32)
+    loader, x, y = regression_loader(n=64, batch=32, shuffle=True)
     cases = [
         (MLP, (4,), dict(loss_fn=nn.L1Loss()), "the loss L1Loss"),
         (MLP, (4,), dict(loss_fn=lambda a, b: ((a - b) ** 2).mean()), "the loss <lambda>"),
@@ -122,8 +155,19 @@ def test_why_a_run_stays_python_code_is_said():
         (Residual, (), {}, "not a chain of layers"),
         (lambda: nn.Sequential(nn.Linear(1, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)), (), {}, "buffers"),
         (lambda: nn.Sequential(nn.Linear(1, 2)), (), {}, "labels' shape"),
+        (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam([{"params": p, "lr": 0.1}], lr=0.01)), None),
+        (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam([{"params": p, "weight_decay": 0.1}])), "other settings"),
+        (Frozen, (4,), {}, "frozen parameters"),
+        (Unused, (4,), {}, "does not use"),
+        (Tied, (), {}, "tied weights"),
+        (lambda: MLP(4).eval(), (), {}, "eval mode"),
+        (RandomDepth, (4,), {}, "different chains"),
     ]
     for make, args, kwargs, why in cases:
+        if why is None:  # a group's own rate is the rate: routed at 0.1
+            with ensemble.Ensemble(make, *args) as ens:
+                assert ens._plan(loader, **kwargs).options["lr"] == 0.1
+            continue
         with ensemble.Ensemble(make, *args) as ens:
             assert why in bayes.explain(ens, loader, **kwargs), why
             with pytest.warns(bayes.PythonPathWarning, match="trains as Python code") as caught:
@@ -135,11 +179,17 @@ def test_why_a_run_stays_python_code_is_said():
     items = torch.utils.data.DataLoader(Items(x, y), batch_size=32)
     with ensemble.Ensemble(MLP, 4) as ens:
         assert "not a TensorDataset" in bayes.explain(ens, items)
+        assert "the loss CrossEntropyLoss" in bayes.explain(ens, loader, loss_fn=nn.CrossEntropyLoss(ignore_index=0))
+        assert "shuffle=False" in bayes.explain(ens, regression_loader(n=64, batch=32)[0])
         assert "prior=True" in bayes.explain(ens, loader, prior=True)
         assert "random_seed" in bayes.explain(ens, loader, random_seed=True)
         assert bayes.explain(ens, loader) == ""
         ens.bayes_infer(loader, 1, num_ensembles=2)
-        assert "has trained particles" in bayes.explain(ens, loader)
+        assert "a second bayes_infer is refused" in bayes.explain(ens, loader)
+    with ensemble.Ensemble(MLP, 4) as ens, no_python_path():
+        ens.bayes_infer(loader, 1, num_ensembles=2)
+        with pytest.raises(ValueError, match="trained on push's C.. engine.*make another Ensemble"):
+            ens.bayes_infer(loader, 1, num_ensembles=2)
     with ensemble.Ensemble(MLP, 4) as ens, no_python_path():
         ens.bayes_infer(loader, 1, num_ensembles=2, engine=False)  # the Python path, asked for: no warning
         assert ens._routed is None and len(ens.push_dist.particle_ids()) == 2

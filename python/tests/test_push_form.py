@@ -8,13 +8,13 @@ from conftest import MLP, regression_loader
 
 
 # engine=None: the run trains on push's C++ engine (MLP's forward is a chain of layers, the
-# loss MSE); engine=False: as Python handlers, PusH's way.
+# loss MSE, the loader shuffled); engine=False: as Python handlers, PusH's way.
 both_paths = pytest.mark.parametrize("engine", [None, False])
 
 
 @both_paths
 def test_train_deep_ensemble_as_pusH_calls_it(engine):
-    loader, x, y = regression_loader()
+    loader, x, y = regression_loader(shuffle=True)
     with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 40, MLP, 32, num_ensembles=3,
                                       engine=engine) as ens:
         assert (ens._routed is not None) == (engine is None)
@@ -34,14 +34,13 @@ def test_train_deep_ensemble_as_pusH_calls_it(engine):
         assert torch.nn.functional.mse_loss(pred["mean"], y).item() < 0.05
         assert (pred["std"] > 0).all()
         # A DataLoader predicts batch by batch, the same numbers.
-        assert torch.allclose(ens.posterior_pred(loader)["mean"], pred["mean"])
+        assert torch.allclose(ens.posterior_pred(regression_loader()[0])["mean"], pred["mean"])
 
 
 @both_paths
 def test_train_deep_ensemble_is_repeatable_and_spreads_over_lanes(engine):
-    loader, _, _ = regression_loader(n=64)
-
     def run(**kwargs):
+        loader, _, _ = regression_loader(n=64, shuffle=True)  # its order drawn anew from its own seed
         with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 3, MLP, 8, num_ensembles=4, num_devices=2,
                                           engine=None if kwargs.get("random_seed") else engine, **kwargs) as ens:
             assert ens.num_devices == 2
@@ -58,12 +57,14 @@ def test_train_deep_ensemble_is_repeatable_and_spreads_over_lanes(engine):
 
 @both_paths
 def test_bootstrap_gives_each_member_its_own_resample(engine):
-    loader, x, y = regression_loader(n=128, batch=32)
-    with ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
+    def loader():  # each run's order drawn anew from the loader's own seed
+        return regression_loader(n=128, batch=32, shuffle=True)[0]
+
+    with ensemble.train_deep_ensemble(loader(), torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
                                       engine=engine) as plain, \
-            ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
+            ensemble.train_deep_ensemble(loader(), torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
                                          bootstrap=True, engine=engine) as boot, \
-            ensemble.train_deep_ensemble(loader, torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
+            ensemble.train_deep_ensemble(loader(), torch.nn.MSELoss(), 4, MLP, 8, num_ensembles=3, seed=1,
                                          bootstrap=True, engine=engine) as again:
         for pid in range(3):
             assert not torch.equal(plain.p_parameters()[pid][0], boot.p_parameters()[pid][0])

@@ -5,7 +5,9 @@ PusH's programs define their networks as classes with a ``forward`` (``self.b(to
 self.a(x)))``); the engine rebuilds a Sequential of standard layers. torch.fx traces the
 forward; when its graph is one chain from the input to the output, each link a submodule
 (used once) or an element-wise activation called with the chain's value alone, the chain is
-that Sequential, holding the module's own layers (the same parameters, not copies).
+that Sequential, holding the module's own layers (the same parameters, not copies). The
+forward is traced twice, and two different chains are refused; a forward whose Python
+branches trace alike twice and differ later (a rare random draw) is beyond what a trace sees.
 """
 
 import inspect
@@ -30,6 +32,23 @@ def as_sequential(module: torch.nn.Module) -> Union[torch.nn.Sequential, str]:
     is, or why it is not one (a one-line reason)."""
     if isinstance(module, torch.nn.Sequential):
         return module
+    # Traced twice: a forward that branches on Python values (random depth, say) may trace
+    # to another chain each time, and no one chain is what it computes.
+    first, second = _chain(module), _chain(module)
+    if isinstance(first, str):
+        return first
+    if isinstance(second, str) or [type(m) if _made(m, module) else id(m) for m in first] != \
+            [type(m) if _made(m, module) else id(m) for m in second]:
+        return f"{type(module).__name__}'s forward traces to different chains (it branches on Python values)"
+    return first
+
+
+def _made(layer: torch.nn.Module, module: torch.nn.Module) -> bool:
+    """Whether ``layer`` is an activation made for the chain, not one of the module's own."""
+    return all(layer is not m for m in module.modules())
+
+
+def _chain(module: torch.nn.Module) -> Union[torch.nn.Sequential, str]:
     name = type(module).__name__
     try:
         graph = torch.fx.symbolic_trace(module).graph

@@ -110,8 +110,8 @@ class TrainsBothWays:
         inputs = batches(data)
         if not inputs:
             raise ValueError(f"{self._where}: there is no data to predict on")
-        with torch.no_grad():
-            return [torch.cat([net(x).detach() for x in inputs]) for net in self._routed_modules()]
+        with torch.no_grad():  # the routed particles live on the CPU; the Python path's outputs do too
+            return [torch.cat([net(x.cpu()).detach() for x in inputs]) for net in self._routed_modules()]
 
     def p_parameters(self):
         """Every particle's parameters (CPU copies), in particle order."""

@@ -10,8 +10,10 @@ trains there, fused, without the GIL:
   MSE's; cross entropy is the categorical likelihood. No weight prior (prior_std infinite);
 - the optimizer is Adam with torch's defaults but the rate (PusH's, or mk_optim's);
 - the scheduler leaves the rate as it is (PusH's default, mk_empty_scheduler or None);
-- the data is a TensorDataset of (x, y) read in order or reshuffled each epoch, batches of
-  a fixed size, the last one kept; the engine reshuffles for each member on its own;
+- the data is a TensorDataset of (x, y) reshuffled each epoch (shuffle=True), batches of a
+  fixed size, the last one kept; the engine reshuffles for each member on its own;
+- every parameter trains (none frozen, none unused by forward, none shared between
+  layers) and the module is made in training mode;
 - PusH's own training loop (no ensemble_entry, ensemble_state, prior, random_seed or
   f_save), on a model that has not trained yet.
 Otherwise the run trains as Python code on push's particles, as PusH does, and ``explain``
@@ -52,12 +54,12 @@ def _loss(loss_fn) -> Tuple[Optional[str], str]:
     if loss_fn is _F.mse_loss or (type(loss_fn) is torch.nn.MSELoss and loss_fn.reduction == "mean"):
         return "mse", ""
     if loss_fn is _F.cross_entropy or (type(loss_fn) is torch.nn.CrossEntropyLoss and loss_fn.reduction == "mean"
-                                       and loss_fn.weight is None
+                                       and loss_fn.weight is None and loss_fn.ignore_index < 0
                                        and getattr(loss_fn, "label_smoothing", 0.0) == 0.0):
         return "cross_entropy", ""
     name = getattr(loss_fn, "__name__", type(loss_fn).__name__)
     return None, (f"the loss {name} is not one the engine has (torch.nn.MSELoss or CrossEntropyLoss with mean "
-                  "reduction, F.mse_loss, F.cross_entropy)")
+                  "reduction and no class weights, ignored class or smoothing, F.mse_loss, F.cross_entropy)")
 
 
 def _adam_rate(mk_optim: Optional[Callable], lr: float) -> Tuple[Optional[float], str]:
@@ -67,14 +69,16 @@ def _adam_rate(mk_optim: Optional[Callable], lr: float) -> Tuple[Optional[float]
         optim = mk_optim([torch.nn.Parameter(torch.zeros(1))])
     except Exception as e:  # noqa: BLE001 - a factory that wants a real module is a reason
         return None, f"mk_optim could not be asked which optimizer it makes ({type(e).__name__}: {e})"
-    d = getattr(optim, "defaults", {})
     if type(optim) is not torch.optim.Adam:
         return None, f"mk_optim makes a {type(optim).__name__}; the engine trains with Adam"
-    plain = (tuple(d.get("betas", ())) == (0.9, 0.999) and d.get("eps") == 1e-8 and d.get("weight_decay") == 0
-             and not d.get("amsgrad") and not d.get("maximize", False))
+    if len(optim.param_groups) != 1:
+        return None, "mk_optim's Adam has several parameter groups"
+    g = optim.param_groups[0]  # what the parameters train with (a group's own settings win over the defaults)
+    plain = (tuple(g.get("betas", ())) == (0.9, 0.999) and g.get("eps") == 1e-8 and g.get("weight_decay") == 0
+             and not g.get("amsgrad") and not g.get("maximize", False) and g.get("lr", 0) > 0)
     if not plain:
         return None, "mk_optim's Adam has other settings than torch's defaults (betas, eps, weight_decay, amsgrad)"
-    return float(d["lr"]), ""
+    return float(g["lr"]), ""
 
 
 def _data(dataloader) -> Tuple[Optional[tuple], str]:
@@ -87,14 +91,25 @@ def _data(dataloader) -> Tuple[Optional[tuple], str]:
     if dataloader.batch_size is None or dataloader.drop_last:
         return None, "the DataLoader has a batch sampler or drops its last batch"
     sampler = dataloader.sampler
-    plain = type(sampler) is SequentialSampler or (type(sampler) is RandomSampler and not sampler.replacement
-                                                   and sampler.num_samples == len(ds))
+    if type(sampler) is SequentialSampler:
+        return None, "the DataLoader reads the data in one fixed order (shuffle=False); the engine reshuffles it"
+    plain = type(sampler) is RandomSampler and not sampler.replacement and sampler.num_samples == len(ds)
     if not plain or dataloader.collate_fn is not torch.utils.data.default_collate:
         return None, "the DataLoader has its own sampler or collate_fn"
     x, y = ds.tensors
     if not torch.is_floating_point(x) or len(x) == 0:
         return None, "the inputs are not a non-empty floating-point tensor"
     return (x, y, dataloader.batch_size), ""
+
+
+def _same_parameters(module: torch.nn.Module, seq: torch.nn.Sequential) -> str:
+    """Why the chain would not train exactly the module's parameters, or ""."""
+    layers = [id(p) for layer in seq for p in layer.parameters()]
+    if len(layers) != len(set(layers)):
+        return "shares a parameter between layers (tied weights), which the engine would train apart"
+    if set(layers) != {id(p) for p in module.parameters()}:
+        return "has parameters its forward does not use"
+    return ""
 
 
 def _factory(mk_nn: Callable, args: tuple) -> Callable:
@@ -129,11 +144,19 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
         probe = mk_nn(*args)
     if not isinstance(probe, torch.nn.Module):
         return f"the factory made a {type(probe).__name__}, not a torch.nn.Module"
+    name = type(probe).__name__
     if any(True for _ in probe.buffers()):
-        return f"{type(probe).__name__} has buffers (BatchNorm's statistics, say), which PusH's form keeps per particle"
+        return f"{name} has buffers (BatchNorm's statistics, say), which PusH's form keeps per particle"
+    if not all(p.requires_grad for p in probe.parameters()):
+        return f"{name} has frozen parameters (requires_grad=False); the engine trains every parameter"
+    if not all(m.training for m in probe.modules()):
+        return f"{name} is made in eval mode; the engine trains in training mode"
     seq = as_sequential(probe)
     if isinstance(seq, str):
         return seq
+    why = _same_parameters(probe, seq)
+    if why:
+        return f"{name} {why}"
     from push.bayes.models import rebuild_blocker  # models imports the C++ extension
     why = rebuild_blocker(seq)
     if why:

@@ -90,6 +90,10 @@ class Ensemble(TrainsBothWays, Infer):
         folder = check_folder(self._where, f_save)
         if engine not in (None, True, False):
             raise ValueError(f"{self._where}: engine must be None, True or False, got {engine!r}")
+        if self._routed is not None:
+            raise ValueError(f"{self._where}: this Ensemble trained on push's C++ engine, whose particles a second "
+                             "bayes_infer cannot add to; make another Ensemble, or train with engine=False from the "
+                             "first bayes_infer")
         if engine is not False:
             route = engine_route.decide(engine, self._plan(dataloader, loss_fn, lr, num_ensembles, mk_scheduler,
                                                            prior, random_seed, bootstrap, ensemble_entry,
@@ -122,6 +126,7 @@ class Ensemble(TrainsBothWays, Infer):
             (prior, "prior=True trains PusH's randomized prior as Python code"),
             (random_seed, "random_seed=True draws the particles' seeds from torch's generator"),
             (bool(f_save), "f_save writes PusH's particle files"),
+            (self._routed is not None, "this Ensemble trained on the engine: a second bayes_infer is refused"),
             (self._trained_before(), "this Ensemble has trained particles: bayes_infer adds to them PusH's way"))
             if cond), "")
         neutral = mk_scheduler is None or mk_scheduler in (constant_scheduler, mk_empty_scheduler)
