@@ -16,8 +16,8 @@ class Particle:
     """What a handler sees: its own module, optimizer and state, and messages to others.
 
     Valid while the handler runs. ``forward``, ``step``, ``zero_grad`` and
-    ``scheduler_step`` run here, on the handler's thread, and ``send`` hands the message to
-    the runtime from here; ``get`` and ``register_receive`` go through the particle's lane.
+    ``scheduler_step`` run here, on the handler's thread; ``send``, ``get`` and
+    ``register_receive`` go through the particle's lane.
     """
 
     def __init__(self, dist, call):
@@ -60,7 +60,7 @@ class Particle:
         self._dist._check_pid(pid)
         if not isinstance(msg, str):
             raise TypeError(f"push: a message name is a str, got {type(msg).__name__}")
-        return PFuture(self._call.send(self._dist._core, pid, msg, *args), unwaited=self._dist._unwaited)
+        return PFuture(self._call.send(pid, msg, *args), unwaited=self._dist._unwaited)
 
     def get(self, pid: int) -> PFuture:
         """A view of particle ``pid``'s parameters (and gradients) as they are now."""

@@ -201,13 +201,15 @@ PYBIND11_MODULE(_push, m) {
       .def_property_readonly("message", &HandlerCall::message)
       .def_property_readonly("active", &HandlerCall::active)
       .def("send",
-           // Straight from the handler's thread, as p_launch sends from a user's: the runtime's
-           // send is the same either way and takes any thread, so the message does not wait for
-           // the lane's thread to carry it (two thread wake-ups fewer per message).
-           [](const std::shared_ptr<HandlerCall>& call, Distribution& d, Pid to, const std::string& message,
-              const py::args& args) {
-             call->check_active();
-             return Waitable<c10::IValue>{d.launch(to, message, args), call};
+           // Carried by the handler's fiber, on the lane: the lane takes the message in the
+           // handler's order with its other work, so a lane's schedule repeats run to run. Sent
+           // straight from the handler's thread (as p_launch sends), a message entered the lane
+           // at a moment that varies: one eviction more or fewer between two equal runs, and no
+           // measurable gain on workload W (docs/python.md).
+           [](const std::shared_ptr<HandlerCall>& call, Pid to, const std::string& message, const py::args& args) {
+             Args values = to_ivalues(args);
+             PFuture f = call->on_lane<PFuture>([&](Particle& p) { return p.send(to, message, std::move(values)); });
+             return Waitable<c10::IValue>{std::move(f), call};
            })
       .def("get", [](const std::shared_ptr<HandlerCall>& call, Pid pid) {
         Future<ParticleView> f = call->on_lane<Future<ParticleView>>([&](Particle& p) { return p.get(pid); });

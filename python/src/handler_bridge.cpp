@@ -45,10 +45,6 @@ bool HandlerCall::active() {
   return !finished_ && !ended_;
 }
 
-void HandlerCall::check_active() {
-  if (!active()) throw ended();
-}
-
 void HandlerCall::post(std::function<void(Particle&)> op) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -6,8 +6,8 @@
 // runs, its fiber holds the lane: the lane's thread waits (blocked, not suspended), so the
 // particle stays pinned and nothing else on the lane touches it, and the Python code may
 // compute on the particle as a C++ handler would. What the function asks of the runtime
-// (get, register_receive, and every wait; not send, which any thread may make) is posted
-// to the fiber, which runs it on the lane; a wait there suspends the fiber, and the lane runs other particles (other
+// (send, get, register_receive, and every wait) is posted to the fiber, which runs it on
+// the lane; a wait there suspends the fiber, and the lane runs other particles (other
 // Python handlers on their own threads) until the result is in. The Python thread waits
 // for each answer with the GIL released.
 #include <push/core/errors.h>
@@ -95,8 +95,6 @@ class HandlerCall {
 
   /// Whether the Python function still runs (its particle may be used).
   bool active();
-  /// Throws HandlerEnded unless it does.
-  void check_active();
 
   /// Python thread: the function returned `value` or raised `error`.
   void finish(c10::IValue value);
