@@ -30,6 +30,8 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from push.bayes.as_sequential import as_sequential
+from push.bayes.models import rebuild_blocker
+from push.push import torch_threads_per_lane
 
 _F = torch.nn.functional
 
@@ -157,7 +159,6 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
     why = _same_parameters(probe, seq)
     if why:
         return f"{name} {why}"
-    from push.bayes.models import rebuild_blocker  # models imports the C++ extension
     why = rebuild_blocker(seq)
     if why:
         return why
@@ -192,7 +193,6 @@ def lanes(devices: int, cache_size: int, particles: int) -> dict:
     """The engine's lanes for PusH's ``num_devices`` and ``cache_size``: on GPUs those; on
     CPU lanes every particle resident (PusH's cache bounds GPU memory; on the CPU a swap
     would copy within the same memory). The intra-op threads as push.PusH's."""
-    from push.push import torch_threads_per_lane
     options = dict(devices=devices, cache_size=cache_size if torch.cuda.is_available() else max(cache_size, particles))
     threads = torch_threads_per_lane(devices, None)
     if threads is not None:
