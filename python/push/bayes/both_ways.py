@@ -17,6 +17,7 @@ import torch
 
 from push.bayes import models
 from push.bayes.engine_route import Route
+from push.bayes.particle_infer import batches
 
 # What the C++ engine's model answers, forwarded as they are.
 _FORWARDED = ("predict", "save", "load", "warnings", "particle_ids", "particle_parameters")
@@ -78,8 +79,8 @@ class TrainsBothWays:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _trained_before(self) -> bool:
-        """Whether bayes_infer has made particles (either way)."""
-        return self._routed is not None or (self._push_dist is not None and bool(self._push_dist.particle_ids()))
+        """Whether bayes_infer has made Python particles (a routed run is self._routed)."""
+        return self._push_dist is not None and bool(self._push_dist.particle_ids())
 
     def _train_routed(self, route: Route, epochs: int):
         """bayes_infer on the C++ engine: the route's particles, ``epochs`` epochs."""
@@ -106,7 +107,6 @@ class TrainsBothWays:
 
     def _routed_outputs(self, data) -> list:
         """Each routed particle's output on every batch of ``data``, joined: [particles] of [N, ...]."""
-        from push.bayes.particle_infer import batches
         inputs = batches(data)
         if not inputs:
             raise ValueError(f"{self._where}: there is no data to predict on")
