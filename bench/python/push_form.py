@@ -3,18 +3,21 @@
 The program is workload W as a PusH user writes it: a module class with a forward (MLP
 1-64-64-1), a DataLoader of 1,024 points in batches of 128, torch.nn.MSELoss, 16 members,
 20 epochs, ``Ensemble(MLP, ...).bayes_infer(loader, 20, num_ensembles=16)`` at PusH's
-default Adam(0.01). Rows, each the seconds bayes_infer takes (in-process training time),
-timed in turn in every round, each in a fresh interpreter with one thread:
+default Adam(0.01); with --algo svgd, PusH's ``SteinVGD(MLP, cache_size=16, view_size=16)
+.bayes_infer(loader, 20, num_particles=16, lengthscale=1.0, lr=0.5)`` instead (plain SGD
+on SVGD's update, PusH's way). Rows, each the seconds bayes_infer takes (in-process
+training time), timed in turn in every round, each in a fresh interpreter with one thread:
   * push_engine: the program on push, where it trains on the C++ engine (engine_route);
   * push_python: the same with engine=False, PusH's loop as Python handlers on push;
-  * plain: a plain PyTorch loop doing PusH's steps: each batch the DataLoader gives, every
-    one of the 16 networks in turn steps on it;
+  * plain (ensemble): a plain PyTorch loop doing PusH's steps: each batch the DataLoader
+    gives, every one of the 16 networks in turn steps on it;
   * push_peer: the program on PusH itself, with --peer DIR naming a folder that holds
     PusH's ``push`` package (never committed; run it beside push, see docs/python.md);
     without a GPU its one device lane is the CPU (cpu_for_cuda).
 Ratios are medians over rounds of each round's ratio.
 
     PYTHONPATH=build/python/package python3 bench/python/push_form.py --peer /tmp/peer [--rounds 5]
+        [--algo ensemble|svgd]
 """
 import argparse
 import json
@@ -25,6 +28,7 @@ import sys
 import time
 
 PARTICLES, POINTS, BATCH, EPOCHS = 16, 1024, 128, 20
+SVGD_LR, LENGTHSCALE = 0.5, 1.0
 
 
 def cpu_for_cuda(torch) -> None:
@@ -43,7 +47,7 @@ def cpu_for_cuda(torch) -> None:
     torch.nn.Module.to = on_cpu(torch.nn.Module.to)
 
 
-def child(row: str) -> tuple:
+def child(row: str, algo: str) -> tuple:
     """One row in this interpreter: the seconds its training takes, and the training MSE of
     the ensemble's mean (the plain loop: the members' mean MSE)."""
     import torch
@@ -82,11 +86,18 @@ def child(row: str) -> tuple:
         return seconds, mse
     if row == "push_peer" and not torch.cuda.is_available():
         cpu_for_cuda(torch)
-    from push.bayes.ensemble import Ensemble
     extra = {"engine": row == "push_engine"} if row.startswith("push_") and row != "push_peer" else {}
-    ens = Ensemble(MLP, num_devices=1)
-    start = time.perf_counter()
-    ens.bayes_infer(loader, EPOCHS, loss_fn=torch.nn.MSELoss(), num_ensembles=PARTICLES, **extra)
+    if algo == "svgd":
+        from push.bayes.stein_vgd import SteinVGD
+        ens = SteinVGD(MLP, num_devices=1, cache_size=PARTICLES, view_size=PARTICLES)
+        start = time.perf_counter()
+        ens.bayes_infer(loader, EPOCHS, loss_fn=torch.nn.MSELoss(), num_particles=PARTICLES,
+                        lengthscale=LENGTHSCALE, lr=SVGD_LR, **extra)
+    else:
+        from push.bayes.ensemble import Ensemble
+        ens = Ensemble(MLP, num_devices=1)
+        start = time.perf_counter()
+        ens.bayes_infer(loader, EPOCHS, loss_fn=torch.nn.MSELoss(), num_ensembles=PARTICLES, **extra)
     seconds = time.perf_counter() - start
     mse = torch.nn.functional.mse_loss(ens.posterior_pred(x)["mean"], y).item()
     if hasattr(ens, "close"):
@@ -94,11 +105,11 @@ def child(row: str) -> tuple:
     return seconds, mse
 
 
-def run(row: str, peer: str) -> tuple:
+def run(row: str, peer: str, algo: str) -> tuple:
     env = dict(os.environ)
     if row == "push_peer":
         env["PYTHONPATH"] = peer
-    done = subprocess.run([sys.executable, __file__, "--child", row], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, __file__, "--child", row, "--algo", algo], env=env, capture_output=True, text=True,
                           timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"push_form: row {row} failed:\n{done.stderr[-2000:]}")
@@ -113,28 +124,32 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peer", default="", help="a folder holding PusH's push package (its row is left out without)")
+    ap.add_argument("--algo", choices=["ensemble", "svgd"], default="ensemble")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        seconds, mse = child(args.child)
+        seconds, mse = child(args.child, args.algo)
         print(json.dumps({"seconds": seconds, "mse": mse}))
         return
-    rows = ["push_engine", "push_python", "plain"] + (["push_peer"] if args.peer else [])
+    plain = ["plain"] if args.algo == "ensemble" else []
+    rows = ["push_engine", "push_python"] + plain + (["push_peer"] if args.peer else [])
     times, fits = {r: [] for r in rows}, {r: [] for r in rows}
     for _ in range(args.rounds):
         for r in rows:
-            seconds, mse = run(r, args.peer)
+            seconds, mse = run(r, args.peer, args.algo)
             times[r].append(seconds)
             fits[r].append(mse)
     import torch
-    print(f"torch {torch.__version__}, workload W in PusH's form, 1 thread, {args.rounds} rounds (s):")
+    print(f"torch {torch.__version__}, workload W in PusH's form ({args.algo}), 1 thread, {args.rounds} rounds (s):")
     for r, v in times.items():
         print(f"  {r:12s} median {statistics.median(v):7.3f}   ({', '.join(f'{t:.3f}' for t in v)})"
               f"   training MSE median {statistics.median(fits[r]):.4f}")
     pair = lambda a, b: statistics.median(p / q for p, q in zip(times[a], times[b]))  # noqa: E731
     print("ratios (median of each round's ratio):")
-    print(f"  plain loop / push, engine        {pair('plain', 'push_engine'):.2f}x")
-    print(f"  push, Python path / plain loop   {pair('push_python', 'plain'):.2f}")
+    if plain:
+        print(f"  plain loop / push, engine        {pair('plain', 'push_engine'):.2f}x")
+        print(f"  push, Python path / plain loop   {pair('push_python', 'plain'):.2f}")
+    print(f"  push, Python path / engine       {pair('push_python', 'push_engine'):.2f}x")
     if args.peer:
         print(f"  PusH / push, engine              {pair('push_peer', 'push_engine'):.2f}x")
         print(f"  PusH / push, Python path         {pair('push_peer', 'push_python'):.2f}x")

@@ -127,6 +127,15 @@ bayes::InferOptions infer_options(Options& o) {
   if (auto v = o.take<int>("cache_size")) po.cache_size(*v);
   if (auto v = o.take<int>("intra_op_threads")) po.intra_op_threads(*v);
   io.distribution(po);
+  // The particles' optimizer at io.lr(): Adam (the engine's default) or plain SGD, whose
+  // step is θ -= lr·grad (PusH's SVGD moves its particles so).
+  if (auto v = o.take<std::string>("optimizer"); v && *v != "adam") {
+    if (*v != "sgd") throw py::value_error(o.owner() + ": optimizer must be 'adam' or 'sgd', got '" + *v + "'");
+    const double lr = io.lr();
+    io.optimizer([lr](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(lr));
+    });
+  }
   return io;
 }
 

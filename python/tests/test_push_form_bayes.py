@@ -1,4 +1,6 @@
 """PusH's MultiSWAG and SVGD entry points, p_create's prior and train_key, as PusH calls them."""
+import warnings
+
 import pytest
 import torch
 
@@ -48,9 +50,14 @@ def test_swag_moments_are_swag_s():
     assert torch.allclose(moments["cov_mat_sqrt"][0], torch.stack([w[1] - w[:2].mean(0), w[2] - w.mean(0)]))
 
 
-def test_train_svgd_as_pusH_calls_it():
-    loader, x, y = regression_loader()
-    with stein_vgd.train_svgd(loader, torch.nn.MSELoss(), 60, 4, MLP, 16, lengthscale=1.0, lr=0.3) as sv:
+@pytest.mark.parametrize("shuffle", [False, True])  # Python code; push's C++ engine (push.bayes.engine_route)
+def test_train_svgd_as_pusH_calls_it(shuffle):
+    loader, x, y = regression_loader(shuffle=shuffle)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if not shuffle else "error", push.bayes.PythonPathWarning)
+        sv = stein_vgd.train_svgd(loader, torch.nn.MSELoss(), 60, 4, MLP, 16, lengthscale=1.0, lr=0.3)
+    with sv:
+        assert (sv._routed is not None) == shuffle
         assert len(sv.losses) == 60 and sv.losses[-1] < 0.2 * sv.losses[0]
         pred = sv.posterior_pred(x, mode=["mean", "std"])
         assert torch.nn.functional.mse_loss(pred["mean"], y).item() < 0.05

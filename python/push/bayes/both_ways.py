@@ -16,14 +16,13 @@ computes (push.bayes.engine_route): its particles are then the engine's, and
 import torch
 
 from push.bayes import models
-from push.bayes.engine_route import Route
-from push.bayes.particle_infer import batches
+from push.bayes.routed_run import RoutedRun
 
 # What the C++ engine's model answers, forwarded as they are.
 _FORWARDED = ("predict", "save", "load", "warnings", "particle_ids", "particle_parameters")
 
 
-class TrainsBothWays:
+class TrainsBothWays(RoutedRun):
     """The C++ half of a class whose PusH half is push.bayes.particle_infer.Infer."""
 
     _kind = None  # the C++ algorithm: "Ensemble", "MultiSWAG"
@@ -46,8 +45,6 @@ class TrainsBothWays:
         self._closed = False
         self._engine_args = (mk_nn, args, options)
         self._fit_last = False
-        self._routed = None  # (engine, route) of a bayes_infer that trained in C++
-        self._routed_nets = None
         if eager:
             self._make_engine()
 
@@ -78,47 +75,6 @@ class TrainsBothWays:
             return getattr(self._cpp, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def _trained_before(self) -> bool:
-        """Whether bayes_infer has made Python particles (a routed run is self._routed)."""
-        return self._push_dist is not None and bool(self._push_dist.particle_ids())
-
-    def _train_routed(self, route: Route, epochs: int):
-        """bayes_infer on the C++ engine: the route's particles, ``epochs`` epochs."""
-        engine = models.engine(self._kind, route.factory, route.options)
-        self._routed = (engine, route)
-        engine.fit(route.x, route.y, epochs=epochs, num_classes=route.num_classes)
-        self.losses = [loss - route.loss_offset for loss in engine.losses]
-        return self
-
-    def _routed_modules(self) -> list:
-        """The routed particles as the user's own modules (made without touching the
-        caller's random stream), their parameters the engine's."""
-        if self._routed_nets is None:
-            engine, route = self._routed
-            nets = []
-            for pid in engine.particle_ids():
-                with torch.random.fork_rng(devices=[]):
-                    net = self.mk_nn(*self.args)
-                values = [t for _, t in engine.particle_parameters(pid)]
-                net.load_state_dict(dict(zip(route.names, values)))
-                nets.append(net)
-            self._routed_nets = nets
-        return self._routed_nets
-
-    def _routed_outputs(self, data) -> list:
-        """Each routed particle's output on every batch of ``data``, joined: [particles] of [N, ...]."""
-        inputs = batches(data)
-        if not inputs:
-            raise ValueError(f"{self._where}: there is no data to predict on")
-        with torch.no_grad():  # the routed particles live on the CPU; the Python path's outputs do too
-            return [torch.cat([net(x.cpu()).detach() for x in inputs]) for net in self._routed_modules()]
-
-    def p_parameters(self):
-        """Every particle's parameters (CPU copies), in particle order."""
-        if self._routed is not None:
-            return [[p.detach().clone() for p in net.parameters()] for net in self._routed_modules()]
-        return super().p_parameters()
-
     @property
     def losses(self):
         """The mean training loss of each epoch of the latest run (fit's, or bayes_infer's)."""
@@ -134,8 +90,6 @@ class TrainsBothWays:
     def close(self) -> None:
         """Stops both ways' particles and frees them."""
         engine, self._engine, self._closed = self.__dict__.get("_engine"), None, True
-        routed, self._routed, self._routed_nets = self.__dict__.get("_routed"), None, None
-        for e in (engine, routed[0] if routed else None):
-            if e is not None:
-                e.close()
-        super().close()
+        if engine is not None:
+            engine.close()
+        super().close()  # the routed run's engine (RoutedRun), then the Python particles

@@ -1,7 +1,7 @@
 """When PusH's ``bayes_infer`` trains on push's C++ engine instead of as Python handlers.
 
-An unchanged PusH program calls ``Ensemble.bayes_infer`` (or ``train_deep_ensemble``) with a
-DataLoader, a loss and a module factory. When the run means what the engine computes, it
+An unchanged PusH program calls ``Ensemble.bayes_infer`` (or ``train_deep_ensemble``), or
+``SteinVGD.bayes_infer`` (or ``train_svgd``), with a DataLoader, a loss and a module factory. When the run means what the engine computes, it
 trains there, fused, without the GIL:
 - the module is a chain of standard layers (push.bayes.as_sequential) without buffers;
 - the loss is torch.nn.MSELoss or CrossEntropyLoss with mean reduction (or F.mse_loss,
@@ -9,13 +9,17 @@ trains there, fused, without the GIL:
   variance o / 2 less its constant, so the gradients are MSE's and the losses reported are
   MSE's; cross entropy is the categorical likelihood. No weight prior (prior_std infinite);
 - the optimizer is Adam with torch's defaults but the rate (PusH's, or mk_optim's);
+  SVGD's moves each particle by -lr times its update (plain SGD on the engine), with the
+  kernel exp(-|d|^2 / (2 lengthscale^2)) (the engine's bandwidth 2 lengthscale^2); its
+  gradient is the mean loss's, so MSE is the Gaussian likelihood at variance N o / 2
+  (N points) and cross entropy, which the engine would weigh N times, stays Python code;
 - the scheduler leaves the rate as it is (PusH's default, mk_empty_scheduler or None);
 - the data is a TensorDataset of (x, y) reshuffled each epoch (shuffle=True), batches of a
   fixed size, the last one kept; the engine reshuffles for each member on its own;
 - every parameter trains (none frozen, none unused by forward, none shared between
   layers) and the module is made in training mode;
-- PusH's own training loop (no ensemble_entry, ensemble_state, prior, random_seed or
-  f_save), on a model that has not trained yet.
+- PusH's own training loop (no ensemble_entry, ensemble_state, svgd_entry, svgd_state,
+  prior, random_seed or f_save), on a model that has not trained yet.
 Otherwise the run trains as Python code on push's particles, as PusH does, and ``explain``
 (or the one warning) says why.
 """
@@ -43,12 +47,13 @@ class PythonPathWarning(UserWarning):
 class Route:
     """What the engine trains for one bayes_infer: its options, data and factory."""
 
-    __slots__ = ("options", "x", "y", "num_classes", "factory", "loss_offset", "names")
+    __slots__ = ("options", "x", "y", "num_classes", "factory", "loss_offset", "loss_scale", "names")
 
     def __init__(self, options: dict, x, y, num_classes: Optional[int], factory: Callable, loss_offset: float,
-                 names: list):
+                 loss_scale: float, names: list):
         self.options, self.x, self.y, self.num_classes, self.factory = options, x, y, num_classes, factory
-        self.loss_offset = loss_offset  # subtracted from the engine's losses: MSE's own figures
+        # The engine's losses less the offset, times the scale, are the user's loss (MSE's figures).
+        self.loss_offset, self.loss_scale = loss_offset, loss_scale
         self.names = names  # the user's module's parameter names, in the engine's order
 
 
@@ -124,10 +129,12 @@ def _factory(mk_nn: Callable, args: tuple) -> Callable:
 
 
 def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim: Optional[Callable],
-         scheduler_is_neutral: bool, python_only: str, options: dict) -> Union[Route, str]:
+         scheduler_is_neutral: bool, python_only: str, options: dict,
+         svgd_lengthscale: Optional[float] = None) -> Union[Route, str]:
     """The engine's run for this bayes_infer, or why it trains as Python code.
     ``python_only`` names an argument that needs PusH's loop ("" when none does);
-    ``options``: the algorithm's engine options (particles, seed, devices, ...)."""
+    ``options``: the algorithm's engine options (particles, seed, devices, ...);
+    ``svgd_lengthscale``: the run is SteinVGD's, with this kernel length scale."""
     if python_only:
         return python_only
     if not scheduler_is_neutral:
@@ -135,9 +142,19 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
     kind, why = _loss(loss_fn)
     if why:
         return why
-    rate, why = _adam_rate(mk_optim, lr)
-    if why:
-        return why
+    svgd = svgd_lengthscale is not None
+    if svgd:
+        if kind != "mse":
+            return ("SVGD's engine weighs the cross entropy by the data's size; PusH's form steps on its batch "
+                    "mean (MSELoss goes to the engine)")
+        if not svgd_lengthscale > 0 or not math.isfinite(svgd_lengthscale) or not lr > 0:
+            return "lengthscale and lr are not positive numbers"
+        rate, steps = float(lr), dict(optimizer="sgd", bandwidth=2.0 * float(svgd_lengthscale) ** 2)
+    else:
+        rate, why = _adam_rate(mk_optim, lr)
+        if why:
+            return why
+        steps = {}
     data, why = _data(dataloader)
     if why:
         return why
@@ -172,7 +189,9 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
             return (f"the labels' shape {list(y.shape)} is not [N, outputs] with the model's {list(out.shape[1:])} "
                     "outputs (MSELoss would broadcast them)")
         outputs = y.shape[1]
-        noise_std = math.sqrt(outputs / 2)
+        # SVGD's gradient is the whole data's log-likelihood's: at N times the variance it is MSE's.
+        scale = float(len(y)) if svgd else 1.0
+        noise_std = math.sqrt(scale * outputs / 2)
         offset = outputs * (math.log(noise_std) + 0.5 * math.log(2 * math.pi))
         likelihood = dict(likelihood="gaussian", noise_std=noise_std)
         num_classes = None
@@ -180,13 +199,14 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
         if torch.is_floating_point(y) or y.dim() != 1 or out.dim() != 2 or (len(y) and (y.min() < 0 or
                                                                                      y.max() >= out.shape[1])):
             return "the labels are not class indices [N] below the model's outputs [N, classes]"
-        offset = 0.0
+        offset, scale = 0.0, 1.0
         likelihood = dict(likelihood="categorical")
         num_classes = out.shape[1]
     order = {id(p): n for n, p in probe.named_parameters()}
     names = [order[id(p)] for p in seq.parameters()]
-    engine_options = dict(options, lr=rate, batch_size=batch_size, prior_std=math.inf, fuse=True, **likelihood)
-    return Route(engine_options, x, y, num_classes, _factory(mk_nn, args), offset, names)
+    engine_options = dict(options, lr=rate, batch_size=batch_size, prior_std=math.inf, fuse=True, **likelihood,
+                          **steps)
+    return Route(engine_options, x, y, num_classes, _factory(mk_nn, args), offset, scale, names)
 
 
 def lanes(devices: int, cache_size: int, particles: int) -> dict:
@@ -231,6 +251,6 @@ def explain(model, dataloader, **bayes_infer_args) -> str:
     bayes_infer_args.pop("engine", None)
     plan_of = getattr(model, "_plan", None)
     if plan_of is None:
-        return f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's goes to the engine)"
+        return f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's and SteinVGD's go to the engine)"
     route = plan_of(dataloader, **bayes_infer_args)
     return "" if isinstance(route, Route) else route

@@ -90,10 +90,7 @@ class Ensemble(TrainsBothWays, Infer):
         folder = check_folder(self._where, f_save)
         if engine not in (None, True, False):
             raise ValueError(f"{self._where}: engine must be None, True or False, got {engine!r}")
-        if self._routed is not None:
-            raise ValueError(f"{self._where}: this Ensemble trained on push's C++ engine, whose particles a second "
-                             "bayes_infer cannot add to; make another Ensemble, or train with engine=False from the "
-                             "first bayes_infer")
+        self._refuse_second_run()
         if engine is not False:
             route = engine_route.decide(engine, self._plan(dataloader, loss_fn, lr, num_ensembles, mk_scheduler,
                                                            prior, random_seed, bootstrap, ensemble_entry,

@@ -11,15 +11,21 @@ The first term descends the kernel-weighted loss; the second pushes the particle
 PusH's train_svgd adds the kernel's gradient with the opposite sign, which pulls the
 particles together (docs/python.md). For a torch.nn.Sequential of standard layers,
 push.bayes.SVGD trains in C++ with a prior and a bandwidth rule.
+
+``bayes_infer`` itself trains on push's C++ engine (push.bayes.SVGD, fused, plain SGD at
+``lr``, bandwidth 2 lengthscale^2, MSE as a Gaussian likelihood that gives MSE's gradient)
+when the run means what the engine computes (push.bayes.engine_route); else as above.
 """
 
 from typing import Callable, Dict, List, Optional
 
 import torch
 
+from push.bayes import engine_route
 from push.bayes.ensemble import _ensemble_pred
 from push.bayes.particle_infer import (Infer, batches_of, check_int, check_number, combine, mean_loss, step_on,
                                        train_keys)
+from push.bayes.routed_run import RoutedRun
 
 
 def torch_squared_exp_kernel(x: torch.Tensor, y: torch.Tensor, length_scale: float) -> torch.Tensor:
@@ -94,20 +100,33 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
     return losses
 
 
-class SteinVGD(Infer):
+class SteinVGD(RoutedRun, Infer):
     """PusH's SteinVGD: ``bayes_infer`` trains, ``posterior_pred`` predicts."""
 
     _where = "push.bayes.stein_vgd"
+    _kind = "SVGD"
 
     def bayes_infer(self, dataloader, epochs: int, prior=False, random_seed: bool = False, bootstrap: bool = False,
                     loss_fn: Callable = torch.nn.MSELoss(), num_particles: int = 1, lengthscale: float = 1.0,
-                    lr: float = 1e-3, svgd_entry=_svgd_leader, svgd_state: Optional[Dict] = None):
+                    lr: float = 1e-3, svgd_entry=_svgd_leader, svgd_state: Optional[Dict] = None,
+                    engine: Optional[bool] = None):
+        """Creates ``num_particles`` particles and trains them ``epochs`` epochs. push's
+        addition: ``engine`` (None trains on push's C++ engine when the run means what it
+        computes, else as Python code with a warning saying why; True insists; False never)."""
         check_int(self._where, "epochs", epochs, 0)
         check_int(self._where, "num_particles", num_particles, 1)
         check_number(self._where, "lengthscale", lengthscale)
         check_number(self._where, "lr", lr)
         if bootstrap:
             raise ValueError(f"{self._where}: bootstrap is not defined for SVGD (PusH has none either)")
+        if engine not in (None, True, False):
+            raise ValueError(f"{self._where}: engine must be None, True or False, got {engine!r}")
+        self._refuse_second_run()
+        if engine is not False:
+            route = engine_route.decide(engine, self._plan(dataloader, prior, random_seed, loss_fn, num_particles,
+                                                           lengthscale, lr, svgd_entry, svgd_state), self._where)
+            if route is not None:
+                return self._train_routed(route, epochs)
         keys = train_keys(random_seed, num_particles)
         receive = {"SVGD_STEP": _svgd_step, "SVGD_FOLLOW": _svgd_follow, "ENSEMBLE_PRED": _ensemble_pred}
         pids = [self.push_dist.p_create(None, None, prior, keys[n], device=n % self.num_devices,
@@ -120,23 +139,45 @@ class SteinVGD(Infer):
             self.losses += result
         return self
 
+    def _plan(self, dataloader, prior=False, random_seed: bool = False, loss_fn=torch.nn.MSELoss(),
+              num_particles: int = 1, lengthscale: float = 1.0, lr: float = 1e-3, svgd_entry=_svgd_leader,
+              svgd_state=None, bootstrap: bool = False):
+        """bayes_infer's run on the C++ engine (an engine_route.Route), or why it trains as Python code."""
+        python_only = next((why for cond, why in (
+            (svgd_entry is not _svgd_leader, "svgd_entry replaces PusH's training loop"),
+            (svgd_state is not None, "svgd_state is read by PusH's training loop"),
+            (bool(prior), "prior is given to PusH's particles"),
+            (random_seed, "random_seed=True draws the particles' seeds from torch's generator"),
+            (bool(bootstrap), "bootstrap is not defined for SVGD"),
+            (self._routed is not None, "this SteinVGD trained on the engine: a second bayes_infer is refused"),
+            (self._trained_before(), "this SteinVGD has trained particles: bayes_infer adds to them PusH's way"))
+            if cond), "")
+        options = dict(particles=num_particles, seed=self.seed)
+        options.update(engine_route.lanes(self._dist_options["devices"], self._dist_options["cache_size"],
+                                          num_particles))
+        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, lr, None, True, python_only, options,
+                                 svgd_lengthscale=lengthscale)
+
     def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:
         """The particles' prediction on ``data`` (a tensor or a DataLoader) in each ``mode``
         (push.bayes.particle_infer.combine lists them): {mode: tensor}."""
+        if self._routed is not None:
+            return combine(self._routed_outputs(data), f_reg, mode)
         return combine(self._gather("ENSEMBLE_PRED", data), f_reg, mode)
 
 
 def train_svgd(dataloader, loss_fn: Callable, epochs: int, num_particles: int, nn: Callable, *args,
                lengthscale: float = 1.0, lr: float = 1e-3, prior=None, num_devices: int = 1, cache_size: int = 4,
                view_size: int = 4, svgd_entry=_svgd_leader, svgd_state: Optional[Dict] = None,
-               random_seed: bool = False, seed: int = 0) -> SteinVGD:
+               random_seed: bool = False, seed: int = 0, engine: Optional[bool] = None) -> SteinVGD:
     """Trains ``num_particles`` networks ``nn(*args)`` by SVGD, as PusH's does; returns the
-    SteinVGD (``posterior_pred``, ``p_parameters``, ``losses``, ``close``)."""
+    SteinVGD (``posterior_pred``, ``p_parameters``, ``losses``, ``close``). ``engine``:
+    SteinVGD.bayes_infer's (None trains on push's C++ engine when it can)."""
     stein_vgd = SteinVGD(nn, *args, num_devices=num_devices, cache_size=cache_size, view_size=view_size, seed=seed)
     try:
         stein_vgd.bayes_infer(dataloader, epochs, prior=prior, random_seed=random_seed, loss_fn=loss_fn,
                               num_particles=num_particles, lengthscale=lengthscale, lr=lr, svgd_entry=svgd_entry,
-                              svgd_state=svgd_state)
+                              svgd_state=svgd_state, engine=engine)
     except BaseException:
         stein_vgd.close()
         raise
