@@ -109,8 +109,8 @@ def run(row: str, peer: str, algo: str) -> tuple:
     env = dict(os.environ)
     if row == "push_peer":
         env["PYTHONPATH"] = peer
-    done = subprocess.run([sys.executable, __file__, "--child", row, "--algo", algo], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, __file__, "--child", row, "--algo", algo], env=env, capture_output=True,
+                          text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"push_form: row {row} failed:\n{done.stderr[-2000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])

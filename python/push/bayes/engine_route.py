@@ -1,8 +1,9 @@
 """When PusH's ``bayes_infer`` trains on push's C++ engine instead of as Python handlers.
 
 An unchanged PusH program calls ``Ensemble.bayes_infer`` (or ``train_deep_ensemble``), or
-``SteinVGD.bayes_infer`` (or ``train_svgd``), with a DataLoader, a loss and a module factory. When the run means what the engine computes, it
-trains there, fused, without the GIL:
+``SteinVGD.bayes_infer`` (or ``train_svgd``), with a DataLoader, a loss and a module
+factory. When the run means what the engine computes, it trains there, fused, without the
+GIL:
 - the module is a chain of standard layers (push.bayes.as_sequential) without buffers;
 - the loss is torch.nn.MSELoss or CrossEntropyLoss with mean reduction (or F.mse_loss,
   F.cross_entropy). MSE over o outputs is the engine's Gaussian likelihood at noise
@@ -251,6 +252,7 @@ def explain(model, dataloader, **bayes_infer_args) -> str:
     bayes_infer_args.pop("engine", None)
     plan_of = getattr(model, "_plan", None)
     if plan_of is None:
-        return f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's and SteinVGD's go to the engine)"
+        return (f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's and SteinVGD's go to the "
+                "engine)")
     route = plan_of(dataloader, **bayes_infer_args)
     return "" if isinstance(route, Route) else route

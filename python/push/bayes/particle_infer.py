@@ -114,6 +114,26 @@ def mean_loss(losses: List[torch.Tensor]) -> float:
     return torch.stack(losses).mean().item() if losses else float("nan")
 
 
+def check_finite(where: str, epoch: int, losses: List[tuple]) -> None:
+    """Raises RuntimeError naming the first particle whose training loss in ``epoch`` (from
+    0) is not finite: the run diverged, and would go on to NaN weights and predictions (PusH
+    trained on). ``losses``: (pid, loss tensor) of each step of the epoch."""
+    named = [(pid, torch.as_tensor(loss)) for pid, loss in losses if loss is not None]
+    if not named:
+        return
+    try:  # one check for the epoch when every loss is a scalar, as usual
+        if bool(torch.isfinite(torch.stack([loss for _, loss in named])).all()):
+            return
+    except RuntimeError:  # losses of different shapes (a loss without reduction)
+        pass
+    for pid, loss in named:
+        if not bool(torch.isfinite(loss).all()):
+            value = loss[~torch.isfinite(loss)].reshape(-1)[0].item()
+            raise RuntimeError(f"{where}: the training loss of particle {pid} is non-finite ({value}) in epoch "
+                               f"{epoch + 1}: training diverged; lower the learning rate or check the data for huge "
+                               "values")
+
+
 def run_epochs(particle, loaders, others: List[int], loss_fn: Callable, step_msg: str, epochs: int,
                after_epoch: Callable[[], None], where: str) -> List[float]:
     """The lead particle's training loop, PusH's: ``epochs`` epochs of every member. With
@@ -122,19 +142,23 @@ def run_epochs(particle, loaders, others: List[int], loss_fn: Callable, step_msg
     member takes its messages in order) while the lead steps on its own. Every member has
     taken every step of an epoch before ``after_epoch`` and the next epoch (PusH sent
     without waiting; here nothing is left running when training returns). Returns the
-    lead's mean loss per epoch."""
+    lead's mean loss per epoch; a member's non-finite loss raises (check_finite)."""
     losses = []
-    for _ in range(epochs):
-        pending, mine = [], []
+    for epoch in range(epochs):
+        pending, owners, mine = [], [], []
         if len(loaders) > 1:
             for pid, loader in zip(others, loaders[1:]):
-                pending += [particle.send(pid, step_msg, loss_fn, data, label) for data, label in loader]
+                sent = [particle.send(pid, step_msg, loss_fn, data, label) for data, label in loader]
+                pending += sent
+                owners += [pid] * len(sent)
             mine = [particle.step(loss_fn, data, label).wait() for data, label in loaders[0]]
         else:
             for data, label in batches_of(loaders[0], where):
                 pending += [particle.send(pid, step_msg, loss_fn, data, label) for pid in others]
+                owners += others
                 mine.append(particle.step(loss_fn, data, label).wait())
-        particle.wait(pending)
+        theirs = particle.wait(pending)
+        check_finite(where, epoch, [(particle.pid, loss) for loss in mine] + list(zip(owners, theirs)))
         after_epoch()
         losses.append(mean_loss(mine))
     return losses

@@ -23,8 +23,8 @@ import torch
 
 from push.bayes import engine_route
 from push.bayes.ensemble import _ensemble_pred
-from push.bayes.particle_infer import (Infer, batches_of, check_int, check_number, combine, mean_loss, step_on,
-                                       train_keys)
+from push.bayes.particle_infer import (Infer, batches_of, check_finite, check_int, check_number, combine, mean_loss,
+                                       step_on, train_keys)
 from push.bayes.routed_run import RoutedRun
 
 
@@ -81,12 +81,12 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
         raise ValueError("push.bayes.stein_vgd: bootstrap is not defined for SVGD (PusH has none either)")
     others = particle.other_particles()
     losses = []
-    for _ in range(epochs):
-        mine = []
+    for epoch in range(epochs):
+        mine, steps = [], []
         for data, label in batches_of(dataloader, "push.bayes.stein_vgd"):
             futures = [particle.send(pid, "SVGD_STEP", loss_fn, data, label) for pid in others]
             mine.append(particle.step(loss_fn, data, label).wait())
-            particle.wait(futures)
+            steps += [(particle.pid, mine[-1])] + list(zip(others, particle.wait(futures)))
             views = particle.wait([particle.get(pid) for pid in others])
             own = list(particle.module.parameters())
             params = [_flat(own)] + [_flat(v.parameters()).to(particle.device) for v in views]
@@ -96,6 +96,7 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
             futures = [particle.send(pid, "SVGD_FOLLOW", lr, updates[i + 1]) for i, pid in enumerate(others)]
             _svgd_follow(particle, lr, updates[0])
             particle.wait(futures)
+        check_finite("push.bayes.stein_vgd", epoch, steps)
         losses.append(mean_loss(mine))
     return losses
 
