@@ -5,8 +5,10 @@ The program is workload W as a PusH user writes it: a module class with a forwar
 20 epochs, ``Ensemble(MLP, ...).bayes_infer(loader, 20, num_ensembles=16)`` at PusH's
 default Adam(0.01); with --algo svgd, PusH's ``SteinVGD(MLP, cache_size=16, view_size=16)
 .bayes_infer(loader, 20, num_particles=16, lengthscale=1.0, lr=0.5)`` instead (plain SGD
-on SVGD's update, PusH's way). Rows, each the seconds bayes_infer takes (in-process
-training time), timed in turn in every round, each in a fresh interpreter with one thread:
+on SVGD's update, PusH's way); with --algo mswag, PusH's ``MultiSWAG(MLP).bayes_infer(loader,
+10, 10, num_models=16)`` (10 epochs of pretraining, 10 collecting, PusH's Adam(0.01) with
+weight decay 1e-5). Rows, each the seconds bayes_infer takes (in-process training time),
+timed in turn in every round, each in a fresh interpreter with one thread:
   * push_engine: the program on push, where it trains on the C++ engine (engine_route);
   * push_python: the same with engine=False, PusH's loop as Python handlers on push;
   * plain (ensemble): a plain PyTorch loop doing PusH's steps: each batch the DataLoader
@@ -17,7 +19,7 @@ training time), timed in turn in every round, each in a fresh interpreter with o
 Ratios are medians over rounds of each round's ratio.
 
     PYTHONPATH=build/python/package python3 bench/python/push_form.py --peer /tmp/peer [--rounds 5]
-        [--algo ensemble|svgd]
+        [--algo ensemble|svgd|mswag]
 """
 import argparse
 import json
@@ -87,7 +89,13 @@ def child(row: str, algo: str) -> tuple:
     if row == "push_peer" and not torch.cuda.is_available():
         cpu_for_cuda(torch)
     extra = {"engine": row == "push_engine"} if row.startswith("push_") and row != "push_peer" else {}
-    if algo == "svgd":
+    if algo == "mswag":
+        from push.bayes.swag import MultiSWAG
+        ens = MultiSWAG(MLP, num_devices=1)
+        start = time.perf_counter()
+        ens.bayes_infer(loader, EPOCHS // 2, EPOCHS - EPOCHS // 2, loss_fn=torch.nn.MSELoss(), num_models=PARTICLES,
+                        **extra)
+    elif algo == "svgd":
         from push.bayes.stein_vgd import SteinVGD
         ens = SteinVGD(MLP, num_devices=1, cache_size=PARTICLES, view_size=PARTICLES)
         start = time.perf_counter()
@@ -124,7 +132,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peer", default="", help="a folder holding PusH's push package (its row is left out without)")
-    ap.add_argument("--algo", choices=["ensemble", "svgd"], default="ensemble")
+    ap.add_argument("--algo", choices=["ensemble", "svgd", "mswag"], default="ensemble")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

@@ -86,6 +86,8 @@ class Options {
                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>() + ")");
     }
   }
+  /// Whether `key` was given as None (for an option whose None means something).
+  bool none(const char* key) const { return d_.contains(key) && d_[key].is_none(); }
   void finish() const {
     for (auto item : d_) {
       throw py::type_error(owner_ + ": unknown option '" + py::str(item.first).cast<std::string>() + "'");
@@ -128,12 +130,21 @@ bayes::InferOptions infer_options(Options& o) {
   if (auto v = o.take<int>("intra_op_threads")) po.intra_op_threads(*v);
   io.distribution(po);
   // The particles' optimizer at io.lr(): Adam (the engine's default) or plain SGD, whose
-  // step is θ -= lr·grad (PusH's SVGD moves its particles so).
-  if (auto v = o.take<std::string>("optimizer"); v && *v != "adam") {
-    if (*v != "sgd") throw py::value_error(o.owner() + ": optimizer must be 'adam' or 'sgd', got '" + *v + "'");
+  // step is θ -= lr·grad (PusH's SVGD moves its particles so), with an L2 weight_decay
+  // added to the gradient as torch.optim's (PusH's MultiSWAG trains with it).
+  const auto kind = o.take<std::string>("optimizer").value_or("adam");
+  if (kind != "adam" && kind != "sgd") {
+    throw py::value_error(o.owner() + ": optimizer must be 'adam' or 'sgd', got '" + kind + "'");
+  }
+  const double decay = o.take<double>("weight_decay").value_or(0.0);
+  if (!(decay >= 0)) throw py::value_error(o.owner() + ": weight_decay must be >= 0");
+  if (kind == "sgd" || decay > 0) {
     const double lr = io.lr();
-    io.optimizer([lr](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(lr));
+    io.optimizer([kind, lr, decay](std::vector<torch::Tensor> ps) -> std::unique_ptr<torch::optim::Optimizer> {
+      if (kind == "sgd") {
+        return std::make_unique<torch::optim::SGD>(std::move(ps), torch::optim::SGDOptions(lr).weight_decay(decay));
+      }
+      return std::make_unique<torch::optim::Adam>(std::move(ps), torch::optim::AdamOptions(lr).weight_decay(decay));
     });
   }
   return io;
@@ -187,6 +198,7 @@ InferHolder make_infer(const std::string& kind, py::object model, py::dict kwarg
     if (auto v = o.take<int64_t>("rank")) wo.rank(*v);
     if (auto v = o.take<int64_t>("collect_every_steps")) wo.collect_every_steps(*v);
     if (auto v = o.take<double>("swag_lr")) wo.swag_lr(*v);
+    if (o.none("collect_momentum")) wo.collect_momentum(std::nullopt);  // the particles' own optimizer collects
     if (auto v = o.take<double>("collect_momentum")) wo.collect_momentum(*v);
     if (auto v = o.take<int64_t>("samples")) wo.samples(*v);
     if (auto v = o.take<double>("min_variance")) wo.min_variance(*v);
@@ -330,6 +342,26 @@ void bind_bayes(py::module_& parent) {
       .def(
           "particle_ids", [](bayes::Infer& infer) { return infer.distribution().particle_ids(); },
           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "swag_moments",
+          [](bayes::Infer& infer, Pid pid) {
+            auto* swag = dynamic_cast<bayes::MultiSWAG*>(&infer);
+            if (swag == nullptr) throw py::type_error("push.bayes: swag_moments is MultiSWAG's");
+            bayes::SWAGMoments m;
+            {
+              py::gil_scoped_release unlocked;
+              m = swag->moments(pid);
+            }
+            if (m.count == 0)
+              throw py::value_error("push.bayes: particle " + std::to_string(pid) + " has no SWAG moments yet");
+            py::dict out;
+            out["count"] = m.count;
+            out["mean"] = m.mean;
+            out["sq_mean"] = m.sq_mean;
+            out["deviations"] = m.deviations;
+            return out;
+          },
+          py::arg("pid"))
       .def(
           "particle_parameters",
           [](bayes::Infer& infer, Pid pid) { return infer.distribution().p_named_parameters(pid); },

@@ -150,13 +150,13 @@ def test_why_a_run_stays_python_code_is_said():
         (MLP, (4,), dict(loss_fn=nn.L1Loss()), "the loss L1Loss"),
         (MLP, (4,), dict(loss_fn=lambda a, b: ((a - b) ** 2).mean()), "the loss <lambda>"),
         (MLP, (4,), dict(mk_optim=lambda p: torch.optim.SGD(p, lr=0.1)), "makes a SGD"),
-        (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam(p, lr=0.1, weight_decay=1e-4)), "other settings"),
+        (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam(p, lr=0.1, betas=(0.8, 0.99))), "other settings"),
         (MLP, (4,), dict(mk_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 1)), "mk_scheduler"),
         (Residual, (), {}, "not a chain of layers"),
         (lambda: nn.Sequential(nn.Linear(1, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)), (), {}, "buffers"),
         (lambda: nn.Sequential(nn.Linear(1, 2)), (), {}, "labels' shape"),
         (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam([{"params": p, "lr": 0.1}], lr=0.01)), None),
-        (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam([{"params": p, "weight_decay": 0.1}])), "other settings"),
+        (MLP, (4,), dict(mk_optim=lambda p: torch.optim.Adam([{"params": p, "eps": 1e-6}])), "other settings"),
         (Frozen, (4,), {}, "frozen parameters"),
         (Unused, (4,), {}, "does not use"),
         (Tied, (), {}, "tied weights"),
@@ -164,9 +164,11 @@ def test_why_a_run_stays_python_code_is_said():
         (RandomDepth, (4,), {}, "different chains"),
     ]
     for make, args, kwargs, why in cases:
-        if why is None:  # a group's own rate is the rate: routed at 0.1
+        if why is None:  # a group's own rate is the rate: routed at 0.1, with its weight decay
             with ensemble.Ensemble(make, *args) as ens:
                 assert ens._plan(loader, **kwargs).options["lr"] == 0.1
+                decayed = dict(mk_optim=lambda p: torch.optim.Adam([{"params": p, "weight_decay": 0.1}]))
+                assert ens._plan(loader, **decayed).options["weight_decay"] == 0.1
             continue
         with ensemble.Ensemble(make, *args) as ens:
             assert why in bayes.explain(ens, loader, **kwargs), why

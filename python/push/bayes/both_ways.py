@@ -19,7 +19,7 @@ from push.bayes import models
 from push.bayes.routed_run import RoutedRun
 
 # What the C++ engine's model answers, forwarded as they are.
-_FORWARDED = ("predict", "save", "load", "warnings", "particle_ids", "particle_parameters")
+_FORWARDED = ("predict", "save", "load", "warnings", "particle_ids", "particle_parameters", "swag_moments")
 
 
 class TrainsBothWays(RoutedRun):

@@ -9,8 +9,8 @@ GIL:
   F.cross_entropy). MSE over o outputs is the engine's Gaussian likelihood at noise
   variance o / 2 less its constant, so the gradients are MSE's and the losses reported are
   MSE's; cross entropy is the categorical likelihood. No weight prior (prior_std infinite);
-- the optimizer is Adam with torch's defaults but the rate (PusH's, or mk_optim's);
-  SVGD's moves each particle by -lr times its update (plain SGD on the engine), with the
+- the optimizer is Adam with torch's defaults but the rate and weight decay (PusH's, or
+  mk_optim's; MultiSWAG's Adam decays at lr / 1000, PusH's create_optimizer); SVGD's moves each particle by -lr times its update (plain SGD on the engine), with the
   kernel exp(-|d|^2 / (2 lengthscale^2)) (the engine's bandwidth 2 lengthscale^2); its
   gradient is the mean loss's, so MSE is the Gaussian likelihood at variance N o / 2
   (N points) and cross entropy, which the engine would weigh N times, stays Python code;
@@ -70,23 +70,33 @@ def _loss(loss_fn) -> Tuple[Optional[str], str]:
                   "reduction and no class weights, ignored class or smoothing, F.mse_loss, F.cross_entropy)")
 
 
-def _adam_rate(mk_optim: Optional[Callable], lr: float) -> Tuple[Optional[float], str]:
+def adam_steps(mk_optim: Optional[Callable], lr: float, weight_decay: float = 0.0) -> Union[dict, str]:
+    """The engine's options for PusH's Adam at ``lr`` (and ``weight_decay``), or for the
+    Adam ``mk_optim`` makes; or why the engine cannot step as it does."""
     if mk_optim is None:
-        return float(lr), ""
+        return dict(lr=float(lr), weight_decay=float(weight_decay))
     try:
         optim = mk_optim([torch.nn.Parameter(torch.zeros(1))])
     except Exception as e:  # noqa: BLE001 - a factory that wants a real module is a reason
-        return None, f"mk_optim could not be asked which optimizer it makes ({type(e).__name__}: {e})"
+        return f"mk_optim could not be asked which optimizer it makes ({type(e).__name__}: {e})"
     if type(optim) is not torch.optim.Adam:
-        return None, f"mk_optim makes a {type(optim).__name__}; the engine trains with Adam"
+        return f"mk_optim makes a {type(optim).__name__}; the engine trains with Adam"
     if len(optim.param_groups) != 1:
-        return None, "mk_optim's Adam has several parameter groups"
+        return "mk_optim's Adam has several parameter groups"
     g = optim.param_groups[0]  # what the parameters train with (a group's own settings win over the defaults)
-    plain = (tuple(g.get("betas", ())) == (0.9, 0.999) and g.get("eps") == 1e-8 and g.get("weight_decay") == 0
+    plain = (tuple(g.get("betas", ())) == (0.9, 0.999) and g.get("eps") == 1e-8 and g.get("weight_decay", 0) >= 0
              and not g.get("amsgrad") and not g.get("maximize", False) and g.get("lr", 0) > 0)
     if not plain:
-        return None, "mk_optim's Adam has other settings than torch's defaults (betas, eps, weight_decay, amsgrad)"
-    return float(g["lr"]), ""
+        return "mk_optim's Adam has other settings than torch's defaults (betas, eps, amsgrad, maximize)"
+    return dict(lr=float(g["lr"]), weight_decay=float(g.get("weight_decay", 0)))
+
+
+def sgd_steps(lr: float, lengthscale: float) -> Union[dict, str]:
+    """The engine's options for SteinVGD's PusH form: plain SGD at ``lr`` on SVGD's update,
+    the kernel exp(-|d|^2 / (2 lengthscale^2)); or why not."""
+    if not (math.isfinite(lengthscale) and lengthscale > 0 and math.isfinite(lr) and lr > 0):
+        return "lengthscale and lr are not positive numbers"
+    return dict(lr=float(lr), optimizer="sgd", bandwidth=2.0 * float(lengthscale) ** 2)
 
 
 def _data(dataloader) -> Tuple[Optional[tuple], str]:
@@ -129,13 +139,14 @@ def _factory(mk_nn: Callable, args: tuple) -> Callable:
     return make
 
 
-def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim: Optional[Callable],
-         scheduler_is_neutral: bool, python_only: str, options: dict,
-         svgd_lengthscale: Optional[float] = None) -> Union[Route, str]:
+def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, steps: Union[dict, str], scheduler_is_neutral: bool,
+         python_only: str, options: dict, whole_data_gradient: bool = False) -> Union[Route, str]:
     """The engine's run for this bayes_infer, or why it trains as Python code.
-    ``python_only`` names an argument that needs PusH's loop ("" when none does);
-    ``options``: the algorithm's engine options (particles, seed, devices, ...);
-    ``svgd_lengthscale``: the run is SteinVGD's, with this kernel length scale."""
+    ``steps``: the engine's optimizer options (adam_steps, sgd_steps) or why it cannot
+    step as the program does; ``python_only`` names an argument that needs PusH's loop (""
+    when none does); ``options``: the algorithm's engine options (particles, seed,
+    devices, ...); ``whole_data_gradient``: the engine's algorithm steps on the whole
+    data's log-likelihood, not the batch's mean (SVGD's)."""
     if python_only:
         return python_only
     if not scheduler_is_neutral:
@@ -143,19 +154,11 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
     kind, why = _loss(loss_fn)
     if why:
         return why
-    svgd = svgd_lengthscale is not None
-    if svgd:
-        if kind != "mse":
-            return ("SVGD's engine weighs the cross entropy by the data's size; PusH's form steps on its batch "
-                    "mean (MSELoss goes to the engine)")
-        if not svgd_lengthscale > 0 or not math.isfinite(svgd_lengthscale) or not lr > 0:
-            return "lengthscale and lr are not positive numbers"
-        rate, steps = float(lr), dict(optimizer="sgd", bandwidth=2.0 * float(svgd_lengthscale) ** 2)
-    else:
-        rate, why = _adam_rate(mk_optim, lr)
-        if why:
-            return why
-        steps = {}
+    if isinstance(steps, str):
+        return steps
+    if whole_data_gradient and kind != "mse":
+        return ("SVGD's engine weighs the cross entropy by the data's size; PusH's form steps on its batch "
+                "mean (MSELoss goes to the engine)")
     data, why = _data(dataloader)
     if why:
         return why
@@ -191,7 +194,7 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
                     "outputs (MSELoss would broadcast them)")
         outputs = y.shape[1]
         # SVGD's gradient is the whole data's log-likelihood's: at N times the variance it is MSE's.
-        scale = float(len(y)) if svgd else 1.0
+        scale = float(len(y)) if whole_data_gradient else 1.0
         noise_std = math.sqrt(scale * outputs / 2)
         offset = outputs * (math.log(noise_std) + 0.5 * math.log(2 * math.pi))
         likelihood = dict(likelihood="gaussian", noise_std=noise_std)
@@ -205,8 +208,7 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, lr: float, mk_optim:
         num_classes = out.shape[1]
     order = {id(p): n for n, p in probe.named_parameters()}
     names = [order[id(p)] for p in seq.parameters()]
-    engine_options = dict(options, lr=rate, batch_size=batch_size, prior_std=math.inf, fuse=True, **likelihood,
-                          **steps)
+    engine_options = dict(options, batch_size=batch_size, prior_std=math.inf, fuse=True, **likelihood, **steps)
     return Route(engine_options, x, y, num_classes, _factory(mk_nn, args), offset, scale, names)
 
 
@@ -252,7 +254,7 @@ def explain(model, dataloader, **bayes_infer_args) -> str:
     bayes_infer_args.pop("engine", None)
     plan_of = getattr(model, "_plan", None)
     if plan_of is None:
-        return (f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's and SteinVGD's go to the "
-                "engine)")
+        return (f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's, MultiSWAG's and "
+                "SteinVGD's go to the engine)")
     route = plan_of(dataloader, **bayes_infer_args)
     return "" if isinstance(route, Route) else route

@@ -130,8 +130,8 @@ class Ensemble(TrainsBothWays, Infer):
         options = dict(particles=num_ensembles, seed=self.seed, bootstrap=bool(bootstrap))
         options.update(engine_route.lanes(self._dist_options["devices"], self._dist_options["cache_size"],
                                           num_ensembles))
-        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, lr, mk_optim, neutral, python_only,
-                                 options)
+        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, engine_route.adam_steps(mk_optim, lr),
+                                 neutral, python_only, options)
 
     def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:
         """The ensemble's prediction on ``data`` (a tensor or a DataLoader) in each ``mode``

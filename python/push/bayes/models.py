@@ -180,6 +180,11 @@ class Infer:
         """[(name, tensor)] of particle ``pid``, copies on the CPU."""
         return list(self._core.particle_parameters(pid))
 
+    def swag_moments(self, pid: int) -> dict:
+        """MultiSWAG's: particle ``pid``'s SWAG moments, {"count", "mean", "sq_mean",
+        "deviations" [k, D]}, flat in particle_parameters' order (push::bayes::SWAGMoments)."""
+        return dict(self._core.swag_moments(pid))
+
 
 class SVGD(Infer):
     """Stein variational gradient descent. Also ``bandwidth`` (None: the rule's),

@@ -156,8 +156,8 @@ class SteinVGD(RoutedRun, Infer):
         options = dict(particles=num_particles, seed=self.seed)
         options.update(engine_route.lanes(self._dist_options["devices"], self._dist_options["cache_size"],
                                           num_particles))
-        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, lr, None, True, python_only, options,
-                                 svgd_lengthscale=lengthscale)
+        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, engine_route.sgd_steps(lr, lengthscale),
+                                 True, python_only, options, whole_data_gradient=True)
 
     def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:
         """The particles' prediction on ``data`` (a tensor or a DataLoader) in each ``mode``

@@ -17,9 +17,11 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from push.bayes import engine_route
 from push.bayes.both_ways import TrainsBothWays
-from push.bayes.particle_infer import (Infer, adam, bootstrap_loaders, check_folder, check_int, check_number,
-                                       combine, constant_scheduler, mix, run_epochs, step_on, train_keys)
+from push.bayes.particle_infer import (Infer, adam, batches, bootstrap_loaders, check_folder, check_int,
+                                       check_number, combine, constant_scheduler, mix, run_epochs, step_on,
+                                       train_keys)
 
 mk_scheduler = constant_scheduler
 
@@ -76,20 +78,31 @@ def _mswag_particle(particle, dataloader, loss_fn: Callable, cov_mat_rank: int, 
 def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int, f_reg: bool = True,
                 seed: int = 0) -> torch.Tensor:
     """This particle's prediction on ``data``, averaged over ``num_samples`` weights drawn
-    from its SWAG Gaussian: regression outputs are averaged; for classification
-    (``f_reg`` False) the probabilities over the classes (dimension 1), returned as their
-    log (logits again). The draws come from a generator of this particle's own, seeded from
-    ``seed`` and its id: particles on several lanes draw at once, and a run repeats."""
+    from its SWAG Gaussian (swag_average). The draws come from a generator of this
+    particle's own, seeded from ``seed`` and its id: particles on several lanes draw at
+    once, and a run repeats."""
     moments = particle.state.get(particle.pid)
     if moments is None:
         raise ValueError(f"push.bayes.swag: particle {particle.pid} has no SWAG moments yet (bayes_infer "
                          "collects them)")
-    params = list(particle.module.parameters())
     mean = torch.cat([m.reshape(-1) for m in moments["mom1"]])
-    var = torch.clamp(torch.cat([m.reshape(-1) for m in moments["mom2"]]) - mean * mean, min=var_clamp)
+    sq_mean = torch.cat([m.reshape(-1) for m in moments["mom2"]])
     rows = torch.cat(moments["cov_mat_sqrt"], dim=1)  # [K, parameters]
+    return swag_average(lambda: particle.forward(data).wait().detach().cpu(), list(particle.module.parameters()),
+                        (mean, sq_mean, rows), scale, var_clamp, num_samples, f_reg, mix(seed, particle.pid))
+
+
+def swag_average(forward: Callable[[], torch.Tensor], params: List[torch.Tensor], moments: tuple, scale: float,
+                 var_clamp: float, num_samples: int, f_reg: bool, seed: int) -> torch.Tensor:
+    """``forward()``'s output averaged over ``num_samples`` weights drawn into ``params``
+    from the SWAG Gaussian of ``moments`` (mean, second moment, deviations [K, D], flat in
+    ``params``' order), the weights put back after: regression outputs are averaged; for
+    classification (``f_reg`` False) the probabilities over the classes (dimension 1),
+    returned as their log (logits again)."""
+    mean, sq_mean, rows = moments
+    var = torch.clamp(sq_mean - mean * mean, min=var_clamp)
     k = rows.size(0)
-    g = torch.Generator(device=mean.device).manual_seed(mix(seed, particle.pid))
+    g = torch.Generator(device=mean.device).manual_seed(seed)
     kept = [p.detach().clone() for p in params]
     total = None
     try:
@@ -104,7 +117,7 @@ def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int
                 for p in params:
                     p.copy_(sample[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
-                out = particle.forward(data).wait().detach().cpu()
+                out = forward()
                 out = out if f_reg else out.softmax(dim=1)
                 total = out if total is None else total + out
     finally:
@@ -138,11 +151,13 @@ class MultiSWAG(TrainsBothWays, Infer):
                     lr: float = 0.01, num_models: int = 1, cov_mat_rank: int = 20, prior: bool = False,
                     random_seed: bool = False, bootstrap: bool = False, mswag_entry=_mswag_particle,
                     mswag_state: Optional[Dict] = None, f_save=False, mswag_sample_entry=None, mswag_sample=None,
-                    mk_optim: Optional[Callable] = None):
+                    mk_optim: Optional[Callable] = None, engine: Optional[bool] = None):
         """Creates ``num_models`` particles and trains them. ``mswag_sample_entry`` and
         ``mswag_sample`` (PusH's sampling hooks) are not used: posterior_pred samples.
         ``f_save``: True saves the particles to the folder "particles" (PusH's), a path to
-        that folder."""
+        that folder. ``engine``: None trains on push's C++ engine when the run means what it
+        computes (push.bayes.engine_route; else as Python code, with a warning saying why),
+        True insists on it, False keeps the Python path."""
         check_int(self._where, "pretrain_epochs", pretrain_epochs, 0)
         check_int(self._where, "swag_epochs", swag_epochs, 0)
         self._fit_last = False
@@ -152,6 +167,16 @@ class MultiSWAG(TrainsBothWays, Infer):
         folder = check_folder(self._where, f_save)
         if mswag_state and "n" in mswag_state:
             raise ValueError(f"{self._where}: mswag_state may not hold 'n' (MultiSWAG counts its samples there)")
+        if engine not in (None, True, False):
+            raise ValueError(f"{self._where}: engine must be None, True or False, got {engine!r}")
+        self._refuse_second_run()
+        if engine is not False:
+            route = engine_route.decide(engine, self._plan(dataloader, pretrain_epochs, swag_epochs, loss_fn, lr,
+                                                           num_models, cov_mat_rank, prior, random_seed, bootstrap,
+                                                           mswag_entry, mswag_state, f_save, mk_optim), self._where)
+            if route is not None:
+                self._swag_rows = min(swag_epochs, cov_mat_rank)  # the deviations PusH's form keeps
+                return self._train_routed(route, pretrain_epochs + swag_epochs)
         mk_optim = mk_optim or create_optimizer(lr)
         keys = train_keys(random_seed, num_models)
         state = dict(mswag_state or {}, _seed=self.seed)  # each particle its own copy: its own count "n"
@@ -168,6 +193,55 @@ class MultiSWAG(TrainsBothWays, Infer):
             self.push_dist.save(folder)
         return self
 
+    def _plan(self, dataloader, pretrain_epochs: Optional[int] = None, swag_epochs: int = 0, loss_fn=torch.nn.MSELoss(),
+              lr: float = 0.01, num_models: int = 1, cov_mat_rank: int = 20, prior: bool = False,
+              random_seed: bool = False, bootstrap: bool = False, mswag_entry=_mswag_particle, mswag_state=None,
+              f_save=False, mk_optim=None, **unused):
+        """bayes_infer's run on the C++ engine (an engine_route.Route), or why it trains as
+        Python code. The engine's MultiSWAG collects at the end of each epoch from
+        pretrain_epochs on; PusH's form collects the pretrained weights too: the engine's
+        pretraining is one epoch shorter, and its first deviation (zero) is left out."""
+        python_only = next((why for cond, why in (
+            (mswag_entry is not _mswag_particle, "mswag_entry replaces PusH's training loop"),
+            (mswag_state is not None, "mswag_state is read by PusH's training loop"),
+            (prior, "prior=True trains PusH's randomized prior as Python code"),
+            (random_seed, "random_seed=True draws the particles' seeds from torch's generator"),
+            (bool(bootstrap), "bootstrap resamples the data PusH's way; the engine's MultiSWAG has none"),
+            (bool(f_save), "f_save writes PusH's particle files"),
+            (pretrain_epochs == 0, "pretrain_epochs=0 collects the untrained weights, which the engine does not"),
+            # (explain without pretrain_epochs: the rest of the run's reasons)
+            (self._routed is not None, "this MultiSWAG trained on the engine: a second bayes_infer is refused"),
+            (self._trained_before(), "this MultiSWAG has trained particles: bayes_infer adds to them PusH's way"))
+            if cond), "")
+        options = dict(particles=num_models, seed=self.seed, pretrain_epochs=max((pretrain_epochs or 1) - 1, 0),
+                       rank=max(cov_mat_rank, 1),  # the engine keeps one at least; none is read back
+                       collect_every_steps=0, collect_momentum=None)
+        options.update(engine_route.lanes(self._dist_options["devices"], self._dist_options["cache_size"],
+                                          num_models))
+        steps = engine_route.adam_steps(mk_optim, lr, weight_decay=lr / 1e3)  # create_optimizer's, by default
+        return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, steps, True, python_only, options)
+
+    def _routed_moments(self, index: int, net: torch.nn.Module) -> tuple:
+        """The routed particle's SWAG moments as PusH's form keeps them, flat in ``net``'s
+        parameter order: (mean, second moment, deviations [K, D])."""
+        engine, route = self._routed
+        pid = engine.particle_ids()[index]
+        m = engine.swag_moments(pid)
+        sizes = [t.numel() for _, t in engine.particle_parameters(pid)]
+        where = dict(zip(route.names, range(len(sizes))))
+        order = [where[name] for name, _ in net.named_parameters()]
+
+        dtype = next(net.parameters()).dtype  # PusH's form keeps its moments as the weights (the engine in double)
+
+        def reorder(flat):  # [..., D] from the engine's parameter order to net's
+            parts = flat.split(sizes, dim=-1)
+            return torch.cat([parts[i] for i in order], dim=-1).to(dtype)
+
+        # The last rows: without the zero deviation of the pretrained weights, or the one
+        # row a rank of 0 makes the engine keep.
+        rows = m["deviations"][m["deviations"].size(0) - self._swag_rows:]
+        return reorder(m["mean"]), reorder(m["sq_mean"]), reorder(rows)
+
     def posterior_pred(self, data, loss_fn=None, num_samples: int = 20, scale: float = 1.0, var_clamp: float = 1e-30,
                        mode=("mean",), f_reg: bool = True) -> Dict[str, torch.Tensor]:
         """The MultiSWAG prediction on ``data`` (a tensor or a DataLoader): each particle
@@ -178,8 +252,19 @@ class MultiSWAG(TrainsBothWays, Infer):
         check_number(self._where, "var_clamp", var_clamp, positive=False)
         # Each call draws new samples; the same calls of the same run draw the same ones.
         self._pred_calls += 1
-        return combine(self._gather("SWAG_PRED", data, scale, var_clamp, num_samples, f_reg,
-                                    mix(self.seed, self._pred_calls)), f_reg, mode)
+        seed = mix(self.seed, self._pred_calls)
+        if self._routed is None:
+            return combine(self._gather("SWAG_PRED", data, scale, var_clamp, num_samples, f_reg, seed), f_reg, mode)
+        inputs = batches(data)
+        if not inputs:
+            raise ValueError(f"{self._where}: there is no data to predict on")
+        outputs = []
+        for index, net in enumerate(self._routed_modules()):
+            moments, params = self._routed_moments(index, net), list(net.parameters())
+            # As _mswag_pred: each batch from the particle's generator seeded anew (particle ids from 0 alike).
+            outputs.append(torch.cat([swag_average(lambda: net(x.cpu()).detach(), params, moments, scale, var_clamp,
+                                                   num_samples, f_reg, mix(seed, index)) for x in inputs]))
+        return combine(outputs, f_reg, mode)
 
 
 def train_mswag(dataloader, loss_fn: Callable, pretrain_epochs: int, swag_epochs: int, nn: Callable, *args,
@@ -187,15 +272,16 @@ def train_mswag(dataloader, loss_fn: Callable, pretrain_epochs: int, swag_epochs
                 cov_mat_rank: int = 20, prior: bool = False, random_seed: bool = False, bootstrap: bool = False,
                 mswag_entry=_mswag_particle, mswag_state: Optional[Dict] = None, f_save=False,
                 mswag_sample_entry=None, mswag_sample=None, mk_optim: Optional[Callable] = None,
-                seed: int = 0) -> MultiSWAG:
+                seed: int = 0, engine: Optional[bool] = None) -> MultiSWAG:
     """Trains a MultiSWAG of ``num_models`` networks ``nn(*args)``, as PusH's does; returns
     the MultiSWAG (``posterior_pred``, ``p_parameters``, ``losses``, ``close``).
-    push's additions: ``mk_optim`` and ``seed``, as train_deep_ensemble's."""
+    push's additions: ``mk_optim``, ``seed`` and ``engine``, as train_deep_ensemble's."""
     mswag = MultiSWAG(nn, *args, num_devices=num_devices, cache_size=cache_size, view_size=view_size, seed=seed)
     try:
         mswag.bayes_infer(dataloader, pretrain_epochs, swag_epochs, loss_fn=loss_fn, lr=lr, num_models=num_models,
                           cov_mat_rank=cov_mat_rank, prior=prior, random_seed=random_seed, bootstrap=bootstrap,
-                          mswag_entry=mswag_entry, mswag_state=mswag_state, f_save=f_save, mk_optim=mk_optim)
+                          mswag_entry=mswag_entry, mswag_state=mswag_state, f_save=f_save, mk_optim=mk_optim,
+                          engine=engine)
     except BaseException:
         mswag.close()
         raise
