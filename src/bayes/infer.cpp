@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "core/seeded.h"
 #include "data_parallel_training.h"
 #include "epoch_engine.h"
 #include "learned_noise.h"
@@ -91,7 +92,9 @@ void Infer::create_particles() {
   bool fuse = false;
   state_->base_lrs.clear();
   if (o.fuse() || o.cosine_epochs() > 0) {
-    auto scratch = model_();
+    // Under a seed of its own: its initializers would otherwise draw from the caller's
+    // random stream (the particles' draw under theirs, the same way).
+    auto scratch = push::detail::under_seed(o.distribution().seed(), model_);
     auto optimizer = state_->optimizer(scratch.ptr()->parameters());
     fuse = o.fuse() && fusion_blocker(*scratch.ptr(), optimizer.get()).empty();
     for (const auto& g : optimizer->param_groups()) state_->base_lrs.push_back(g.options().get_lr());

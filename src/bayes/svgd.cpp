@@ -19,8 +19,12 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
   PUSH_CHECK(theta.dim() == 2 && theta.sizes() == grad_log_p.sizes(), origin,
              "expected theta and grad_log_p of one shape [n, D], got ", theta.sizes(), " and ", grad_log_p.sizes());
   const int64_t n = theta.size(0);
-  auto sq_norms = theta.pow(2).sum(1, /*keepdim=*/true);
-  auto sq_dist = torch::clamp_min(sq_norms + sq_norms.t() - 2 * theta.mm(theta.t()), 0);
+  // Centred, and each distance from its own differences (the diagonal exactly 0): the
+  // kernel and the repulsion see only differences between particles, which |θ_i|² +
+  // |θ_j|² - 2 θ_i·θ_j and θ_i Σk - Σ k θ_j lose to rounding when many parameters sit
+  // close together far from the origin (a trained network, a small bandwidth).
+  auto centred = theta - theta.mean(0, /*keepdim=*/true);
+  auto sq_dist = torch::cdist(centred, centred, 2.0, /*compute_mode: donot_use_mm_for_euclid_dist=*/2).pow(2);
   double h = 1.0;
   if (bandwidth) {
     PUSH_CHECK(*bandwidth > 0, origin, "bandwidth must be positive, got ", *bandwidth);
@@ -38,7 +42,7 @@ torch::Tensor svgd_direction(const torch::Tensor& theta, const torch::Tensor& gr
   auto phi = k.mm(grad_log_p);
   if (repulsive) {
     // Σ_j ∇_{θ_j} k(θ_j, θ_i) = (2/h) Σ_j (θ_i - θ_j) k_ij: away from the neighbours.
-    phi = phi + (2.0 / h) * (theta * k.sum(1, /*keepdim=*/true) - k.mm(theta));
+    phi = phi + (2.0 / h) * (centred * k.sum(1, /*keepdim=*/true) - k.mm(centred));
   }
   return phi / static_cast<double>(n);
 }
@@ -83,6 +87,15 @@ SVGD::SVGD(ModuleFactory model, InferOptions options, SVGDOptions svgd)
   if (svgd_.bandwidth()) {
     PUSH_CHECK(*svgd_.bandwidth() > 0, "push::bayes::SVGD", "bandwidth must be positive, got ", *svgd_.bandwidth());
   }
+  if (svgd_.likelihood_weight()) {
+    const double w = *svgd_.likelihood_weight();
+    PUSH_CHECK(w > 0 && std::isfinite(w), "push::bayes::SVGD", "likelihood_weight must be positive and finite, got ",
+               w);
+  }
+}
+
+double SVGD::likelihood_weight() {
+  return svgd_.likelihood_weight().value_or(static_cast<double>(training().dataset_size()));
 }
 
 ParticleOptions SVGD::particle_options() {
@@ -112,7 +125,7 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     auto& module = p.module();
     p.optimizer().zero_grad();
     auto nll = objective().mean_nll(p.any_module().forward(x.to(p.device())), y.to(p.device()));
-    auto u = nll * static_cast<double>(training().dataset_size()) + objective().neg_log_prior(module);
+    auto u = nll * likelihood_weight() + objective().neg_log_prior(module);
     const double loss = nll.item<double>();
     training().check_finite(p, epoch, loss);
     u.backward();
@@ -138,7 +151,7 @@ c10::IValue SVGD::group_grad(Particle& p, const std::vector<Pid>& members, const
     const int64_t g = stack->size();
     stack->zero_grad();
     auto nll = objective().mean_nll(stack->forward(for_each(x.to(p.device()), g)), for_each(y.to(p.device()), g));
-    auto u = nll * static_cast<double>(training().dataset_size());
+    auto u = nll * likelihood_weight();
     if (auto noise = objective().noise_prior(*stack); noise.defined()) u = u + noise;
     u = u.sum();
     auto losses = nll.detach().to(torch::kCPU, torch::kFloat64);

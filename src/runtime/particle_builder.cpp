@@ -3,41 +3,23 @@
 #include <push/core/errors.h>
 #include <push/runtime/particle.h>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <mutex>
-
 #include "core/seed.h"
+#include "core/seeded.h"
 
 namespace push::detail {
 namespace {
 
 // Builds a module under `seed` without disturbing the global generator's sequence.
-// Serialized: LibTorch's initializers draw from the one global CPU generator.
 torch::nn::AnyModule build_module(const ModuleFactory& factory, uint64_t seed, Pid pid) {
-  static std::mutex init_mutex;
-  std::lock_guard<std::mutex> init_lock(init_mutex);
-  auto generator = at::detail::getDefaultCPUGenerator();
-  torch::Tensor saved;
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    saved = generator.get_state();
-    generator.set_current_seed(seed);
-  }
-  auto restore = [&] {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(saved);
-  };
   torch::nn::AnyModule module;
   try {
-    module = factory();
+    module = under_seed(seed, factory);
   } catch (...) {
-    restore();
     throw Error(c10::str("[push::Push::p_create] the module factory threw for particle ", pid, ": ",
                          describe(std::current_exception())));
   }
-  restore();
   PUSH_CHECK(!module.is_empty(), "push::Push::p_create", "the module factory returned an empty module for particle ",
              pid);
   return module;

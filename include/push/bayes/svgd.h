@@ -38,6 +38,10 @@ struct SVGDOptions {
   TORCH_ARG(BandwidthRule, bandwidth_rule) = BandwidthRule::median;
   /// Keep the repulsive term; false gives n independent gradient ascents (tests).
   TORCH_ARG(bool, repulsive) = true;
+  /// The weight w of a batch's mean log-likelihood in log p = w · mean + log prior: unset,
+  /// the training set's size (the posterior); 1 steps on the batch's mean loss, as PusH's
+  /// SVGD does (a tempered posterior).
+  TORCH_ARG(std::optional<double>, likelihood_weight) = std::nullopt;
 };
 
 /// φ for every particle at once: theta and grad_log_p are [n, D]; returns [n, D]. An
@@ -71,6 +75,9 @@ class SVGD : public Infer {
   /// "svgd_epoch": the leader drives every group, one message per group and batch.
   c10::IValue drive_epoch(Particle& p, const torch::Tensor& x, const torch::Tensor& y, int64_t epoch,
                           const std::vector<std::vector<Pid>>& groups);
+
+  /// The weight of a batch's mean log-likelihood (SVGDOptions::likelihood_weight).
+  double likelihood_weight();
 
   SVGDOptions svgd_;
   std::mutex stacks_mutex_;
