@@ -190,6 +190,7 @@ InferHolder make_infer(const std::string& kind, py::object model, py::dict kwarg
       so.bandwidth_rule(*v == "median" ? bayes::BandwidthRule::median : bayes::BandwidthRule::median_log_n);
     }
     if (auto v = o.take<bool>("repulsive")) so.repulsive(*v);
+    if (auto v = o.take<double>("likelihood_weight")) so.likelihood_weight(*v);
     o.finish();
     infer.reset(new bayes::SVGD(factory, io, so));
   } else if (kind == "MultiSWAG") {

@@ -10,21 +10,25 @@ GIL:
   variance o / 2 less its constant, so the gradients are MSE's and the losses reported are
   MSE's; cross entropy is the categorical likelihood. No weight prior (prior_std infinite);
 - the optimizer is Adam with torch's defaults but the rate and weight decay (PusH's, or
-  mk_optim's; MultiSWAG's Adam decays at lr / 1000, PusH's create_optimizer); SVGD's moves each particle by -lr times its update (plain SGD on the engine), with the
-  kernel exp(-|d|^2 / (2 lengthscale^2)) (the engine's bandwidth 2 lengthscale^2); its
-  gradient is the mean loss's, so MSE is the Gaussian likelihood at variance N o / 2
-  (N points) and cross entropy, which the engine would weigh N times, stays Python code;
+  mk_optim's; MultiSWAG's Adam decays at lr / 1000, PusH's create_optimizer). SVGD's
+  moves each particle by -lr times its update (plain SGD on the engine), with the kernel
+  exp(-|d|^2 / (2 lengthscale^2)) (the engine's bandwidth 2 lengthscale^2) and the
+  gradient of the batch's mean loss (likelihood_weight 1);
 - the scheduler leaves the rate as it is (PusH's default, mk_empty_scheduler or None);
 - the data is a TensorDataset of (x, y) reshuffled each epoch (shuffle=True), batches of a
   fixed size, the last one kept; the engine reshuffles for each member on its own;
 - every parameter trains (none frozen, none unused by forward, none shared between
-  layers) and the module is made in training mode;
-- PusH's own training loop (no ensemble_entry, ensemble_state, svgd_entry, svgd_state,
-  prior, random_seed or f_save), on a model that has not trained yet.
+  layers), no module or parameter has hooks, and the module is made in training mode;
+- the labels are what the loss takes from the model: for MSE of the model's dtype, for
+  cross entropy int64 class indices;
+- PusH's own training loop (no ensemble_entry, ensemble_state, mswag_entry, mswag_state,
+  svgd_entry, svgd_state, prior, random_seed or f_save), on a model that has not trained
+  yet.
 Otherwise the run trains as Python code on push's particles, as PusH does, and ``explain``
 (or the one warning) says why.
 """
 
+import inspect
 import math
 import os
 import sys
@@ -48,13 +52,12 @@ class PythonPathWarning(UserWarning):
 class Route:
     """What the engine trains for one bayes_infer: its options, data and factory."""
 
-    __slots__ = ("options", "x", "y", "num_classes", "factory", "loss_offset", "loss_scale", "names")
+    __slots__ = ("options", "x", "y", "num_classes", "factory", "loss_offset", "names")
 
     def __init__(self, options: dict, x, y, num_classes: Optional[int], factory: Callable, loss_offset: float,
-                 loss_scale: float, names: list):
+                 names: list):
         self.options, self.x, self.y, self.num_classes, self.factory = options, x, y, num_classes, factory
-        # The engine's losses less the offset, times the scale, are the user's loss (MSE's figures).
-        self.loss_offset, self.loss_scale = loss_offset, loss_scale
+        self.loss_offset = loss_offset  # subtracted from the engine's losses: MSE's own figures
         self.names = names  # the user's module's parameter names, in the engine's order
 
 
@@ -74,9 +77,11 @@ def adam_steps(mk_optim: Optional[Callable], lr: float, weight_decay: float = 0.
     """The engine's options for PusH's Adam at ``lr`` (and ``weight_decay``), or for the
     Adam ``mk_optim`` makes; or why the engine cannot step as it does."""
     if mk_optim is None:
+        if not (math.isfinite(lr) and lr > 0 and math.isfinite(weight_decay) and weight_decay >= 0):
+            return "lr is not a positive number"
         return dict(lr=float(lr), weight_decay=float(weight_decay))
-    try:
-        optim = mk_optim([torch.nn.Parameter(torch.zeros(1))])
+    try:  # asked twice: one that makes another optimizer for each particle cannot be one setting
+        optim, again = (mk_optim([torch.nn.Parameter(torch.zeros(1))]) for _ in range(2))
     except Exception as e:  # noqa: BLE001 - a factory that wants a real module is a reason
         return f"mk_optim could not be asked which optimizer it makes ({type(e).__name__}: {e})"
     if type(optim) is not torch.optim.Adam:
@@ -84,6 +89,9 @@ def adam_steps(mk_optim: Optional[Callable], lr: float, weight_decay: float = 0.
     if len(optim.param_groups) != 1:
         return "mk_optim's Adam has several parameter groups"
     g = optim.param_groups[0]  # what the parameters train with (a group's own settings win over the defaults)
+    if type(again) is not type(optim) or len(again.param_groups) != 1 or any(
+            again.param_groups[0].get(k) != v for k, v in g.items() if k != "params"):
+        return "mk_optim makes an optimizer of other settings at each call (the engine trains one setting)"
     plain = (tuple(g.get("betas", ())) == (0.9, 0.999) and g.get("eps") == 1e-8 and g.get("weight_decay", 0) >= 0
              and not g.get("amsgrad") and not g.get("maximize", False) and g.get("lr", 0) > 0)
     if not plain:
@@ -94,9 +102,10 @@ def adam_steps(mk_optim: Optional[Callable], lr: float, weight_decay: float = 0.
 def sgd_steps(lr: float, lengthscale: float) -> Union[dict, str]:
     """The engine's options for SteinVGD's PusH form: plain SGD at ``lr`` on SVGD's update,
     the kernel exp(-|d|^2 / (2 lengthscale^2)); or why not."""
-    if not (math.isfinite(lengthscale) and lengthscale > 0 and math.isfinite(lr) and lr > 0):
-        return "lengthscale and lr are not positive numbers"
-    return dict(lr=float(lr), optimizer="sgd", bandwidth=2.0 * float(lengthscale) ** 2)
+    bandwidth = 2.0 * float(lengthscale) * float(lengthscale)
+    if not (math.isfinite(bandwidth) and bandwidth > 0 and math.isfinite(lr) and lr > 0):
+        return "lengthscale and lr are not positive numbers whose squares are finite and not 0"
+    return dict(lr=float(lr), optimizer="sgd", bandwidth=bandwidth, likelihood_weight=1.0)
 
 
 def _data(dataloader) -> Tuple[Optional[tuple], str]:
@@ -130,6 +139,22 @@ def _same_parameters(module: torch.nn.Module, seq: torch.nn.Sequential) -> str:
     return ""
 
 
+def _hooks(module: torch.nn.Module) -> str:
+    """Why hooks would make the module compute other than its chain of layers, or ""."""
+    for m in module.modules():
+        for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            if getattr(m, kind, None):
+                return f"has {kind.strip('_').replace('_', ' ')} (weight_norm's, say), which the engine would not run"
+    if any(getattr(p, "_backward_hooks", None) or getattr(p, "_post_accumulate_grad_hooks", None)
+           for p in module.parameters()):
+        return "has gradient hooks on its parameters, which the engine would not run"
+    functions = torch.nn.modules.module
+    if any(getattr(functions, g, None) for g in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                                 "_global_backward_hooks", "_global_backward_pre_hooks")):
+        return "runs under global module hooks, which the engine would not run"
+    return ""
+
+
 def _factory(mk_nn: Callable, args: tuple) -> Callable:
     def make():
         seq = as_sequential(mk_nn(*args))
@@ -140,13 +165,12 @@ def _factory(mk_nn: Callable, args: tuple) -> Callable:
 
 
 def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, steps: Union[dict, str], scheduler_is_neutral: bool,
-         python_only: str, options: dict, whole_data_gradient: bool = False) -> Union[Route, str]:
+         python_only: str, options: dict) -> Union[Route, str]:
     """The engine's run for this bayes_infer, or why it trains as Python code.
     ``steps``: the engine's optimizer options (adam_steps, sgd_steps) or why it cannot
     step as the program does; ``python_only`` names an argument that needs PusH's loop (""
     when none does); ``options``: the algorithm's engine options (particles, seed,
-    devices, ...); ``whole_data_gradient``: the engine's algorithm steps on the whole
-    data's log-likelihood, not the batch's mean (SVGD's)."""
+    devices, ...)."""
     if python_only:
         return python_only
     if not scheduler_is_neutral:
@@ -156,9 +180,6 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, steps: Union[dict, s
         return why
     if isinstance(steps, str):
         return steps
-    if whole_data_gradient and kind != "mse":
-        return ("SVGD's engine weighs the cross entropy by the data's size; PusH's form steps on its batch "
-                "mean (MSELoss goes to the engine)")
     data, why = _data(dataloader)
     if why:
         return why
@@ -174,6 +195,9 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, steps: Union[dict, s
         return f"{name} has frozen parameters (requires_grad=False); the engine trains every parameter"
     if not all(m.training for m in probe.modules()):
         return f"{name} is made in eval mode; the engine trains in training mode"
+    why = _hooks(probe)
+    if why:
+        return f"{name} {why}"
     seq = as_sequential(probe)
     if isinstance(seq, str):
         return seq
@@ -192,24 +216,24 @@ def plan(mk_nn: Callable, args: tuple, dataloader, loss_fn, steps: Union[dict, s
         if not torch.is_floating_point(y) or y.dim() != 2 or out.shape[1:] != y.shape[1:]:
             return (f"the labels' shape {list(y.shape)} is not [N, outputs] with the model's {list(out.shape[1:])} "
                     "outputs (MSELoss would broadcast them)")
+        if y.dtype != out.dtype:
+            return f"the labels are {y.dtype}, the model's outputs {out.dtype} (MSELoss would refuse them)"
         outputs = y.shape[1]
-        # SVGD's gradient is the whole data's log-likelihood's: at N times the variance it is MSE's.
-        scale = float(len(y)) if whole_data_gradient else 1.0
-        noise_std = math.sqrt(scale * outputs / 2)
+        noise_std = math.sqrt(outputs / 2)
         offset = outputs * (math.log(noise_std) + 0.5 * math.log(2 * math.pi))
         likelihood = dict(likelihood="gaussian", noise_std=noise_std)
         num_classes = None
     else:
-        if torch.is_floating_point(y) or y.dim() != 1 or out.dim() != 2 or (len(y) and (y.min() < 0 or
+        if y.dtype != torch.int64 or y.dim() != 1 or out.dim() != 2 or (len(y) and (y.min() < 0 or
                                                                                      y.max() >= out.shape[1])):
-            return "the labels are not class indices [N] below the model's outputs [N, classes]"
-        offset, scale = 0.0, 1.0
+            return "the labels are not int64 class indices [N] below the model's outputs [N, classes]"
+        offset = 0.0
         likelihood = dict(likelihood="categorical")
         num_classes = out.shape[1]
     order = {id(p): n for n, p in probe.named_parameters()}
     names = [order[id(p)] for p in seq.parameters()]
     engine_options = dict(options, batch_size=batch_size, prior_std=math.inf, fuse=True, **likelihood, **steps)
-    return Route(engine_options, x, y, num_classes, _factory(mk_nn, args), offset, scale, names)
+    return Route(engine_options, x, y, num_classes, _factory(mk_nn, args), offset, names)
 
 
 def lanes(devices: int, cache_size: int, particles: int) -> dict:
@@ -253,6 +277,13 @@ def explain(model, dataloader, **bayes_infer_args) -> str:
     bayes_infer_args.pop("epochs", None)
     bayes_infer_args.pop("engine", None)
     plan_of = getattr(model, "_plan", None)
+    if plan_of is not None:  # the arguments bayes_infer takes, or its TypeError; those the plan reads
+        known = inspect.signature(model.bayes_infer).parameters
+        wrong = [name for name in bayes_infer_args if name not in known]
+        if wrong:
+            raise TypeError(f"{type(model).__name__}.bayes_infer got an unexpected keyword argument {wrong[0]!r}")
+        read = inspect.signature(plan_of).parameters
+        bayes_infer_args = {k: v for k, v in bayes_infer_args.items() if k in read}
     if plan_of is None:
         return (f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's, MultiSWAG's and "
                 "SteinVGD's go to the engine)")

@@ -227,6 +227,7 @@ class Infer:
         self.seed = seed
         self._dist_options = dict(cache_size=cache_size, view_size=view_size, devices=num_devices, seed=seed)
         self._push_dist = None
+        self._closed = False  # close() was called: nothing answers or trains any more
         self._num_devices = None
         self.losses: List[float] = []  # the lead particle's mean training loss per epoch
 
@@ -234,6 +235,8 @@ class Infer:
     def push_dist(self) -> "push.PusH":
         """The PusH distribution of ``mk_nn(*args)`` particles, made at its first use."""
         if self._push_dist is None:
+            if self._closed:
+                raise ValueError(f"{self._where}: this {type(self).__name__} is closed")
             self._push_dist = push.PusH(self.mk_nn, *self.args, **self._dist_options)
         return self._push_dist
 
@@ -257,6 +260,7 @@ class Infer:
         self.close()
 
     def close(self) -> None:
+        self._closed = True
         if self._push_dist is not None:
             self._push_dist.close()
 

@@ -22,6 +22,7 @@ class RoutedRun:
         return self._push_dist is not None and bool(self._push_dist.particle_ids())
 
     def _refuse_second_run(self) -> None:
+        self._refuse_closed()
         if self._routed is not None:
             name = type(self).__name__
             raise ValueError(f"{self._where}: this {name} trained on push's C++ engine, whose particles a second "
@@ -31,9 +32,13 @@ class RoutedRun:
     def _train_routed(self, route: Route, epochs: int):
         """bayes_infer on the C++ engine: the route's particles, ``epochs`` epochs."""
         engine = models.engine(self._kind, route.factory, route.options)
+        try:
+            engine.fit(route.x, route.y, epochs=epochs, num_classes=route.num_classes)
+        except BaseException:
+            engine.close()  # a failed run leaves nothing: bayes_infer may run again
+            raise
         self._routed = (engine, route)
-        engine.fit(route.x, route.y, epochs=epochs, num_classes=route.num_classes)
-        self.losses = [(loss - route.loss_offset) * route.loss_scale for loss in engine.losses]
+        self.losses = [loss - route.loss_offset for loss in engine.losses]
         return self
 
     def _routed_modules(self) -> list:
@@ -50,6 +55,10 @@ class RoutedRun:
                 nets.append(net)
             self._routed_nets = nets
         return self._routed_nets
+
+    def _refuse_closed(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self._where}: this {type(self).__name__} is closed")
 
     def _routed_outputs(self, data) -> list:
         """Each routed particle's output on every batch of ``data``, joined: [particles] of [N, ...]."""

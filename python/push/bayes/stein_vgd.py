@@ -93,6 +93,11 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
             grads = [_flat([p.grad for p in own], own)]
             grads += [_flat(v.gradients(), v.parameters()).to(particle.device) for v in views]
             updates = svgd_updates(torch.stack(params), torch.stack(grads), lengthscale)
+            if not bool(torch.isfinite(updates).all()):  # would leave NaN weights behind, with no loss to show it
+                row = int((~torch.isfinite(updates)).any(dim=1).nonzero()[0])
+                raise RuntimeError(f"push.bayes.stein_vgd: the SVGD update of particle {([particle.pid] + others)[row]} "
+                                   f"is non-finite in epoch {epoch + 1}: training diverged; lower the learning "
+                                   "rate or check the data for huge values")
             futures = [particle.send(pid, "SVGD_FOLLOW", lr, updates[i + 1]) for i, pid in enumerate(others)]
             _svgd_follow(particle, lr, updates[0])
             particle.wait(futures)
@@ -118,6 +123,9 @@ class SteinVGD(RoutedRun, Infer):
         check_int(self._where, "num_particles", num_particles, 1)
         check_number(self._where, "lengthscale", lengthscale)
         check_number(self._where, "lr", lr)
+        if not 0 < float(lengthscale) * float(lengthscale) < float("inf"):
+            raise ValueError(f"{self._where}: lengthscale {lengthscale} is out of range (its square is "
+                             f"{float(lengthscale) * float(lengthscale)})")
         if bootstrap:
             raise ValueError(f"{self._where}: bootstrap is not defined for SVGD (PusH has none either)")
         if engine not in (None, True, False):
@@ -157,7 +165,7 @@ class SteinVGD(RoutedRun, Infer):
         options.update(engine_route.lanes(self._dist_options["devices"], self._dist_options["cache_size"],
                                           num_particles))
         return engine_route.plan(self.mk_nn, self.args, dataloader, loss_fn, engine_route.sgd_steps(lr, lengthscale),
-                                 True, python_only, options, whole_data_gradient=True)
+                                 True, python_only, options)
 
     def posterior_pred(self, data, f_reg: bool = True, mode=("mean",)) -> Dict[str, torch.Tensor]:
         """The particles' prediction on ``data`` (a tensor or a DataLoader) in each ``mode``

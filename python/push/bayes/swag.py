@@ -86,21 +86,21 @@ def _mswag_pred(particle, data, scale: float, var_clamp: float, num_samples: int
         raise ValueError(f"push.bayes.swag: particle {particle.pid} has no SWAG moments yet (bayes_infer "
                          "collects them)")
     mean = torch.cat([m.reshape(-1) for m in moments["mom1"]])
-    sq_mean = torch.cat([m.reshape(-1) for m in moments["mom2"]])
+    var = torch.cat([m.reshape(-1) for m in moments["mom2"]]) - mean * mean
     rows = torch.cat(moments["cov_mat_sqrt"], dim=1)  # [K, parameters]
     return swag_average(lambda: particle.forward(data).wait().detach().cpu(), list(particle.module.parameters()),
-                        (mean, sq_mean, rows), scale, var_clamp, num_samples, f_reg, mix(seed, particle.pid))
+                        (mean, var, rows), scale, var_clamp, num_samples, f_reg, mix(seed, particle.pid))
 
 
 def swag_average(forward: Callable[[], torch.Tensor], params: List[torch.Tensor], moments: tuple, scale: float,
                  var_clamp: float, num_samples: int, f_reg: bool, seed: int) -> torch.Tensor:
     """``forward()``'s output averaged over ``num_samples`` weights drawn into ``params``
-    from the SWAG Gaussian of ``moments`` (mean, second moment, deviations [K, D], flat in
-    ``params``' order), the weights put back after: regression outputs are averaged; for
-    classification (``f_reg`` False) the probabilities over the classes (dimension 1),
-    returned as their log (logits again)."""
-    mean, sq_mean, rows = moments
-    var = torch.clamp(sq_mean - mean * mean, min=var_clamp)
+    from the SWAG Gaussian of ``moments`` (mean, diagonal variance before ``var_clamp``,
+    deviations [K, D], flat in ``params``' order), the weights put back after: regression
+    outputs are averaged; for classification (``f_reg`` False) the probabilities over the
+    classes (dimension 1), returned as their log (logits again)."""
+    mean, var, rows = moments
+    var = torch.clamp(var, min=var_clamp)
     k = rows.size(0)
     g = torch.Generator(device=mean.device).manual_seed(seed)
     kept = [p.detach().clone() for p in params]
@@ -200,7 +200,8 @@ class MultiSWAG(TrainsBothWays, Infer):
         """bayes_infer's run on the C++ engine (an engine_route.Route), or why it trains as
         Python code. The engine's MultiSWAG collects at the end of each epoch from
         pretrain_epochs on; PusH's form collects the pretrained weights too: the engine's
-        pretraining is one epoch shorter, and its first deviation (zero) is left out."""
+        pretraining is one epoch shorter, and its first deviation (zero) is left out.
+        ``pretrain_epochs`` None (explain without it): the run's other reasons."""
         python_only = next((why for cond, why in (
             (mswag_entry is not _mswag_particle, "mswag_entry replaces PusH's training loop"),
             (mswag_state is not None, "mswag_state is read by PusH's training loop"),
@@ -209,7 +210,6 @@ class MultiSWAG(TrainsBothWays, Infer):
             (bool(bootstrap), "bootstrap resamples the data PusH's way; the engine's MultiSWAG has none"),
             (bool(f_save), "f_save writes PusH's particle files"),
             (pretrain_epochs == 0, "pretrain_epochs=0 collects the untrained weights, which the engine does not"),
-            # (explain without pretrain_epochs: the rest of the run's reasons)
             (self._routed is not None, "this MultiSWAG trained on the engine: a second bayes_infer is refused"),
             (self._trained_before(), "this MultiSWAG has trained particles: bayes_infer adds to them PusH's way"))
             if cond), "")
@@ -223,7 +223,9 @@ class MultiSWAG(TrainsBothWays, Infer):
 
     def _routed_moments(self, index: int, net: torch.nn.Module) -> tuple:
         """The routed particle's SWAG moments as PusH's form keeps them, flat in ``net``'s
-        parameter order: (mean, second moment, deviations [K, D])."""
+        parameter order: (mean, diagonal variance, deviations [K, D]). The variance is the
+        engine's double-precision second moment less the mean's square (in the weights'
+        precision a small variance would be lost to cancellation)."""
         engine, route = self._routed
         pid = engine.particle_ids()[index]
         m = engine.swag_moments(pid)
@@ -240,7 +242,7 @@ class MultiSWAG(TrainsBothWays, Infer):
         # The last rows: without the zero deviation of the pretrained weights, or the one
         # row a rank of 0 makes the engine keep.
         rows = m["deviations"][m["deviations"].size(0) - self._swag_rows:]
-        return reorder(m["mean"]), reorder(m["sq_mean"]), reorder(rows)
+        return reorder(m["mean"]), reorder(m["sq_mean"] - m["mean"] * m["mean"]), reorder(rows)
 
     def posterior_pred(self, data, loss_fn=None, num_samples: int = 20, scale: float = 1.0, var_clamp: float = 1e-30,
                        mode=("mean",), f_reg: bool = True) -> Dict[str, torch.Tensor]:
