@@ -94,10 +94,10 @@ def _svgd_leader(particle, prior, loss_fn: Callable, lengthscale: float, lr: flo
             grads += [_flat(v.gradients(), v.parameters()).to(particle.device) for v in views]
             updates = svgd_updates(torch.stack(params), torch.stack(grads), lengthscale)
             if not bool(torch.isfinite(updates).all()):  # would leave NaN weights behind, with no loss to show it
-                row = int((~torch.isfinite(updates)).any(dim=1).nonzero()[0])
-                raise RuntimeError(f"push.bayes.stein_vgd: the SVGD update of particle {([particle.pid] + others)[row]} "
-                                   f"is non-finite in epoch {epoch + 1}: training diverged; lower the learning "
-                                   "rate or check the data for huge values")
+                pid = ([particle.pid] + others)[int((~torch.isfinite(updates)).any(dim=1).nonzero()[0])]
+                raise RuntimeError(f"push.bayes.stein_vgd: the SVGD update of particle {pid} is non-finite in epoch "
+                                   f"{epoch + 1}: training diverged; lower the learning rate or check the data for "
+                                   "huge values")
             futures = [particle.send(pid, "SVGD_FOLLOW", lr, updates[i + 1]) for i, pid in enumerate(others)]
             _svgd_follow(particle, lr, updates[0])
             particle.wait(futures)
