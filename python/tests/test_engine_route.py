@@ -54,6 +54,50 @@ def test_a_forward_that_is_a_chain_is_its_sequential():
     assert "used twice" in as_sequential(Twice())
 
 
+class Flattening(nn.Module):
+    # A CNN's usual forward: one activation module reused, the features flattened by hand.
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.conv, self.act, self.a, self.b = nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.Linear(8, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.act(self.conv(x))
+        if self.how == "function":
+            h = torch.flatten(h, 1)
+        elif self.how == "method":
+            h = h.flatten(1)
+        elif self.how == "view":
+            h = h.view(h.size(0), -1)
+        elif self.how == "reshape":
+            h = h.reshape(h.size(0), -1)
+        elif self.how == "all":  # the batch dimension too: not a Flatten
+            h = torch.flatten(h)
+        else:
+            h = h.view(-1, 8)
+        return self.b(self.act(self.a(h)))
+
+
+@pytest.mark.parametrize("how", ["function", "method", "view", "reshape"])
+def test_a_flattening_and_a_reused_activation_are_layers_of_the_chain(how):
+    net = Flattening(how)
+    seq = as_sequential(net)
+    assert [type(m) for m in seq] == [nn.Conv2d, nn.ReLU, nn.Flatten, nn.Linear, nn.ReLU, nn.Linear]
+    assert seq[1] is net.act and seq[4] is net.act
+    x = torch.randn(5, 1, 2, 2)
+    assert torch.equal(seq(x), net(x))
+    y = torch.randn(5, 1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=5, shuffle=True)
+    with no_python_path(), ensemble.Ensemble(Flattening, how) as ens:
+        ens.bayes_infer(loader, 2, num_ensembles=2)
+        assert ens._routed is not None and ens.posterior_pred(x)["mean"].shape == (5, 1)
+
+
+def test_other_reshapes_are_not_a_flatten():
+    assert "call_function flatten is not a layer" in as_sequential(Flattening("all"))
+    assert "takes other arguments" in as_sequential(Flattening("fixed"))
+
+
 def test_the_push_form_run_trains_on_the_engine_as_the_engine_does():
     loader, x, y = regression_loader(n=128, batch=32, shuffle=True)
     with no_python_path():

@@ -4,8 +4,11 @@ layers, so that push's C++ engine can rebuild it.
 PusH's programs define their networks as classes with a ``forward`` (``self.b(torch.tanh(
 self.a(x)))``); the engine rebuilds a Sequential of standard layers. torch.fx traces the
 forward; when its graph is one chain from the input to the output, each link a submodule
-(used once) or an element-wise activation called with the chain's value alone, the chain is
-that Sequential, holding the module's own layers (the same parameters, not copies). The
+(used once, or any number of times when it holds no parameters or buffers: a ReLU), an
+element-wise activation called with the chain's value alone, or a flattening of all but
+the first dimension (``torch.flatten(h, 1)``, ``h.flatten(1)``, ``h.view(h.size(0), -1)``,
+``h.reshape(h.size(0), -1)``: a Flatten), the chain is that Sequential, holding the
+module's own layers (the same parameters, not copies). The
 forward is traced twice, and two different chains are refused; a forward whose Python
 branches trace alike twice and differ later (a rare random draw) is beyond what a trace sees.
 """
@@ -58,6 +61,8 @@ def _chain(module: torch.nn.Module) -> Union[torch.nn.Sequential, str]:
     layers, used = [], set()
     previous = None
     for node in graph.nodes:
+        if _leading_size(node, previous):
+            continue  # h.size(0) of a h.view(h.size(0), -1): read with the view
         if node.op == "placeholder":
             if previous is not None:
                 return f"{name}'s forward takes more than one input"
@@ -89,15 +94,39 @@ def _defaults(node) -> bool:
     return all(k in params and params[k].default == v for k, v in node.kwargs.items())
 
 
+def _leading_size(node, previous) -> bool:
+    """Whether ``node`` is ``previous.size(0)`` read only by a view or reshape of ``previous``."""
+    return (node.op == "call_method" and node.target == "size" and node.args == (previous, 0) and not node.kwargs
+            and len(node.users) == 1 and _flattens(next(iter(node.users)), previous))
+
+
+def _flattens(node, previous) -> bool:
+    """Whether ``node`` flattens ``previous`` to [batch, everything else]."""
+    if node.kwargs:
+        return False
+    if node.op == "call_function" and node.target is torch.flatten or node.op == "call_method" and \
+            node.target == "flatten":
+        return node.args in ((previous, 1), (previous, 1, -1))
+    if node.op == "call_method" and node.target in ("view", "reshape") and len(node.args) == 3:
+        size = node.args[1]
+        return (node.args[0] is previous and node.args[2] == -1 and isinstance(size, torch.fx.Node)
+                and size.op == "call_method" and size.target == "size" and size.args == (previous, 0))
+    return False
+
+
 def _link(module: torch.nn.Module, node, previous, used: set) -> Tuple[torch.nn.Module, str]:
     """The layer that ``node`` is, when it takes the chain's value ``previous`` alone."""
+    if _flattens(node, previous):
+        return torch.nn.Flatten(), ""
     if node.args != (previous,) or not _defaults(node):
         return None, f"{node.name} takes other arguments than the value before it"
     if node.op == "call_module":
-        if node.target in used:
+        layer = module.get_submodule(node.target)
+        stateless = not any(True for _ in layer.parameters()) and not any(True for _ in layer.buffers())
+        if node.target in used and not stateless:
             return None, f"the layer {node.target} is used twice"
         used.add(node.target)
-        return module.get_submodule(node.target), ""
+        return layer, ""
     if node.op == "call_function" and node.target in _FUNCTIONS:
         return _FUNCTIONS[node.target](), ""
     if node.op == "call_method" and node.target in _METHODS:
