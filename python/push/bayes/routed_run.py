@@ -1,7 +1,8 @@
 """A PusH-form ``bayes_infer`` that trained on push's C++ engine (push.bayes.engine_route):
 what the class keeps of it, and how ``posterior_pred`` and ``p_parameters`` answer from the
-engine's particles through the user's own module. push.bayes.ensemble.Ensemble (through
-push.bayes.both_ways) and push.bayes.stein_vgd.SteinVGD share it."""
+engine's particles through the user's own module. push.bayes.ensemble.Ensemble and
+push.bayes.swag.MultiSWAG (through push.bayes.both_ways) and push.bayes.stein_vgd.SteinVGD
+share it."""
 
 import torch
 
@@ -13,7 +14,7 @@ from push.bayes.particle_infer import batches
 class RoutedRun:
     """Mixed in before push.bayes.particle_infer.Infer; ``_kind`` names the C++ algorithm."""
 
-    _kind = None  # "Ensemble", "SVGD"
+    _kind = None  # "Ensemble", "MultiSWAG", "SVGD"
     _routed = None  # (engine, route) of a bayes_infer that trained in C++
     _routed_nets = None
 

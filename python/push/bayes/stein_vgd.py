@@ -13,8 +13,8 @@ particles together (docs/python.md). For a torch.nn.Sequential of standard layer
 push.bayes.SVGD trains in C++ with a prior and a bandwidth rule.
 
 ``bayes_infer`` itself trains on push's C++ engine (push.bayes.SVGD, fused, plain SGD at
-``lr``, bandwidth 2 lengthscale^2, MSE as a Gaussian likelihood that gives MSE's gradient)
-when the run means what the engine computes (push.bayes.engine_route); else as above.
+``lr``, bandwidth 2 lengthscale^2, the gradient of the batch's mean loss: likelihood_weight
+1) when the run means what the engine computes (push.bayes.engine_route); else as above.
 """
 
 from typing import Callable, Dict, List, Optional
