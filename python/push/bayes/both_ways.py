@@ -42,7 +42,6 @@ class TrainsBothWays(RoutedRun):
         if cache_size != 4:
             options.setdefault("cache_size", cache_size)
         self._engine = None
-        self._closed = False
         self._engine_args = (mk_nn, args, options)
         self._fit_last = False
         if eager:
@@ -89,7 +88,7 @@ class TrainsBothWays(RoutedRun):
 
     def close(self) -> None:
         """Stops both ways' particles and frees them."""
-        engine, self._engine, self._closed = self.__dict__.get("_engine"), None, True
+        engine, self._engine = self.__dict__.get("_engine"), None
         if engine is not None:
             engine.close()
-        super().close()  # the routed run's engine (RoutedRun), then the Python particles
+        super().close()  # the routed run's engine (RoutedRun), then the Python particles; closed (Infer)

@@ -1,8 +1,8 @@
 """When PusH's ``bayes_infer`` trains on push's C++ engine instead of as Python handlers.
 
-An unchanged PusH program calls ``Ensemble.bayes_infer`` (or ``train_deep_ensemble``), or
-``SteinVGD.bayes_infer`` (or ``train_svgd``), with a DataLoader, a loss and a module
-factory. When the run means what the engine computes, it trains there, fused, without the
+An unchanged PusH program calls ``Ensemble.bayes_infer`` (``train_deep_ensemble``),
+``MultiSWAG.bayes_infer`` (``train_mswag``) or ``SteinVGD.bayes_infer`` (``train_svgd``)
+with a DataLoader, a loss and a module factory. When the run means what the engine computes, it trains there, fused, without the
 GIL:
 - the module is a chain of standard layers (push.bayes.as_sequential) without buffers;
 - the loss is torch.nn.MSELoss or CrossEntropyLoss with mean reduction (or F.mse_loss,
@@ -277,15 +277,13 @@ def explain(model, dataloader, **bayes_infer_args) -> str:
     bayes_infer_args.pop("epochs", None)
     bayes_infer_args.pop("engine", None)
     plan_of = getattr(model, "_plan", None)
-    if plan_of is not None:  # the arguments bayes_infer takes, or its TypeError; those the plan reads
-        known = inspect.signature(model.bayes_infer).parameters
-        wrong = [name for name in bayes_infer_args if name not in known]
-        if wrong:
-            raise TypeError(f"{type(model).__name__}.bayes_infer got an unexpected keyword argument {wrong[0]!r}")
-        read = inspect.signature(plan_of).parameters
-        bayes_infer_args = {k: v for k, v in bayes_infer_args.items() if k in read}
     if plan_of is None:
         return (f"{type(model).__name__}.bayes_infer trains as Python code (only Ensemble's, MultiSWAG's and "
                 "SteinVGD's go to the engine)")
-    route = plan_of(dataloader, **bayes_infer_args)
+    # The arguments bayes_infer takes (another is its TypeError), passed on where the plan reads them.
+    wrong = [name for name in bayes_infer_args if name not in inspect.signature(model.bayes_infer).parameters]
+    if wrong:
+        raise TypeError(f"{type(model).__name__}.bayes_infer got an unexpected keyword argument {wrong[0]!r}")
+    read = inspect.signature(plan_of).parameters
+    route = plan_of(dataloader, **{k: v for k, v in bayes_infer_args.items() if k in read})
     return "" if isinstance(route, Route) else route

@@ -196,7 +196,7 @@ class MultiSWAG(TrainsBothWays, Infer):
     def _plan(self, dataloader, pretrain_epochs: Optional[int] = None, swag_epochs: int = 0, loss_fn=torch.nn.MSELoss(),
               lr: float = 0.01, num_models: int = 1, cov_mat_rank: int = 20, prior: bool = False,
               random_seed: bool = False, bootstrap: bool = False, mswag_entry=_mswag_particle, mswag_state=None,
-              f_save=False, mk_optim=None, **unused):
+              f_save=False, mk_optim=None):
         """bayes_infer's run on the C++ engine (an engine_route.Route), or why it trains as
         Python code. The engine's MultiSWAG collects at the end of each epoch from
         pretrain_epochs on; PusH's form collects the pretrained weights too: the engine's
