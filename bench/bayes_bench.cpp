@@ -12,7 +12,9 @@
 // same run: fused_s, fused_speedup = plain_s / fused_s (targets at 1 lane x 1 thread:
 // ensemble >= 4, SVGD >= 3) and fused_x_limit = fused_s / the arithmetic limit, which is
 // the run's FLOPs (3 x 2 x weights per point, network and epoch) at the one-core sgemm
-// rate measured in the same run (target at N = 16: <= 4; at N = 64: <= 3).
+// rate measured in the same run (target at N = 16: <= 4; at N = 64: <= 3), and
+// fused_x_floor = fused_s / floor_s, the time of the fit's matrix products alone as one
+// sequence of BLAS calls (gemm_floor; target for the ensemble at 1 lane: <= 2).
 // BM_FusedCnn: the Fashion-MNIST CNN ensemble (8 particles), fused against unfused, in
 // training images per second (each particle's images counted). The plain ensemble loop trains each
 // network in turn with the same seeded shuffles; the plain SVGD loop is vectorised: per
@@ -37,6 +39,7 @@
 #include <numbers>
 #include <thread>
 
+#include "bayes/fused_mlp.h"
 #include "core/seed.h"
 
 namespace {
@@ -249,6 +252,40 @@ double sgemm_rate() {
   return 2.0 * n * n * n / best;
 }
 
+// The floor of a fused run (issue 49): only the matrix products of the workload's forward
+// and backward for g_particles networks (three forward, five backward: no input gradient),
+// one BLAS call per network and product as a sequence, the same BLAS LibTorch calls and
+// nothing around it, on one thread; seconds for the fit's steps, best of 3.
+double gemm_floor() {
+  one_thread();
+  if (push::bayes::detail::blas_sgemm() == nullptr) return std::nan("");
+  using push::bayes::detail::gemm_each;
+  const int64_t n = g_particles, b = kBatch, steps = kEpochs * ((kPoints + kBatch - 1) / kBatch);
+  const int64_t w[] = {1, 64, 64, 1};
+  std::vector<torch::Tensor> act, grad, weight, weight_grad;
+  for (int l = 0; l < 4; ++l) {
+    act.push_back(torch::randn({n, b, w[l]}));
+    grad.push_back(torch::randn({n, b, w[l]}));
+  }
+  for (int l = 0; l < 3; ++l) {
+    weight.push_back(torch::randn({n, w[l + 1], w[l]}));
+    weight_grad.push_back(torch::empty({n, w[l + 1], w[l]}));
+  }
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) {
+    auto t0 = Clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      for (int l = 0; l < 3; ++l) gemm_each(n, false, true, b, w[l + 1], w[l], act[l], weight[l], 0, act[l + 1]);
+      for (int l = 2; l >= 0; --l) {
+        gemm_each(n, true, false, w[l + 1], w[l], b, grad[l + 1], act[l], 0, weight_grad[l]);
+        if (l > 0) gemm_each(n, false, false, b, w[l], w[l + 1], grad[l + 1], weight[l], 0, grad[l]);
+      }
+    }
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
 // The workload's arithmetic: forward 2 FLOPs per weight, backward twice that.
 double workload_flops() {
   const double weights = 1 * 64 + 64 * 64 + 64 * 1;
@@ -260,8 +297,9 @@ void run(benchmark::State& state, double (*plain)(const Workload&, int, int)) {
   const int lanes = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
   g_particles = static_cast<int>(state.range(2));
   Workload w;
-  double push_s = 0, plain_s = 0, fused_s = 0, push_min = 1e30, plain_min = 1e30;
+  double push_s = 0, plain_s = 0, fused_s = 0, push_min = 1e30, plain_min = 1e30, floor_s = 0;
   for (auto _ : state) {
+    floor_s += gemm_floor();
     // push first: the heap setting its first Push makes (src/runtime/heap.cpp) then holds
     // for the plain loop too, as it would in a program that uses push.
     fused_s += through_push<Algo>(w, lanes, threads, /*fuse=*/true);
@@ -280,6 +318,8 @@ void run(benchmark::State& state, double (*plain)(const Workload&, int, int)) {
   state.counters["fused_s"] = fused_s / runs;
   state.counters["fused_speedup"] = plain_s / fused_s;
   state.counters["fused_x_limit"] = (fused_s / runs) / (workload_flops() / sgemm_rate());
+  state.counters["floor_s"] = floor_s / runs;
+  state.counters["fused_x_floor"] = fused_s / floor_s;
   g_particles = 16;
 }
 

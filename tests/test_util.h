@@ -53,6 +53,12 @@ inline torch::nn::AnyModule scalar_module() { return torch::nn::AnyModule(torch:
 
 inline torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& label) { return torch::mse_loss(out, label); }
 
+/// The largest difference of a from b relative to b's largest magnitude, in float64.
+inline double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
+  auto x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+  return ((x - y).abs().max() / (y.abs().max() + 1e-30)).item<double>();
+}
+
 /// Expects `statement` to throw a push::Error (or subclass) whose text contains `needle`.
 #define EXPECT_PUSH_ERROR(statement, needle)                                                           \
   do {                                                                                                 \

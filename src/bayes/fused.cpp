@@ -10,30 +10,13 @@
 #include <typeinfo>
 #include <unordered_map>
 
+#include "fused_mlp.h"
 #include "fused_optimizer.h"
+#include "fused_plan.h"
 #include "learned_noise.h"
 
 namespace push::bayes {
 namespace nn = torch::nn;
-
-// The plan's types have a name outside this file's anonymous namespace: FusedStack::Impl,
-// a class with linkage, holds them.
-namespace fused_plan {
-
-enum class Kind { flatten, linear, conv2d, maxpool2d, relu, leaky_relu, tanh, sigmoid, identity, dropout };
-
-// One layer of the plan; parameters by their index among the stacks.
-struct Op {
-  Kind kind = Kind::identity;
-  int64_t weight = -1, bias = -1;
-  std::shared_ptr<nn::Conv2dImpl> conv;     // member 0's, for its options
-  std::shared_ptr<nn::MaxPool2dImpl> pool;  // likewise
-  double slope = 0, p = 0;
-  std::vector<DropoutImpl*> dropouts;  // one per member: each draws its own masks
-  std::string signature;               // what must match across members
-};
-
-}  // namespace fused_plan
 
 namespace {
 
@@ -164,6 +147,7 @@ struct FusedStack::Impl {
   std::vector<std::string> names;
   std::vector<std::vector<torch::Tensor>> member_params;  // [member][k]
   std::unique_ptr<FusedOptimizer> optimizer;
+  std::optional<detail::StackedMlp> mlp;  // the written-out CPU path, where the plan allows it
 
   // Activations between layers: stacked [N, B, ...], or one tensor per member from a
   // convolution on (stacking image activations copies more than the fused convolution
@@ -262,6 +246,45 @@ struct FusedStack::Impl {
     for (int64_t i = 0; i < n; ++i) masks.push_back(op.dropouts[i]->next_mask(h[i].sizes(), h.options()));
     f.stacked = h * torch::stack(masks).to(h.device()) / (1 - op.p);
   }
+
+  // Layer by layer through autograd's operations: every plan, every device.
+  torch::Tensor through_ops(const torch::Tensor& x) const {
+    Flow f{x, {}};
+    for (const Op& op : ops) {
+      switch (op.kind) {
+        case Kind::flatten:
+          flatten(f);
+          break;
+        case Kind::linear:
+          linear(op, f);
+          break;
+        case Kind::conv2d:
+          conv2d(op, f);
+          break;
+        case Kind::maxpool2d:
+          maxpool2d(op, f);
+          break;
+        case Kind::relu:
+          f.map([](const torch::Tensor& t) { return torch::relu(t); });
+          break;
+        case Kind::leaky_relu:
+          f.map([&](const torch::Tensor& t) { return torch::leaky_relu(t, op.slope); });
+          break;
+        case Kind::tanh:
+          f.map([](const torch::Tensor& t) { return torch::tanh(t); });
+          break;
+        case Kind::sigmoid:
+          f.map([](const torch::Tensor& t) { return torch::sigmoid(t); });
+          break;
+        case Kind::identity:
+          break;
+        case Kind::dropout:
+          dropout(op, f);
+          break;
+      }
+    }
+    return f.whole();
+  }
 };
 
 FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vector<torch::optim::Optimizer*>& optimizers,
@@ -344,6 +367,7 @@ FusedStack::FusedStack(const std::vector<nn::Module*>& members, const std::vecto
   }
   PUSH_CHECK(wrapper == nullptr || s.log_precision >= 0, origin, "the learned-noise wrapper has no ",
              detail::kLogNoisePrecision);
+  s.mlp = detail::StackedMlp::of(s.ops);
   if (!optimizers.empty()) {
     s.optimizer =
         std::make_unique<FusedOptimizer>(optimizers, s.member_params, s.stacks, s.offsets, s.flat, make_optimizer);
@@ -400,41 +424,7 @@ torch::Tensor FusedStack::forward(const torch::Tensor& x) {
   const Impl& s = *impl_;
   PUSH_CHECK(x.dim() >= 2 && x.size(0) == s.n, "push::bayes::FusedStack::forward", "expected inputs [", s.n,
              ", B, ...], got ", x.sizes());
-  Impl::Flow f{x, {}};
-  for (const Op& op : s.ops) {
-    switch (op.kind) {
-      case Kind::flatten:
-        s.flatten(f);
-        break;
-      case Kind::linear:
-        s.linear(op, f);
-        break;
-      case Kind::conv2d:
-        s.conv2d(op, f);
-        break;
-      case Kind::maxpool2d:
-        s.maxpool2d(op, f);
-        break;
-      case Kind::relu:
-        f.map([](const torch::Tensor& t) { return torch::relu(t); });
-        break;
-      case Kind::leaky_relu:
-        f.map([&](const torch::Tensor& t) { return torch::leaky_relu(t, op.slope); });
-        break;
-      case Kind::tanh:
-        f.map([](const torch::Tensor& t) { return torch::tanh(t); });
-        break;
-      case Kind::sigmoid:
-        f.map([](const torch::Tensor& t) { return torch::sigmoid(t); });
-        break;
-      case Kind::identity:
-        break;
-      case Kind::dropout:
-        s.dropout(op, f);
-        break;
-    }
-  }
-  torch::Tensor h = f.whole();
+  torch::Tensor h = s.mlp && s.mlp->takes(x, s.stacks) ? s.mlp->forward(x, s.stacks) : s.through_ops(x);
   if (s.log_precision >= 0) {
     // The wrapper's forward: the means, then log γ over every target.
     auto log_gamma = s.stacks[s.log_precision].view({s.n, 1, -1}).expand({s.n, h.size(1), h.size(2)});

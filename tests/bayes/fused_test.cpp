@@ -18,6 +18,7 @@ namespace push::bayes {
 namespace {
 
 using push::testing::adam;
+using push::testing::max_rel;
 
 std::vector<torch::nn::AnyModule> members_of(const ModuleFactory& factory, int n) {
   std::vector<torch::nn::AnyModule> out;
@@ -26,12 +27,6 @@ std::vector<torch::nn::AnyModule> members_of(const ModuleFactory& factory, int n
     out.push_back(factory());
   }
   return out;
-}
-
-// The largest difference relative to the largest magnitude.
-double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
-  auto x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
-  return ((x - y).abs().max() / (y.abs().max() + 1e-30)).item<double>();
 }
 
 // Forward, backward and two Adam steps of a stack against the same on each member alone.

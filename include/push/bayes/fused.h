@@ -5,7 +5,10 @@
 // N small operations per layer; stacked, the N networks are one operation per layer:
 // weights [N, out, in] and `baddbmm` for Linear (convolutions stay one per member: on CPU
 // they cost the same either way), and one optimizer step over all stacked parameters at
-// once (LibTorch's optimizers are element-wise, so stacking changes no arithmetic).
+// once (LibTorch's optimizers are element-wise, so stacking changes no arithmetic). On the
+// CPU a chain of Linear layers and activations in float32 runs forward and backward as
+// one autograd node over the BLAS that LibTorch's matrix products call, with the same
+// products and the same numbers (src/bayes/fused_mlp.h).
 //
 //   std::vector<torch::nn::Module*> nets = ...;           // one architecture
 //   std::vector<torch::optim::Optimizer*> opts = ...;     // made by `factory`
