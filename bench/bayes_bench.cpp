@@ -14,7 +14,9 @@
 // the run's FLOPs (3 x 2 x weights per point, network and epoch) at the one-core sgemm
 // rate measured in the same run (target at N = 16: <= 4; at N = 64: <= 3), and
 // fused_x_floor = fused_s / floor_s, the time of the fit's matrix products alone as one
-// sequence of BLAS calls (gemm_floor; target for the ensemble at 1 lane: <= 2).
+// sequence of BLAS calls on as many threads as lanes (gemm_floor; target for the ensemble
+// at 1 lane: <= 2); with 2 lanes, fused_lanes_speedup = a fused run on 1 lane in the same
+// iteration / fused_s (targets: ensemble >= 1.8, SVGD >= 1.6).
 // BM_FusedCnn: the Fashion-MNIST CNN ensemble (8 particles), fused against unfused, in
 // training images per second (each particle's images counted). The plain ensemble loop trains each
 // network in turn with the same seeded shuffles; the plain SVGD loop is vectorised: per
@@ -253,36 +255,46 @@ double sgemm_rate() {
 }
 
 // The floor of a fused run (issue 49): only the matrix products of the workload's forward
-// and backward for g_particles networks (three forward, five backward: no input gradient),
-// one BLAS call per network and product as a sequence, the same BLAS LibTorch calls and
-// nothing around it, on one thread; seconds for the fit's steps, best of 3.
-double gemm_floor() {
-  one_thread();
+// and backward (three forward, five backward: no input gradient), one BLAS call per
+// network and product as a sequence, the same BLAS LibTorch calls and nothing around it;
+// on `workers` threads of one intra-op thread each (the equally parallel floor of as many
+// lanes), each with its share of the g_particles networks; seconds for the fit's steps,
+// best of 3.
+double gemm_floor(int workers) {
   if (push::bayes::detail::blas_sgemm() == nullptr) return std::nan("");
   using push::bayes::detail::gemm_each;
-  const int64_t n = g_particles, b = kBatch, steps = kEpochs * ((kPoints + kBatch - 1) / kBatch);
+  const int64_t steps = kEpochs * ((kPoints + kBatch - 1) / kBatch), b = kBatch;
   const int64_t w[] = {1, 64, 64, 1};
-  std::vector<torch::Tensor> act, grad, weight, weight_grad;
-  for (int l = 0; l < 4; ++l) {
-    act.push_back(torch::randn({n, b, w[l]}));
-    grad.push_back(torch::randn({n, b, w[l]}));
-  }
-  for (int l = 0; l < 3; ++l) {
-    weight.push_back(torch::randn({n, w[l + 1], w[l]}));
-    weight_grad.push_back(torch::empty({n, w[l + 1], w[l]}));
-  }
-  double best = 1e30;
-  for (int trial = 0; trial < 3; ++trial) {
-    auto t0 = Clock::now();
+  struct Buffers {
+    int64_t n = 0;
+    std::vector<torch::Tensor> act, grad, weight, weight_grad;
+  };
+  auto setup = [&](int k) {
+    one_thread();
+    auto buffers = std::make_shared<Buffers>();
+    buffers->n = (g_particles - k + workers - 1) / workers;  // networks k, k + workers, ...
+    for (int l = 0; l < 4; ++l) {
+      buffers->act.push_back(torch::randn({buffers->n, b, w[l]}));
+      buffers->grad.push_back(torch::randn({buffers->n, b, w[l]}));
+    }
+    for (int l = 0; l < 3; ++l) {
+      buffers->weight.push_back(torch::randn({buffers->n, w[l + 1], w[l]}));
+      buffers->weight_grad.push_back(torch::empty({buffers->n, w[l + 1], w[l]}));
+    }
+    return buffers;
+  };
+  auto body = [&](int, const std::shared_ptr<Buffers>& x) {
     for (int64_t s = 0; s < steps; ++s) {
-      for (int l = 0; l < 3; ++l) gemm_each(n, false, true, b, w[l + 1], w[l], act[l], weight[l], 0, act[l + 1]);
+      for (int l = 0; l < 3; ++l)
+        gemm_each(x->n, false, true, b, w[l + 1], w[l], x->act[l], x->weight[l], 0, x->act[l + 1]);
       for (int l = 2; l >= 0; --l) {
-        gemm_each(n, true, false, w[l + 1], w[l], b, grad[l + 1], act[l], 0, weight_grad[l]);
-        if (l > 0) gemm_each(n, false, false, b, w[l], w[l + 1], grad[l + 1], weight[l], 0, grad[l]);
+        gemm_each(x->n, true, false, w[l + 1], w[l], b, x->grad[l + 1], x->act[l], 0, x->weight_grad[l]);
+        if (l > 0) gemm_each(x->n, false, false, b, w[l], w[l + 1], x->grad[l + 1], x->weight[l], 0, x->grad[l]);
       }
     }
-    best = std::min(best, seconds_since(t0));
-  }
+  };
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) best = std::min(best, on_workers(workers, 1, setup, body));
   return best;
 }
 
@@ -297,9 +309,10 @@ void run(benchmark::State& state, double (*plain)(const Workload&, int, int)) {
   const int lanes = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
   g_particles = static_cast<int>(state.range(2));
   Workload w;
-  double push_s = 0, plain_s = 0, fused_s = 0, push_min = 1e30, plain_min = 1e30, floor_s = 0;
+  double push_s = 0, plain_s = 0, fused_s = 0, push_min = 1e30, plain_min = 1e30, floor_s = 0, fused_one_lane = 0;
   for (auto _ : state) {
-    floor_s += gemm_floor();
+    floor_s += gemm_floor(lanes);
+    if (lanes > 1) fused_one_lane += through_push<Algo>(w, 1, threads, /*fuse=*/true);
     // push first: the heap setting its first Push makes (src/runtime/heap.cpp) then holds
     // for the plain loop too, as it would in a program that uses push.
     fused_s += through_push<Algo>(w, lanes, threads, /*fuse=*/true);
@@ -320,6 +333,7 @@ void run(benchmark::State& state, double (*plain)(const Workload&, int, int)) {
   state.counters["fused_x_limit"] = (fused_s / runs) / (workload_flops() / sgemm_rate());
   state.counters["floor_s"] = floor_s / runs;
   state.counters["fused_x_floor"] = fused_s / floor_s;
+  if (lanes > 1) state.counters["fused_lanes_speedup"] = fused_one_lane / fused_s;
   g_particles = 16;
 }
 
