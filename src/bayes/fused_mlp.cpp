@@ -2,6 +2,8 @@
 // out over the BLAS LibTorch calls; see fused_mlp.h.
 #include "fused_mlp.h"
 
+#include <push/core/errors.h>
+
 #include <ATen/ops/mm_ops.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -91,9 +93,11 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
     for (const Layer& l : *layers) {
       const auto& w = stacks[l.weight];  // [n, out, in]
       const int64_t out = w.size(1), in = w.size(2);
-      // Seeded with the bias, then beta = 1: what Linear's addmm computes for each member.
-      torch::Tensor z = l.bias >= 0 ? stacks[l.bias].unsqueeze(1).expand({n, b, out}).contiguous()
-                                    : torch::empty({n, b, out}, input.options());
+      // Seeded with a copy of the bias, then beta = 1: what Linear's addmm computes for each
+      // member. (With one point the expanded bias is already contiguous: contiguous() would
+      // hand back the bias itself, and the product would overwrite it.)
+      torch::Tensor z = torch::empty({n, b, out}, input.options());
+      if (l.bias >= 0) z.copy_(stacks[l.bias].unsqueeze(1).expand({n, b, out}));
       gemm_each(n, false, true, b, out, in, h, w, l.bias >= 0 ? 1.0F : 0.0F, z);
       activate_(z, l);
       saved.push_back(z);
@@ -106,6 +110,10 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The products below fill buffers through raw pointers: nothing of them is recorded.
+    PUSH_CHECK(!at::GradMode::is_enabled(), "push::bayes::FusedStack",
+               "the fused CPU path of a Linear stack has no second derivative (backward with create_graph); "
+               "differentiate the members one by one");
     const auto layers = load_plan(ctx);
     const auto saved = ctx->get_saved_variables();
     const auto count = static_cast<size_t>(ctx->saved_data["stacks"].toInt());
@@ -212,11 +220,21 @@ std::optional<StackedMlp> StackedMlp::of(const std::vector<fused_plan::Op>& ops)
 }
 
 bool StackedMlp::takes(const torch::Tensor& x, const std::vector<torch::Tensor>& stacks) const {
-  if (x.dim() != 3 || x.scalar_type() != torch::kFloat || !x.device().is_cpu() || !fits_int(x)) return false;
-  if (x.size(2) != stacks[layers_.front().weight].size(2)) return false;  // the other path names the mismatch
+  auto plain = [&](const torch::Tensor& t) {
+    return t.layout() == torch::kStrided && t.scalar_type() == torch::kFloat && t.device().is_cpu() && fits_int(t) &&
+           t.size(0) == x.size(0);
+  };
+  if (x.dim() != 3 || !plain(x)) return false;
   for (const auto& s : stacks) {
-    if (s.scalar_type() != torch::kFloat || !s.device().is_cpu() || !s.is_contiguous() || !fits_int(s)) return false;
-    if (s.size(0) != x.size(0)) return false;
+    if (!plain(s) || !s.is_contiguous()) return false;
+  }
+  // Each layer's shapes chain: where they do not, the general path names the mismatch.
+  int64_t features = x.size(2);
+  for (const Layer& l : layers_) {
+    const auto& w = stacks[l.weight];
+    if (w.dim() != 3 || w.size(2) != features) return false;
+    features = w.size(1);
+    if (l.bias >= 0 && (stacks[l.bias].dim() != 2 || stacks[l.bias].size(1) != features)) return false;
   }
   return true;
 }

@@ -125,5 +125,68 @@ TEST(FusedMlp, AStepInPlaceBetweenForwardAndBackwardIsAnError) {
   EXPECT_THROW(out.sum().backward(), c10::Error);
 }
 
+// A batch of one point: the bias seeded into the output must be a copy, never the bias
+// itself (an expand of a [N, 1, out] view is already contiguous).
+TEST(FusedMlp, ABatchOfOneLeavesTheParametersAlone) {
+  nn::Sequential net(nn::Linear(3, 4), nn::Tanh(), nn::Linear(4, 2));
+  FusedStack stack({net.ptr().get()}, {}, nullptr);
+  std::vector<torch::Tensor> before;
+  for (const auto& p : stack.parameters()) before.push_back(p.detach().clone());
+  auto x = torch::randn({1, 1, 3});
+  auto first = stack.forward(x);
+  ASSERT_TRUE(written_out(first));
+  first.sum().backward();
+  for (size_t k = 0; k < before.size(); ++k) {
+    EXPECT_TRUE(torch::equal(stack.parameters()[k].detach(), before[k])) << "parameter " << k;
+  }
+  EXPECT_TRUE(torch::equal(stack.forward(x).detach(), first.detach()));
+}
+
+// The same run fused and unfused, its last batch one point (33 points, batch 32).
+TEST(FusedMlp, ATrainingWhoseLastBatchHasOnePointMatchesUnfused) {
+  auto train = data::synthetic_gap(33, 3);
+  auto model = make_model("mlp:16,16", {1}, 1);
+  auto options = InferOptions()
+                     .particles(3)
+                     .distribution(PushOptions().devices(1).cache_size(3).intra_op_threads(1).seed(5))
+                     .batch_size(32)
+                     .lr(1e-2);
+  Ensemble fused(model, InferOptions(options).fuse(true)), alone(model, InferOptions(options).fuse(false));
+  fused.fit(train, 3);
+  alone.fit(train, 3);
+  ASSERT_TRUE(fused.fused());
+  auto x = torch::linspace(-1.5, 1.5, 9).unsqueeze(1);
+  EXPECT_LT(max_rel(fused.predict(x).mean, alone.predict(x).mean), 1e-5);
+}
+
+TEST(FusedMlp, LayersWhoseShapesDoNotChainFailAsTheGeneralPathDoes) {
+  nn::Sequential net(nn::Linear(3, 8), nn::ReLU(), nn::Linear(9, 2));
+  FusedStack stack({net.ptr().get()}, {}, nullptr);
+  EXPECT_THROW(stack.forward(torch::randn({1, 5, 3})), c10::Error);
+}
+
+TEST(FusedMlp, BackwardTwiceAndAnExpandedGradient) {
+  nn::Sequential net(nn::Linear(3, 6), nn::ReLU(), nn::Linear(6, 2));
+  FusedStack stack({net.ptr().get()}, {}, nullptr);
+  auto x = torch::randn({1, 4, 3});
+  auto out = stack.forward(x);
+  ASSERT_TRUE(written_out(out));
+  stack.zero_grad();
+  out.sum().backward({}, /*retain_graph=*/true);  // the incoming gradient is an expanded 1
+  auto once = stack.parameters()[0].grad().clone();
+  net->forward(x[0]).sum().backward();  // the member itself (the stack is a copy)
+  EXPECT_LT(max_rel(once[0], net->parameters()[0].grad()), 1e-5);
+  out.sum().backward();
+  EXPECT_LT(max_rel(stack.parameters()[0].grad(), once * 2), 1e-6);
+}
+
+TEST(FusedMlp, ASecondDerivativeIsAClearError) {
+  nn::Sequential net(nn::Linear(2, 4), nn::Tanh(), nn::Linear(4, 1));
+  FusedStack stack({net.ptr().get()}, {}, nullptr);
+  auto out = stack.forward(torch::randn({1, 3, 2}));
+  ASSERT_TRUE(written_out(out));
+  EXPECT_PUSH_ERROR(torch::autograd::grad({out.sum()}, {stack.parameters()[0]}, {}, true, true), "second derivative");
+}
+
 }  // namespace
 }  // namespace push::bayes

@@ -7,8 +7,9 @@
 // they cost the same either way), and one optimizer step over all stacked parameters at
 // once (LibTorch's optimizers are element-wise, so stacking changes no arithmetic). On the
 // CPU a chain of Linear layers and activations in float32 runs forward and backward as
-// one autograd node over the BLAS that LibTorch's matrix products call, with the same
-// products and the same numbers (src/bayes/fused_mlp.h).
+// one autograd node over the BLAS that LibTorch's matrix products call: the same products,
+// equal to float rounding (src/bayes/fused_mlp.h). That path has no second
+// derivative: a backward with create_graph through it throws push::Error.
 //
 //   std::vector<torch::nn::Module*> nets = ...;           // one architecture
 //   std::vector<torch::optim::Optimizer*> opts = ...;     // made by `factory`
