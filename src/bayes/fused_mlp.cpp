@@ -56,36 +56,15 @@ torch::Tensor activation_backward(const torch::Tensor& g, const torch::Tensor& o
   }
 }
 
-// The plan travels in the node as lists (saved_data holds IValues).
-void save_plan(AutogradContext* ctx, const std::vector<Layer>& layers) {
-  std::vector<int64_t> weights, biases, kinds;
-  std::vector<double> slopes;
-  for (const Layer& l : layers) {
-    weights.push_back(l.weight);
-    biases.push_back(l.bias);
-    kinds.push_back(static_cast<int64_t>(l.activation));
-    slopes.push_back(l.slope);
-  }
-  ctx->saved_data["weights"] = weights;
-  ctx->saved_data["biases"] = biases;
-  ctx->saved_data["kinds"] = kinds;
-  ctx->saved_data["slopes"] = slopes;
-}
-
-std::vector<Layer> load_plan(AutogradContext* ctx) {
-  const auto weights = ctx->saved_data["weights"].toIntVector(), biases = ctx->saved_data["biases"].toIntVector(),
-             kinds = ctx->saved_data["kinds"].toIntVector();
-  const auto slopes = ctx->saved_data["slopes"].toDoubleVector();
-  std::vector<Layer> layers(weights.size());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    layers[i] = Layer{weights[i], biases[i], static_cast<Kind>(kinds[i]), slopes[i]};
-  }
-  return layers;
+// Layer l of a plan as StackedMlp::of encodes it for the node (saved_data holds IValues):
+// weight, bias and activation kind at 3 l .. 3 l + 2 of `ints`, the slope at l of `slopes`.
+Layer layer_at(const c10::List<int64_t>& ints, const c10::List<double>& slopes, size_t l) {
+  return Layer{ints.get(3 * l), ints.get(3 * l + 1), static_cast<Kind>(ints.get(3 * l + 2)), slopes.get(l)};
 }
 
 struct MlpFunction : torch::autograd::Function<MlpFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, at::TensorList stacks,
-                               const std::vector<Layer>* layers) {
+                               const std::vector<Layer>* layers, const c10::IValue* ints, const c10::IValue* slopes) {
     const int64_t n = input.size(0), b = input.size(1);
     variable_list saved{input.contiguous()};
     saved.insert(saved.end(), stacks.begin(), stacks.end());
@@ -104,8 +83,8 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
       h = z;
     }
     ctx->save_for_backward(saved);
-    save_plan(ctx, *layers);
-    ctx->saved_data["stacks"] = static_cast<int64_t>(stacks.size());
+    ctx->saved_data["plan"] = *ints;  // shared, not copied: encoded once per stack
+    ctx->saved_data["slopes"] = *slopes;
     return h;
   }
 
@@ -114,21 +93,22 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
     PUSH_CHECK(!at::GradMode::is_enabled(), "push::bayes::FusedStack",
                "the fused CPU path of a Linear stack has no second derivative (backward with create_graph); "
                "differentiate the members one by one");
-    const auto layers = load_plan(ctx);
+    const auto ints = ctx->saved_data["plan"].toIntList();
+    const auto slopes = ctx->saved_data["slopes"].toDoubleList();
     const auto saved = ctx->get_saved_variables();
-    const auto count = static_cast<size_t>(ctx->saved_data["stacks"].toInt());
+    const size_t layers = slopes.size(), count = saved.size() - 1 - layers;  // input, stacks, outputs
     const torch::Tensor& input = saved[0];
     auto stack = [&](int64_t k) -> const torch::Tensor& { return saved[1 + static_cast<size_t>(k)]; };
     auto output = [&](size_t l) -> const torch::Tensor& { return saved[1 + count + l]; };
     const int64_t n = input.size(0), b = input.size(1);
-    variable_list result(1 + count + 1);          // the input, each stack, the plan (no gradient)
+    variable_list result(1 + count + 3);          // the input, each stack, the plan's 3 arguments (none)
     auto add = [&](int64_t k, torch::Tensor g) {  // a stack two layers share gets both terms
       auto& slot = result[1 + static_cast<size_t>(k)];
       slot = slot.defined() ? slot + g : std::move(g);
     };
     torch::Tensor g = grads[0];
-    for (size_t l = layers.size(); l-- > 0;) {
-      const Layer& layer = layers[l];
+    for (size_t l = layers; l-- > 0;) {
+      const Layer layer = layer_at(ints, slopes, l);
       g = activation_backward(g, output(l), layer).contiguous();
       const torch::Tensor& w = stack(layer.weight);
       const torch::Tensor& h = l > 0 ? output(l - 1) : input;
@@ -216,6 +196,14 @@ std::optional<StackedMlp> StackedMlp::of(const std::vector<fused_plan::Op>& ops)
     }
   }
   if (mlp.layers_.empty()) return std::nullopt;
+  c10::List<int64_t> ints;
+  c10::List<double> slopes;
+  for (const Layer& l : mlp.layers_) {
+    for (int64_t v : {l.weight, l.bias, static_cast<int64_t>(l.activation)}) ints.push_back(v);
+    slopes.push_back(l.slope);
+  }
+  mlp.ints_ = ints;
+  mlp.slopes_ = slopes;
   return mlp;
 }
 
@@ -240,7 +228,7 @@ bool StackedMlp::takes(const torch::Tensor& x, const std::vector<torch::Tensor>&
 }
 
 torch::Tensor StackedMlp::forward(const torch::Tensor& x, const std::vector<torch::Tensor>& stacks) const {
-  return MlpFunction::apply(x, at::TensorList(stacks), &layers_);
+  return MlpFunction::apply(x, at::TensorList(stacks), &layers_, &ints_, &slopes_);
 }
 
 }  // namespace push::bayes::detail

@@ -94,6 +94,22 @@ TEST(FusedMlp, LayersWithoutBiasAndNoOpLayers) {
                                       {1, 1}, 1));
 }
 
+// One Linear twice: the plan's two layers use one stack (the last of the parameter list's
+// two entries for it), which gets both layers' terms.
+TEST(FusedMlp, ALayerUsedTwiceGetsBothTermsInOneStack) {
+  nn::Linear square(5, 5);
+  nn::Sequential net(square, nn::ReLU(), square, nn::Sigmoid(), nn::Linear(5, 1));
+  FusedStack stack({net.ptr().get()}, {}, nullptr);
+  auto x = torch::randn({1, 4, 5});
+  stack.zero_grad();
+  auto out = stack.forward(x);
+  ASSERT_TRUE(written_out(out));
+  out.sum().backward();
+  net->forward(x[0]).sum().backward();
+  EXPECT_LT(max_rel(stack.parameters()[2].grad()[0], square->weight.grad()), 1e-5);
+  EXPECT_LT(max_rel(stack.parameters()[3].grad()[0], square->bias.grad()), 1e-5);
+}
+
 TEST(FusedMlp, WhatItDoesNotTakeGoesTheGeneralWay) {
   auto mlp = [] { return nn::Sequential(nn::Linear(3, 8), nn::ReLU(), nn::Linear(8, 2)); };
   EXPECT_FALSE(expect_members_computed(mlp, {4, 3}, 2, torch::kDouble)) << "float64";
