@@ -356,10 +356,12 @@ def _start_script(tmp_path, body):
 
 def test_a_handler_still_running_at_exit_is_waited_for_at_most_the_grace(tmp_path):
     proc = _start_script(tmp_path, """
-        import time, torch, push
+        import threading, time, torch, push
         push.exit_grace = 1
         d = push.PusH(lambda: torch.nn.Linear(2, 1))
-        d.p_launch(d.p_create(None, receive={"F": lambda p: time.sleep(1e9)}), "F")
+        running = threading.Event()  # exit once the handler runs (one not yet started is cancelled)
+        d.p_launch(d.p_create(None, receive={"F": lambda p: (running.set(), time.sleep(1e9))}), "F")
+        assert running.wait(60)
         print("exiting", flush=True)
     """)
     try:
