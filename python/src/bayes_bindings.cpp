@@ -236,6 +236,7 @@ InferHolder make_infer(const std::string& kind, py::object model, py::dict kwarg
     if (auto v = o.take<bool>("preconditioned")) co.preconditioned(*v);
     if (auto v = o.take<double>("precondition_decay")) co.precondition_decay(*v);
     if (auto v = o.take<double>("precondition_eps")) co.precondition_eps(*v);
+    if (auto v = o.take<bool>("hold_preconditioner")) co.hold_preconditioner(*v);
     if (auto v = o.take<double>("temperature")) co.temperature(*v);
     if (auto v = o.take<int64_t>("cycle_epochs")) co.cycle_epochs(*v);
     if (auto v = o.take<double>("exploration")) co.exploration(*v);

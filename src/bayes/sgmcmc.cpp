@@ -33,8 +33,11 @@ torch::Tensor held_samples(Particle& p) {
 /// One step of every chain in `params` (each [rows, ...]: rows = 1 for one particle, N for
 /// a fused stack), with `buffer` [rows, D] (v or V; undefined for plain SGLD) and row r's
 /// noise drawn from gens[r] on the host: the same numbers fused or not, on any device.
+/// pSGLD's V moves only when `adapt` (or is new).
 void chain_step(const std::vector<torch::Tensor>& params, int64_t rows, const torch::Tensor& buffer, bool first,
-                std::vector<at::Generator>& gens, const SGMCMCOptions& o, double eps, bool noisy, double n) {
+                std::vector<at::Generator>& gens, const SGMCMCOptions& o, const SGMCMC::EpochPlan& e, double n) {
+  const double eps = e.step_size;
+  const bool noisy = e.noisy, adapt = !e.keeps || !o.hold_preconditioner();
   torch::NoGradGuard no_grad;
   const double t = o.temperature();
   int64_t offset = 0;
@@ -64,7 +67,7 @@ void chain_step(const std::vector<torch::Tensor>& params, int64_t rows, const to
     } else if (o.preconditioned()) {
       if (first) {
         slice.copy_(g * g);  // V starts at the first gradient's square, not at 0
-      } else {
+      } else if (adapt) {
         slice.mul_(o.precondition_decay()).addcmul_(g, g, 1 - o.precondition_decay());
       }
       const auto precondition = 1 / (o.precondition_eps() + slice.sqrt());
@@ -114,6 +117,9 @@ SGMCMC::SGMCMC(ModuleFactory model, InferOptions options, SGMCMCOptions chains)
              "precondition_decay must be in [0, 1), got ", o.precondition_decay());
   PUSH_CHECK(positive(o.precondition_eps()), kOrigin, "precondition_eps must be positive and finite, got ",
              o.precondition_eps());
+  PUSH_CHECK(
+      !o.hold_preconditioner() || !o.preconditioned() || o.burn_in_epochs() > 0 || o.cycle_epochs() > 0, kOrigin,
+      "hold_preconditioner needs burn_in_epochs or cycle_epochs: V would be held at the first gradient's square");
   PUSH_CHECK(positive(o.temperature()), kOrigin, "temperature must be positive and finite, got ", o.temperature());
   PUSH_CHECK(o.cycle_epochs() >= 0, kOrigin, "cycle_epochs must be >= 0, got ", o.cycle_epochs());
   PUSH_CHECK(o.exploration() >= 0 && o.exploration() < 1, kOrigin, "exploration must be in [0, 1), got ",
@@ -189,8 +195,7 @@ StepHooks SGMCMC::epoch_hooks(Particle& p, int64_t epoch) {
       std::tie(buffer, first) = held_buffer(p, key, params.front(), flat_size(params, 1));
       p.state()[key] = buffer;  // updated in place from here on
     }
-    chain_step(params, 1, buffer.defined() ? buffer.view({1, -1}) : buffer, first, *gens, chains_, e.step_size, e.noisy,
-               n);
+    chain_step(params, 1, buffer.defined() ? buffer.view({1, -1}) : buffer, first, *gens, chains_, e, n);
   };
   if (e.keeps) {
     hooks.after_step = [this, &p] {
@@ -231,7 +236,7 @@ std::optional<StepHooks> SGMCMC::fused_epoch_hooks(FusedStack& stack, const std:
   }
   StepHooks hooks;
   hooks.step = [this, &stack, buffer, first, gens, e, n] {
-    chain_step(stack.parameters(), stack.size(), *buffer, *first, *gens, chains_, e.step_size, e.noisy, n);
+    chain_step(stack.parameters(), stack.size(), *buffer, *first, *gens, chains_, e, n);
     *first = false;
   };
   hooks.finish = [buffer, members, key] {

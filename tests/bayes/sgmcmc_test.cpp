@@ -54,6 +54,42 @@ TEST(SGMCMC, FusedChainsTakeTheStepsOfChainsAlone) {
   }
 }
 
+/// SGMCMC that also answers "second": a particle's pSGLD V.
+class SecondMomentProbe : public SGMCMC {
+ public:
+  using SGMCMC::SGMCMC;
+  torch::Tensor second(Pid pid) { return distribution().p_launch(pid, "second").wait().toTensor(); }
+
+ protected:
+  ParticleOptions particle_options() override {
+    return SGMCMC::particle_options().on("second", [](Particle& p, const Args&) {
+      return c10::IValue(p.state().at("sgmcmc_second").toTensor().clone());
+    });
+  }
+};
+
+// With hold_preconditioner, pSGLD's V adapts through burn-in and is held once samples are
+// kept (G constant, so the dropped Γ term is zero); by default it adapts on every step.
+TEST(SGMCMC, PreconditionedChainsHoldTheirPreconditionerWhileSampling) {
+  auto d = data::synthetic_gap(64, 6);
+  for (bool fuse : {false, true}) {
+    for (bool hold : {true, false}) {
+      SCOPED_TRACE(std::string(fuse ? "fused" : "alone") + (hold ? ", held" : ", adapting"));
+      SecondMomentProbe chains(
+          make_model("mlp:8", {1}, 1), InferOptions().particles(2).batch_size(16).fuse(fuse),
+          SGMCMCOptions().preconditioned(true).hold_preconditioner(hold).step_size(1e-2).burn_in_epochs(2));
+      chains.fit(d, 1);
+      const auto burning = chains.second(1);
+      chains.fit(d, 1);
+      const auto burnt = chains.second(1);
+      EXPECT_FALSE(torch::equal(burning, burnt));  // still adapting in epoch 1
+      chains.fit(d, 2);                            // epochs 2 and 3 keep samples, 4 steps each
+      EXPECT_EQ(chains.samples(1).size(0), 8);
+      EXPECT_EQ(torch::equal(burnt, chains.second(1)), hold);
+    }
+  }
+}
+
 TEST(SGMCMC, SamplesAndChainStateSurviveSaveAndLoad) {
   auto d = data::synthetic_gap(64, 5);
   const auto options = SGMCMCOptions().method(SGMCMCMethod::sghmc).step_size(1e-2).samples(4);
@@ -130,6 +166,8 @@ TEST(SGMCMC, BadOptionsAreNamed) {
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().method(SGMCMCMethod::sghmc).friction(0)), "friction must be in (0, 1]");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().friction(1.5)), "friction must be in (0, 1], got 1.5");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().method(SGMCMCMethod::sghmc).preconditioned(true)), "sgld only");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().preconditioned(true).hold_preconditioner(true)),
+                    "hold_preconditioner needs burn_in_epochs or cycle_epochs");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().thin(0)), "thin must be >= 1");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().samples(0)), "samples must be >= 1");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().exploration(1)), "exploration must be in [0, 1)");

@@ -7,7 +7,7 @@
 //
 //   SGLD (Welling & Teh 2011):      θ ← θ - ε g + sqrt(2 ε T / N) z
 //   pSGLD (Li et al. 2016):         V ← β V + (1 - β) g²,  G = 1 / (λ + sqrt(V)),
-//                                   θ ← θ - ε G g + sqrt(2 ε T G / N) z   (the Γ term dropped)
+//                                   θ ← θ - ε G g + sqrt(2 ε T G / N) z   (Γ dropped, or V held)
 //   SGHMC (Chen et al. 2014, eq. 15 with β̂ = 0): v ← (1 - α) v - ε g + sqrt(2 α ε T / N) z,
 //                                   θ ← θ + v   (α the friction; ε/N is Chen et al.'s η)
 //
@@ -45,7 +45,14 @@ struct SGMCMCOptions {
   TORCH_ARG(bool, preconditioned) = false;
   TORCH_ARG(double, precondition_decay) = 0.99;  // β
   TORCH_ARG(double, precondition_eps) = 1e-5;    // λ
-  TORCH_ARG(double, temperature) = 1.0;          // T
+  /// pSGLD: hold V in the epochs that keep samples, adapting it only while the chain burns
+  /// in or explores: G is then constant where samples are kept, so Li et al.'s Γ = Σⱼ
+  /// ∂Gᵢⱼ/∂θⱼ, which pSGLD drops, is zero and the chain samples exp(-U) up to the step's
+  /// discretisation (docs/bayes.md, *pSGLD*). Off by default, as Li et al. run it: a network
+  /// unit that was inactive through burn-in keeps V ≈ 0, and a step G g with G = 1/λ once
+  /// it wakes diverges, where an adapting V follows it. Needs burn_in_epochs or cycles.
+  TORCH_ARG(bool, hold_preconditioner) = false;
+  TORCH_ARG(double, temperature) = 1.0;  // T
   /// Epochs per cycle of the cyclical step size; 0: constant.
   TORCH_ARG(int64_t, cycle_epochs) = 0;
   /// With cycles: the fraction of each cycle that only descends.

@@ -202,7 +202,8 @@ class MCDropout(Infer):
 class SGLD(Infer):
     """Stochastic gradient Langevin dynamics: each particle a chain (push/bayes/sgmcmc.h).
     Also ``step_size`` (1e-3, per training point), ``preconditioned`` (False: True is
-    pSGLD), ``precondition_decay`` (0.99), ``precondition_eps`` (1e-5), ``temperature`` (1),
+    pSGLD), ``precondition_decay`` (0.99), ``precondition_eps`` (1e-5),
+    ``hold_preconditioner`` (True: pSGLD's V is held while samples are kept), ``temperature`` (1),
     ``cycle_epochs`` (0: a constant step; L: cyclical over L epochs), ``exploration`` (0.5),
     ``burn_in_epochs`` (0), ``thin`` (1) and ``samples`` (20, kept per chain)."""
 
