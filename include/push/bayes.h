@@ -11,6 +11,7 @@
 #include <push/bayes/infer.h>
 #include <push/bayes/laplace.h>
 #include <push/bayes/mc_dropout.h>
+#include <push/bayes/mixing.h>
 #include <push/bayes/models.h>
 #include <push/bayes/objective.h>
 #include <push/bayes/options.h>

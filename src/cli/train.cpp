@@ -141,6 +141,7 @@ int run_train(int argc, char** argv) {
   // ---- report (rank 0): nothing is written when a metric is not finite ----
   std::optional<Evaluation> evaluation;
   std::vector<bayes::MemberWarning> warnings;
+  std::optional<bayes::ChainMixing> mixing;
   std::vector<std::string> pictures;
   std::exception_ptr report_failed;
   if (ranks.lead()) {
@@ -148,6 +149,7 @@ int run_train(int argc, char** argv) {
       evaluation = evaluate(pred, data.test_raw, data.test, data.scaler, infer->losses());
       warnings = member_warnings(c, *infer, pred, data);
       report_warnings(c, *infer, warnings);  // with --strict: fails the run
+      mixing = report_mixing(c, pred);
       folders->out->write("predictions.csv", evaluation->predictions_csv);
       if (band) folders->out->write("band.csv", band_csv(*band));
       pictures = write_pictures(*folders->out, c, *evaluation, *infer, data.train_raw, band);
@@ -161,6 +163,7 @@ int run_train(int argc, char** argv) {
   timings.total_s = total.seconds();
   auto doc = metrics_document(c, *infer, ranks.size(), data, *evaluation, timings, pictures);
   doc["warnings"] = warnings_json(c, *infer, warnings);
+  if (mixing) doc["mixing"] = mixing_json(*mixing);
   doc["particle_losses"] = particle_losses_json(*infer);
   folders->out->write("metrics.json", doc.dump(2) + "\n");
   folders->publish();

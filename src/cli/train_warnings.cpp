@@ -88,6 +88,28 @@ nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& i
   return out;
 }
 
+std::optional<bayes::ChainMixing> report_mixing(const TrainConfig& c, const bayes::Predictive& pred) {
+  if (!is_sgmcmc(c.algo)) return std::nullopt;
+  auto m = bayes::chain_mixing(pred, c.particles);
+  if (m && m->rhat_median > kMixedRhat) {
+    std::fprintf(stderr,
+                 "push train: hint: the chains have not mixed: the split-R-hat of their test predictions has median "
+                 "%s (max %s; %s or less when every chain samples alike), so their samples are not yet draws from "
+                 "one posterior: more --epochs or --burn-in, a larger --lr (the step size), or --cycles\n",
+                 decimal(m->rhat_median).c_str(), decimal(m->rhat_max).c_str(), decimal(kMixedRhat).c_str());
+  }
+  return m;
+}
+
+nlohmann::ordered_json mixing_json(const bayes::ChainMixing& m) {
+  return {{"rhat_median", m.rhat_median},
+          {"rhat_max", m.rhat_max},
+          {"above_1.1", m.above},
+          {"values", m.values},
+          {"samples_per_chain", m.samples_per_chain},
+          {"mixed", m.rhat_median <= kMixedRhat}};
+}
+
 nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer) {
   auto out = nlohmann::ordered_json::array();
   for (const auto& [pid, l] : infer.particle_losses()) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <vector>
 
 #include "train_config.h"
@@ -27,6 +28,16 @@ void report_warnings(const TrainConfig& c, const bayes::Infer& infer,
 /// metrics.json's "warnings": each warning's particle, kind, figures and line.
 nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& infer,
                                      const std::vector<bayes::MemberWarning>& warnings);
+
+/// sgld, sghmc: the chains' split-R̂ on the test predictions (bayes::chain_mixing), with a
+/// hint on stderr when its median exceeds kMixedRhat: the chains have not mixed. A hint, not
+/// a warning: --strict does not fail on it. None for other algorithms or too few samples.
+std::optional<bayes::ChainMixing> report_mixing(const TrainConfig& c, const bayes::Predictive& pred);
+/// Split-R̂ at or below this: mixed (Gelman et al.'s customary 1.1).
+constexpr double kMixedRhat = 1.1;
+
+/// metrics.json's "mixing": report_mixing's figures.
+nlohmann::ordered_json mixing_json(const bayes::ChainMixing& m);
 
 /// metrics.json's "particle_losses": each particle's best and last epoch loss.
 nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer);

@@ -282,4 +282,29 @@ TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
   EXPECT_TRUE(metrics("ok")["warnings"].empty());
 }
 
+// SG-MCMC runs report their chains' split-R-hat (push/bayes/mixing.h) in metrics.json, and
+// a hint when it says the chains have not mixed: here, chains still descending from their
+// initialisation while they keep samples (no burn-in, 10 epochs); the default runs mix.
+TEST_F(Cli, ChainsThatHaveNotMixedGetAHint) {
+  auto early = run("--algo sgld --epochs 10 --burn-in 0 --quiet --out early");
+  ASSERT_EQ(early.code, 0) << early.err;
+  EXPECT_NE(early.err.find("push train: hint: the chains have not mixed: the split-R-hat of their test predictions"),
+            std::string::npos)
+      << early.err;
+  const auto m = metrics("early")["mixing"];
+  EXPECT_GT(m["rhat_median"].get<double>(), 1.1) << m.dump();
+  EXPECT_EQ(m["mixed"], false);
+  EXPECT_EQ(m["values"], metrics("early")["data"]["test_size"]);
+  for (std::string algo : {"sgld", "sghmc"}) {
+    auto r = run("--algo " + algo + " --quiet --out " + algo);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.find("hint"), std::string::npos) << algo << ": " << r.err;
+    const auto mixing = metrics(algo)["mixing"];
+    EXPECT_LE(mixing["rhat_median"].get<double>(), 1.1) << algo << ": " << mixing.dump();
+    EXPECT_EQ(mixing["mixed"], true) << algo;
+  }
+  ASSERT_EQ(run("--epochs 2 --quiet --out ens").code, 0);
+  EXPECT_FALSE(metrics("ens").contains("mixing"));  // not chains
+}
+
 }  // namespace

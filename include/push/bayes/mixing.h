@@ -1,0 +1,30 @@
+#pragma once
+// Whether SG-MCMC chains have mixed: the split-R̂ of Gelman et al. (Bayesian Data
+// Analysis, 3rd ed., §11.4) over the chains' predictions. Each chain's samples are split in
+// halves; R̂ = sqrt(((n - 1)/n W + B/n) / W), W the mean variance within the half-chains and
+// B/n the variance of their means, n samples per half. R̂ near 1: every half-chain has seen
+// the same spread of predictions; well above 1: the chains (or a chain's two halves) sit in
+// different places, so their pooled samples are not yet draws from one distribution.
+//
+//   auto pred = chains.predict(test.x);            // members: chains x samples, in order
+//   if (auto m = push::bayes::chain_mixing(pred, 8)) std::printf("%.2f\n", m->rhat_median);
+#include <push/bayes/predictive.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace push::bayes {
+
+struct ChainMixing {
+  /// Split-R̂ of every predicted value (each point and output: regression means, class
+  /// probabilities): their median and maximum, and the fraction above 1.1.
+  double rhat_median = 1, rhat_max = 1, above = 0;
+  int64_t values = 0;             // predicted values judged
+  int64_t samples_per_chain = 0;  // the even number of samples used, the oldest dropped if odd
+};
+
+/// The chains' mixing on `pred`, whose members are `chains` equal blocks of samples, each
+/// oldest first (SGMCMC::predict). None with fewer than 2 chains or 4 samples per chain.
+std::optional<ChainMixing> chain_mixing(const Predictive& pred, int64_t chains);
+
+}  // namespace push::bayes
