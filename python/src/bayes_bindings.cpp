@@ -7,6 +7,7 @@
 #include <push/bayes/ensemble.h>
 #include <push/bayes/laplace.h>
 #include <push/bayes/mc_dropout.h>
+#include <push/bayes/mixing.h>
 #include <push/bayes/models.h>
 #include <push/bayes/randomized_prior.h>
 #include <push/bayes/sgmcmc.h>
@@ -338,6 +339,22 @@ void bind_bayes(py::module_& parent) {
                                }
                                return out;
                              })
+      .def("mixing",
+           [](bayes::Infer& infer, const torch::Tensor& x) -> py::object {
+             std::optional<bayes::ChainMixing> m;
+             {
+               py::gil_scoped_release unlocked;
+               m = bayes::chain_mixing(infer.predict(x), infer.options().particles());
+             }
+             if (!m) return py::none();
+             py::dict out;
+             out["rhat_median"] = m->rhat_median;
+             out["rhat_max"] = m->rhat_max;
+             out["above_1.1"] = m->above;
+             out["values"] = m->values;
+             out["samples_per_chain"] = m->samples_per_chain;
+             return out;
+           })
       .def("warnings", &member_warnings, py::arg("rise"), py::arg("test_x"), py::arg("test_y"), py::arg("train_x"),
            py::arg("train_y"), py::arg("classify"))
       // distribution() may make the particles (the factory then takes the GIL): without it.

@@ -198,3 +198,20 @@ def test_laplace_widens_the_predictive_of_its_map_networks():
         bayes.Laplace(mlp, structure="banded")
     with pytest.raises(Exception, match="does not take a randomized prior"):
         bayes.Laplace(mlp, prior_scale=1.0)
+
+
+def test_sg_mcmc_chains_report_whether_they_mixed():
+    # Chains still descending from their initialisation while they keep samples: the
+    # split-R-hat of their predictions is far above 1 (push/bayes/mixing.h).
+    x, y = data()
+    common = dict(particles=3, batch_size=64, noise_std=0.1, seed=2, samples=8)
+    early = bayes.SGLD(mlp, step_size=1e-4, **common).fit(x, y, epochs=4)
+    m = early.mixing(x)
+    assert m["rhat_median"] > 1.1 and m["rhat_max"] >= m["rhat_median"]
+    assert m["values"] == x.shape[0] and m["samples_per_chain"] == 8
+    assert bayes.SGLD(mlp, particles=1, samples=8).fit(x, y, epochs=2).mixing(x) is None
+    # pSGLD holding its preconditioner needs a burn-in to adapt it first.
+    with pytest.raises(Exception, match="hold_preconditioner needs burn_in_epochs"):
+        bayes.SGLD(mlp, preconditioned=True, hold_preconditioner=True)
+    held = bayes.SGLD(mlp, preconditioned=True, hold_preconditioner=True, burn_in_epochs=2, **common)
+    assert held.fit(x, y, epochs=4).predict(x).members.shape[0] == 3 * 8

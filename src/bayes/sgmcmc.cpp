@@ -19,6 +19,7 @@ constexpr const char* kSecond = "sgmcmc_second";      // pSGLD's V, flat [D]
 constexpr const char* kSamples = "sgmcmc_samples";    // [k, D] float32, host: a ring once full
 constexpr const char* kNext = "sgmcmc_next";          // the ring's oldest row, where the next sample goes
 constexpr const char* kSteps = "sgmcmc_steps";        // sampling steps taken
+constexpr double kWake = 100;                         // a held V adapts where g² exceeds this many times it
 
 /// p's samples, oldest first; undefined before the first.
 torch::Tensor held_samples(Particle& p) {
@@ -69,6 +70,13 @@ void chain_step(const std::vector<torch::Tensor>& params, int64_t rows, const to
         slice.copy_(g * g);  // V starts at the first gradient's square, not at 0
       } else if (adapt) {
         slice.mul_(o.precondition_decay()).addcmul_(g, g, 1 - o.precondition_decay());
+      } else {
+        // Held, but where a gradient's square exceeds kWake V (a network unit inactive
+        // through burn-in, V ≈ 0, that wakes) V adapts there: a step G g with G ≈ 1/λ would
+        // diverge. For a coordinate sampling its posterior, g² > 100 E[g²] is a 10-sd event.
+        const auto g2 = g * g;
+        const auto moved = slice * o.precondition_decay() + g2 * (1 - o.precondition_decay());
+        slice.copy_(torch::where(g2 > slice * kWake, moved, slice));
       }
       const auto precondition = 1 / (o.precondition_eps() + slice.sqrt());
       theta.addcmul_(precondition, g, -eps);

@@ -48,9 +48,10 @@ struct SGMCMCOptions {
   /// pSGLD: hold V in the epochs that keep samples, adapting it only while the chain burns
   /// in or explores: G is then constant where samples are kept, so Li et al.'s Γ = Σⱼ
   /// ∂Gᵢⱼ/∂θⱼ, which pSGLD drops, is zero and the chain samples exp(-U) up to the step's
-  /// discretisation (docs/bayes.md, *pSGLD*). Off by default, as Li et al. run it: a network
-  /// unit that was inactive through burn-in keeps V ≈ 0, and a step G g with G = 1/λ once
-  /// it wakes diverges, where an adapting V follows it. Needs burn_in_epochs or cycles.
+  /// discretisation (docs/bayes.md, *pSGLD*). A held coordinate still adapts where g² > 100 V
+  /// (a network unit inactive through burn-in, V ≈ 0, that wakes: a step G g with G ≈ 1/λ
+  /// would diverge), a 10-sd event for one that samples its posterior. Off by default, as
+  /// Li et al. run it. Needs burn_in_epochs or cycles.
   TORCH_ARG(bool, hold_preconditioner) = false;
   TORCH_ARG(double, temperature) = 1.0;  // T
   /// Epochs per cycle of the cyclical step size; 0: constant.

@@ -203,7 +203,8 @@ class SGLD(Infer):
     """Stochastic gradient Langevin dynamics: each particle a chain (push/bayes/sgmcmc.h).
     Also ``step_size`` (1e-3, per training point), ``preconditioned`` (False: True is
     pSGLD), ``precondition_decay`` (0.99), ``precondition_eps`` (1e-5),
-    ``hold_preconditioner`` (True: pSGLD's V is held while samples are kept), ``temperature`` (1),
+    ``hold_preconditioner`` (False; True holds pSGLD's V while samples are kept: exact up to
+    the step's discretisation, needs a burn-in), ``temperature`` (1),
     ``cycle_epochs`` (0: a constant step; L: cyclical over L epochs), ``exploration`` (0.5),
     ``burn_in_epochs`` (0), ``thin`` (1) and ``samples`` (20, kept per chain)."""
 
@@ -214,6 +215,13 @@ class SGLD(Infer):
             if name in options:
                 raise TypeError(f"push.bayes.{self._kind}: the chains take step_size (and cycle_epochs), not {name}")
         super().__init__(model, **options)
+
+    def mixing(self, x: torch.Tensor):
+        """Whether the chains have mixed: the split-R-hat of their predictions at ``x``
+        (push/bayes/mixing.h), ``{"rhat_median", "rhat_max", "above_1.1", "values",
+        "samples_per_chain"}``; near 1 when mixed, above 1.1 when not. None with fewer than 2
+        chains or 4 kept samples each."""
+        return self._core.mixing(x)
 
 
 class SGHMC(SGLD):
