@@ -27,8 +27,9 @@ namespace push::python {
 namespace {
 
 /// Infer.warnings: the particles whose loss rose by more than `rise` past their best, then,
-/// with a test set, those whose test predictions are worse than the training mean's
-/// (push/bayes/warnings.h), each as a dict.
+/// with a test set, those whose test predictions are worse than the training mean's and a
+/// regression predictive whose intervals are far too wide or narrow (push/bayes/warnings.h),
+/// each as a dict.
 py::list member_warnings(bayes::Infer& infer, double rise, std::optional<torch::Tensor> test_x,
                          std::optional<torch::Tensor> test_y, std::optional<torch::Tensor> train_x,
                          std::optional<torch::Tensor> train_y, bool classify) {
@@ -45,14 +46,21 @@ py::list member_warnings(bayes::Infer& infer, double rise, std::optional<torch::
         return d;
       };
       const auto test = dataset(*test_x, *test_y), train = dataset(*train_x, *train_y);
-      auto more = bayes::prediction_warnings(infer.predict(test.x), test, train, infer.options().particles());
+      const auto pred = infer.predict(test.x);
+      auto more = bayes::prediction_warnings(pred, test, train, infer.options().particles());
       found.insert(found.end(), more.begin(), more.end());
+      auto wide = bayes::calibration_warnings(pred, test);
+      found.insert(found.end(), wide.begin(), wide.end());
     }
   }
   py::list out;
   for (const auto& w : found) {
     py::dict one;
-    one["particle"] = w.particle;
+    if (w.particle == bayes::kWholePredictive) {
+      one["particle"] = py::none();
+    } else {
+      one["particle"] = w.particle;
+    }
     one["kind"] = bayes::to_string(w.kind);
     one["value"] = w.value;
     one["reference"] = w.reference;
@@ -351,6 +359,8 @@ void bind_bayes(py::module_& parent) {
              out["rhat_median"] = m->rhat_median;
              out["rhat_max"] = m->rhat_max;
              out["above_1.1"] = m->above;
+             out["drift_median"] = m->drift_median;
+             out["drift_max"] = m->drift_max;
              out["values"] = m->values;
              out["samples_per_chain"] = m->samples_per_chain;
              return out;

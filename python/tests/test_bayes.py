@@ -133,15 +133,17 @@ def test_particles_that_trained_badly_are_named():
     # loss climbs back and its predictions end worse than the training mean.
     x, y = data()
     test_x, test_y = x[:64], y[:64]
-    good = bayes.Ensemble(mlp, particles=3, lr=1e-2, noise_std=0.1).fit(x, y, epochs=10)
+    # (At 10 epochs it had not fit yet: its noise_std of 0.1 made it 3.8x overconfident,
+    # and it was named "miscalibrated".)
+    good = bayes.Ensemble(mlp, particles=3, lr=1e-2, noise_std=0.1).fit(x, y, epochs=40)
     assert set(good.particle_losses) == {0, 1, 2}
     for losses in good.particle_losses.values():
-        assert losses["last_epoch"] == 10 and losses["best"] <= losses["last"]
+        assert losses["last_epoch"] == 40 and losses["best"] <= losses["last"]
     assert good.warnings(test=(test_x, test_y), train=(x, y)) == []
     bad = bayes.Ensemble(mlp, particles=3, lr=10.0, noise_std=0.1).fit(x, y, epochs=10)
     found = bad.warnings(test=(test_x, test_y), train=(x, y))
     assert {w["kind"] for w in found} >= {"worse_than_mean"}
-    assert all(w["message"].startswith(f"particle {w['particle']}: ") for w in found)
+    assert all(w["message"].startswith(f"particle {w['particle']}: ") for w in found if w["particle"] is not None)
     assert [w for w in bad.warnings() if w["kind"] != "loss_rose"] == []
     with pytest.raises(ValueError, match="needs both test and train"):
         bad.warnings(test=(test_x, test_y))
@@ -208,6 +210,7 @@ def test_sg_mcmc_chains_report_whether_they_mixed():
     early = bayes.SGLD(mlp, step_size=1e-4, **common).fit(x, y, epochs=4)
     m = early.mixing(x)
     assert m["rhat_median"] > 1.1 and m["rhat_max"] >= m["rhat_median"]
+    assert m["drift_median"] > 1.1 and m["drift_max"] >= m["drift_median"]
     assert m["values"] == x.shape[0] and m["samples_per_chain"] == 8
     assert bayes.SGLD(mlp, particles=1, samples=8).fit(x, y, epochs=2).mixing(x) is None
     # pSGLD holding its preconditioner needs a burn-in to adapt it first.

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace push::bayes {
 namespace {
@@ -58,7 +59,15 @@ std::pair<torch::Tensor, double> classification_errors(const torch::Tensor& prob
 }  // namespace
 
 const char* to_string(MemberWarning::Kind kind) {
-  return kind == MemberWarning::Kind::loss_rose ? "loss_rose" : "worse_than_mean";
+  switch (kind) {
+    case MemberWarning::Kind::loss_rose:
+      return "loss_rose";
+    case MemberWarning::Kind::worse_than_mean:
+      return "worse_than_mean";
+    case MemberWarning::Kind::miscalibrated:
+      return "miscalibrated";
+  }
+  return "unknown";
 }
 
 std::string MemberWarning::describe() const {
@@ -70,6 +79,10 @@ std::string MemberWarning::describe() const {
   if (kind == Kind::loss_rose) {
     return c10::str("particle ", particle, ": its training loss ended at ", g(value), " in epoch ", epoch,
                     ", far above its best, ", g(reference), " in epoch ", best_epoch);
+  }
+  if (kind == Kind::miscalibrated) {
+    return c10::str("the predictive's intervals are ", measure, " for its test errors: the median |y - mean| / sd is ",
+                    g(value), " against ", g(reference), " for a calibrated one");
   }
   return c10::str("particle ", particle, ": its test predictions are worse than ", baseline, ": ", measure, " ",
                   g(value), " against ", g(reference));
@@ -118,6 +131,37 @@ std::vector<MemberWarning> prediction_warnings(const Predictive& pred, const dat
     out.push_back(w);
   }
   return out;
+}
+
+std::vector<MemberWarning> calibration_warnings(const Predictive& pred, const data::Dataset& test, double wide,
+                                                double narrow) {
+  constexpr const char* kOrigin = "push::bayes::calibration_warnings";
+  PUSH_CHECK(wide > 1 && std::isfinite(wide) && narrow > 1 && std::isfinite(narrow), kOrigin,
+             "wide and narrow must be above 1 and finite, got ", wide, " and ", narrow);
+  if (test.task != data::Task::regression || pred.task != data::Task::regression) return {};
+  PUSH_CHECK(pred.mean.defined() && pred.variance.defined(), kOrigin, "the predictive has no mean and variance");
+  auto y = test.y.to(torch::kCPU, torch::kFloat64);
+  if (y.dim() == 1) y = y.unsqueeze(1);
+  const auto mean = pred.mean.detach().to(torch::kCPU, torch::kFloat64);
+  PUSH_CHECK(mean.sizes() == y.sizes(), kOrigin, "the predictive is for ", mean.sizes(), " values, the test set has ",
+             y.sizes());
+  if (y.numel() < kCalibrationMinValues) return {};
+  const auto sd = pred.variance.detach().to(torch::kCPU, torch::kFloat64).sqrt();
+  // A zero sd makes |z| infinite (or NaN for an exact hit): too narrow, as it should.
+  const auto z = ((y - mean).abs() / sd).nan_to_num(std::numeric_limits<double>::infinity()).reshape(-1);
+  // The median of an even count: the mean of the middle two.
+  const auto sorted = std::get<0>(z.sort());
+  const int64_t n = sorted.numel();
+  const double median = (sorted[(n - 1) / 2].item<double>() + sorted[n / 2].item<double>()) / 2;
+  const bool too_wide = median < kCalibratedMedianZ / wide;
+  if (!too_wide && !(median > kCalibratedMedianZ * narrow)) return {};
+  MemberWarning w;
+  w.kind = MemberWarning::Kind::miscalibrated;
+  w.particle = kWholePredictive;
+  w.value = median;
+  w.reference = kCalibratedMedianZ;
+  w.measure = too_wide ? "too wide" : "too narrow";
+  return {w};
 }
 
 }  // namespace push::bayes

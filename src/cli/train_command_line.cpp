@@ -125,7 +125,7 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_option("--batch-size", c.batch_size, "minibatch size")->check(up_to_2_40)->capture_default_str();
   app.add_option("--lr", c.lr,
                  "learning rate (Adam; mswag collects with SGD, see --swag-lr; sgld, sghmc: the step size per "
-                 "training point, default 0.001 for sghmc and --preconditioned)")
+                 "training point, default 0.001 for sghmc and pSGLD)")
       ->check(decimal_in(0, kNoLimit, true))
       ->capture_default_str();
   add_choice<LrSchedule>(
@@ -211,7 +211,11 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_option("--friction", c.friction, "the fraction of the momentum lost per step, in (0, 1]")
       ->check(decimal_in(0, 1, true))
       ->capture_default_str();
-  app.add_flag("--preconditioned", c.preconditioned, "precondition with RMSprop's second moment (pSGLD)");
+  bool preconditioned = true;
+  auto* precondition = app.add_flag("--preconditioned,!--no-preconditioned", preconditioned,
+                                    "precondition with RMSprop's second moment (pSGLD, the default: plain SGLD's "
+                                    "steps fit the built-in sets poorly) or not (--no-preconditioned: plain SGLD; "
+                                    "when resuming, the checkpoint's)");
   app.add_option("--cycles", c.cycles,
                  "cycles of a cyclical step size over --epochs, each half exploring (no noise) and half "
                  "sampling (cSG-MCMC; default 0: a constant step size)")
@@ -279,9 +283,7 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
     for (const auto* option : app.get_options()) {
       if (option->count() > 0) c.given.insert(option->get_name());
     }
-    // SGHMC's steps add up in its momentum (about 1 / --friction of them), pSGLD's are
-    // scaled up by its preconditioner: both diverged at Adam's 0.01 on sine-gap.
-    if (!c.given.count("--lr") && (c.algo == Algo::sghmc || c.preconditioned)) c.lr = 1e-3;
+    if (precondition->count() > 0) c.preconditioned = preconditioned;
     // --algo ensemble --laplace is --algo laplace: one algorithm, one name in metrics.json
     // and checkpoints. With another algorithm, check_options_apply names the misfit.
     if (laplace && c.algo == Algo::ensemble) c.algo = Algo::laplace;

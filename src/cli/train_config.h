@@ -65,7 +65,9 @@ struct TrainConfig {
   // --prior-scale β > 0: each particle adds β times a frozen prior network's output
   // (bayes/randomized_prior.h).
   double prior_scale = 0;
-  bool preconditioned = false;
+  // sgld: pSGLD; unset until the checkpoint is matched (--preconditioned or
+  // --no-preconditioned; else the checkpoint's, else pSGLD).
+  std::optional<bool> preconditioned;
   int64_t cycles = 0, burn_in = -1, thin = 0;
 
   /// The settings a checkpoint depends on (--resume must match them all). The total
@@ -93,7 +95,7 @@ struct TrainConfig {
             {"laplace_structure", algo == Algo::laplace ? bayes::to_string(laplace_structure) : ""},
             {"laplace_predictive", algo == Algo::laplace ? bayes::to_string(laplace_predictive) : ""},
             {"laplace_prior_precision", algo == Algo::laplace ? laplace_prior_precision : 0.0},
-            {"preconditioned", algo == Algo::sgld && preconditioned},
+            {"preconditioned", algo == Algo::sgld && preconditioned.value_or(false)},
             {"cycles", is_sgmcmc(algo) ? cycles : 0},
             {"samples", is_sgmcmc(algo) ? samples : 0},
             {"burn_in", is_sgmcmc(algo) ? burn_in : 0},

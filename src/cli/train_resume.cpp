@@ -50,6 +50,14 @@ void match_checkpoint(TrainConfig& c) {
       c.lr_schedule = c.algo == Algo::mswag || is_sgmcmc(c.algo) ? LrSchedule::constant : LrSchedule::cosine;
     }
   }
+  if (!c.preconditioned) {
+    // A checkpoint older than the default (or than the option) trained plain SGLD.
+    const bool kept = saved.contains("preconditioned") && saved["preconditioned"].is_boolean();
+    c.preconditioned = c.algo == Algo::sgld && (kept ? saved["preconditioned"].get<bool>() : c.resume.empty());
+  }
+  // SGHMC's steps add up in its momentum (about 1 / --friction of them), pSGLD's are
+  // scaled up by its preconditioner: both diverged at Adam's 0.01 on sine-gap.
+  if (!c.given.count("--lr") && (c.algo == Algo::sghmc || (c.algo == Algo::sgld && *c.preconditioned))) c.lr = 1e-3;
   if (c.resume.empty()) return;
   const int64_t done = saved.value("epochs", int64_t{0});
   PUSH_CHECK(c.epochs >= done, "push train", "--epochs ", c.epochs, " is fewer than the ", done,

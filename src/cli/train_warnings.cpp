@@ -35,6 +35,16 @@ std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::M
            (still_falling ? "was still falling" : "ended within " + decimal(kNearBest) + " of its best") +
            ": it likely needs more --epochs than " + std::to_string(infer.epochs_done()) + rate;
   }
+  if (w.kind == bayes::MemberWarning::Kind::miscalibrated) {
+    if (w.measure == "too narrow") {
+      return w.describe() + ": it is overconfident; " +
+             (c.likelihood == bayes::Likelihood::gaussian
+                  ? "--noise-std " + decimal(c.noise_std) + " is likely too small"
+                  : "the members likely overfit (fewer --epochs)");
+    }
+    return w.describe() + ": the members likely trained badly; the learning rate (--lr " + decimal(c.lr) +
+           ") may be too high, or --epochs " + std::to_string(infer.epochs_done()) + " too few";
+  }
   std::string rate = "--lr " + decimal(c.lr);
   if (c.algo == Algo::mswag)
     rate += ", --swag-lr " + decimal(c.swag_lr > 0 ? c.swag_lr : c.lr * 0.1) + " while collecting";
@@ -52,6 +62,9 @@ std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const ba
   // predictions are its initialisation's.
   for (auto& w : bayes::prediction_warnings(pred, d.test, d.train, c.particles)) {
     if (infer.particle_losses().count(w.particle) != 0) found.push_back(std::move(w));
+  }
+  if (!infer.particle_losses().empty()) {
+    for (auto& w : bayes::calibration_warnings(pred, d.test)) found.push_back(std::move(w));
   }
   return found;
 }
@@ -77,7 +90,11 @@ nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& i
   auto out = nlohmann::ordered_json::array();
   for (const auto& w : warnings) {
     nlohmann::ordered_json one = {
-        {"particle", w.particle}, {"kind", bayes::to_string(w.kind)}, {"value", w.value}, {"reference", w.reference}};
+        {"particle",
+         w.particle == bayes::kWholePredictive ? nlohmann::ordered_json() : nlohmann::ordered_json(w.particle)},
+        {"kind", bayes::to_string(w.kind)},
+        {"value", w.value},
+        {"reference", w.reference}};
     if (w.kind == bayes::MemberWarning::Kind::loss_rose) {
       one["epoch"] = w.epoch;
       one["best_epoch"] = w.best_epoch;
@@ -91,12 +108,13 @@ nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& i
 std::optional<bayes::ChainMixing> report_mixing(const TrainConfig& c, const bayes::Predictive& pred) {
   if (!is_sgmcmc(c.algo)) return std::nullopt;
   auto m = bayes::chain_mixing(pred, c.particles);
-  if (m && m->rhat_median > kMixedRhat) {
+  if (m && m->drift_median > kMixedRhat) {
     std::fprintf(stderr,
-                 "push train: hint: the chains have not mixed: the split-R-hat of their test predictions has median "
-                 "%s (max %s; %s or less when every chain samples alike), so their samples are not yet draws from "
-                 "one posterior: more --epochs or --burn-in, a larger --lr (the step size), or --cycles\n",
-                 decimal(m->rhat_median).c_str(), decimal(m->rhat_max).c_str(), decimal(kMixedRhat).c_str());
+                 "push train: hint: the chains were still moving while they kept samples: the two halves of each "
+                 "chain's test predictions differ (drift R-hat median %s, max %s; %s or less for a stationary "
+                 "chain), so their samples are not yet draws from the posterior: a longer --burn-in, more --epochs "
+                 "or a larger --lr (the step size)\n",
+                 decimal(m->drift_median).c_str(), decimal(m->drift_max).c_str(), decimal(kMixedRhat).c_str());
   }
   return m;
 }
@@ -105,9 +123,12 @@ nlohmann::ordered_json mixing_json(const bayes::ChainMixing& m) {
   return {{"rhat_median", m.rhat_median},
           {"rhat_max", m.rhat_max},
           {"above_1.1", m.above},
+          {"drift_median", m.drift_median},
+          {"drift_max", m.drift_max},
           {"values", m.values},
           {"samples_per_chain", m.samples_per_chain},
-          {"mixed", m.rhat_median <= kMixedRhat}};
+          {"stationary", m.drift_median <= kMixedRhat},
+          {"chains_agree", m.rhat_median <= kMixedRhat}};
 }
 
 nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer) {

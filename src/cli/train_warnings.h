@@ -29,9 +29,11 @@ void report_warnings(const TrainConfig& c, const bayes::Infer& infer,
 nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& infer,
                                      const std::vector<bayes::MemberWarning>& warnings);
 
-/// sgld, sghmc: the chains' split-R̂ on the test predictions (bayes::chain_mixing), with a
-/// hint on stderr when its median exceeds kMixedRhat: the chains have not mixed. A hint, not
-/// a warning: --strict does not fail on it. None for other algorithms or too few samples.
+/// sgld, sghmc: the chains' split-R̂ and drift on the test predictions (bayes::chain_mixing),
+/// with a hint on stderr when the drift's median exceeds kMixedRhat: the chains were still
+/// moving while they kept samples. Chains that are each stationary but apart (a network's
+/// modes) get no hint. A hint, not a warning: --strict does not fail on it. None for other
+/// algorithms or too few samples.
 std::optional<bayes::ChainMixing> report_mixing(const TrainConfig& c, const bayes::Predictive& pred);
 /// Split-R̂ at or below this: mixed (Gelman et al.'s customary 1.1).
 constexpr double kMixedRhat = 1.1;

@@ -29,6 +29,8 @@ TEST(ChainMixing, MatchesACaseWorkedByHand) {
   EXPECT_EQ(m->above, 1);
   EXPECT_EQ(m->values, 1);
   EXPECT_EQ(m->samples_per_chain, 4);
+  // Each chain's halves alike: no drift, sqrt((n - 1) / n) with no spread between them.
+  EXPECT_NEAR(m->drift_median, std::sqrt(0.5), 1e-12);
   // An odd count drops each chain's oldest sample: prepending 9s changes nothing.
   auto odd = torch::tensor({9., 0., 1., 0., 1., 9., 2., 3., 2., 3.}).reshape({10, 1, 1});
   EXPECT_EQ(chain_mixing(of_members(odd), 2)->rhat_median, m->rhat_median);
@@ -48,11 +50,14 @@ TEST(ChainMixing, IsNearOneForChainsOfOneDistributionAndLargeForChainsApartOrDri
   auto offsets = torch::arange(chains, torch::kFloat64).reshape({chains, 1, 1, 1});
   const auto apart = chain_mixing(of_members((draws + offsets).reshape({chains * k, points, 1})), chains);
   EXPECT_GT(apart->rhat_median, 2);
+  EXPECT_LT(std::abs(apart->drift_median - 1), 0.02);  // each stationary where it sits
+  EXPECT_LT(std::abs(mixed->drift_median - 1), 0.02);
   // Every chain alike, but drifting by 2 sd over its run: the split sees the halves differ.
   auto drift = torch::linspace(0, 2, k, torch::kFloat64).reshape({1, k, 1, 1});
   const auto drifting = chain_mixing(of_members((draws + drift).reshape({chains * k, points, 1})), chains);
   EXPECT_GT(drifting->rhat_median, 1.1);
   EXPECT_GT(drifting->above, 0.9);
+  EXPECT_GT(drifting->drift_median, 1.1);
 }
 
 TEST(ChainMixing, NeedsTwoChainsOfFourSamplesAndEqualChains) {
@@ -84,8 +89,13 @@ TEST(ChainMixing, TellsBurntInChainsFromChainsStillDescending) {
   EXPECT_LT(burnt_in.rhat_median, 1.1);
   EXPECT_LT(burnt_in.rhat_max, 1.2);
   EXPECT_GT(descending.rhat_median, 1.1);
-  std::printf("pSGLD split-R-hat, median / max: burn-in 1,500 %.3f / %.3f; burn-in 100 %.3f / %.3f\n",
-              burnt_in.rhat_median, burnt_in.rhat_max, descending.rhat_median, descending.rhat_max);
+  EXPECT_LT(burnt_in.drift_median, 1.1);
+  EXPECT_GT(descending.drift_median, 1.1);
+  std::printf(
+      "pSGLD split-R-hat, median / max, and drift median: burn-in 1,500 %.3f / %.3f, %.3f; burn-in 100 %.3f "
+      "/ %.3f, %.3f\n",
+      burnt_in.rhat_median, burnt_in.rhat_max, burnt_in.drift_median, descending.rhat_median, descending.rhat_max,
+      descending.drift_median);
 }
 
 }  // namespace

@@ -84,6 +84,60 @@ TEST(Warnings, AClassifierWorseThanTheClassFrequenciesIsNamed) {
   EXPECT_NEAR(found[0].value, -std::log(0.01), 1e-5);
 }
 
+// The whole predictive's intervals against its test errors: z = (y - mean) / sd drawn
+// N(0, s²) for a predictive whose sd is 1/s of the errors' spread.
+TEST(Warnings, APredictiveWhoseIntervalsAreFarTooWideOrNarrowIsNamed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const int64_t n = 400;
+  auto y = torch::randn({n, 1}, gen, torch::kFloat64);
+  auto test = regression(torch::zeros({n, 1}), y.to(torch::kFloat32));
+  auto predictive = [&](double error_sd, double sd) {
+    Predictive p;
+    p.mean = (y + error_sd * torch::randn({n, 1}, gen, torch::kFloat64)).to(torch::kFloat32);
+    p.variance = torch::full({n, 1}, sd * sd);
+    return p;
+  };
+  EXPECT_TRUE(calibration_warnings(predictive(0.5, 0.5), test).empty());
+  EXPECT_TRUE(calibration_warnings(predictive(0.5, 1.0), test).empty());  // 2x wide: within kTooWide
+  EXPECT_TRUE(calibration_warnings(predictive(1.0, 0.3), test).empty());  // 3.3x narrow: within kTooNarrow
+  const auto wide = calibration_warnings(predictive(0.1, 1.0), test);
+  ASSERT_EQ(wide.size(), 1u);
+  EXPECT_EQ(wide[0].kind, MemberWarning::Kind::miscalibrated);
+  EXPECT_EQ(wide[0].particle, kWholePredictive);
+  EXPECT_EQ(wide[0].measure, "too wide");
+  EXPECT_NEAR(wide[0].value, 0.1 * kCalibratedMedianZ, 0.02);
+  EXPECT_EQ(wide[0].reference, kCalibratedMedianZ);
+  EXPECT_EQ(wide[0].describe().rfind("the predictive's intervals are too wide for its test errors: the median "
+                                     "|y - mean| / sd is 0.0",
+                                     0),
+            0u)
+      << wide[0].describe();
+  const auto narrow = calibration_warnings(predictive(1.0, 0.1), test);
+  ASSERT_EQ(narrow.size(), 1u);
+  EXPECT_EQ(narrow[0].measure, "too narrow");
+  EXPECT_NEAR(narrow[0].value, 10 * kCalibratedMedianZ, 1.5);
+  EXPECT_EQ(to_string(narrow[0].kind), std::string("miscalibrated"));
+  // A zero sd is too narrow however close the mean; a NaN mean as well.
+  auto exact = predictive(0.0, 0.0);
+  EXPECT_EQ(calibration_warnings(exact, test).at(0).measure, "too narrow");
+  exact.mean[0][0] = std::nan("");
+  EXPECT_EQ(calibration_warnings(exact, test).size(), 1u);
+  // The factor; too few values to judge; classification; shapes.
+  EXPECT_EQ(calibration_warnings(predictive(0.5, 1.0), test, 1.5).size(), 1u);
+  EXPECT_EQ(calibration_warnings(predictive(1.0, 0.3), test, kTooWide, 2).size(), 1u);
+  EXPECT_PUSH_ERROR(calibration_warnings(predictive(0.5, 1.0), test, 1.0), "wide and narrow must be above 1");
+  auto few = regression(torch::zeros({kCalibrationMinValues - 1, 1}), torch::zeros({kCalibrationMinValues - 1, 1}));
+  Predictive tiny;
+  tiny.mean = torch::full({kCalibrationMinValues - 1, 1}, 5.0);
+  tiny.variance = torch::full({kCalibrationMinValues - 1, 1}, 1e-6);
+  EXPECT_TRUE(calibration_warnings(tiny, few).empty());
+  auto classes = test;
+  classes.task = data::Task::classification;
+  EXPECT_TRUE(calibration_warnings(predictive(0.1, 1.0), classes).empty());
+  auto two_targets = regression(torch::zeros({n / 2, 1}), torch::zeros({n / 2, 2}));
+  EXPECT_PUSH_ERROR(calibration_warnings(predictive(0.1, 1.0), two_targets), "the test set has");
+}
+
 TEST(Warnings, FitKeepsEachParticlesBestAndLastLossAcrossSaveAndLoad) {
   auto d = data::synthetic_gap(64, 3);
   auto make = [] { return Ensemble(make_model("mlp:8", {1}, 1), InferOptions().particles(3).lr(1e-2)); };

@@ -252,6 +252,10 @@ TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
   std::set<std::string> kinds;
   for (const auto& w : m["warnings"]) {
     kinds.insert(w["kind"].get<std::string>());
+    if (w["kind"] == "miscalibrated") {
+      EXPECT_TRUE(w["particle"].is_null()) << w.dump();  // the whole predictive
+      continue;
+    }
     EXPECT_LT(w["particle"].get<int>(), 8) << w.dump();
     if (w["kind"] == "worse_than_mean") {
       EXPECT_NE(w["message"].get<std::string>().find("test predictions are worse than predicting the training data's"),
@@ -259,7 +263,7 @@ TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
           << w.dump();
     }
   }
-  EXPECT_EQ(kinds, (std::set<std::string>{"loss_rose", "worse_than_mean"}));
+  EXPECT_TRUE(kinds.count("loss_rose") && kinds.count("worse_than_mean")) << m.dump(2);
   ASSERT_EQ(m["particle_losses"].size(), 8u);
   for (const auto& p : m["particle_losses"]) EXPECT_LE(p["best"].get<double>(), p["last"].get<double>());
   // --strict: one line naming a member, exit non-zero, nothing written.
@@ -282,26 +286,59 @@ TEST_F(Cli, MembersThatDivergedAreWarnedAboutAndStrictMakesItAnError) {
   EXPECT_TRUE(metrics("ok")["warnings"].empty());
 }
 
-// SG-MCMC runs report their chains' split-R-hat (push/bayes/mixing.h) in metrics.json, and
-// a hint when it says the chains have not mixed: here, chains still descending from their
-// initialisation while they keep samples (no burn-in, 10 epochs); the default runs mix.
+// Boston at the paper's rate, 0.1 with the cosine default: runs that trained badly without
+// diverging, whose members predict a noise many times their errors (docs/bayes.md, *Runs
+// that warn*). On splits 1 and 7 no member's loss rose and none predicts worse than the
+// mean; the calibration check names the run. At the documented 0.01 the same splits are
+// clean.
+TEST_F(Cli, ARunWhoseIntervalsAreFarTooWideIsWarnedAbout) {
+  for (std::string seed : {"1", "7"}) {
+    const std::string args =
+        "--data boston_house_prices --model mlp:50 --test-fraction 0.1 --epochs 40 --quiet --seed " + seed;
+    auto bad = run(args + " --lr 0.1 --out bad");
+    ASSERT_EQ(bad.code, 0) << bad.err;
+    EXPECT_NE(bad.err.find("push train: warning: the predictive's intervals are too wide for its test errors: the "
+                           "median |y - mean| / sd is "),
+              std::string::npos)
+        << bad.err;
+    EXPECT_NE(bad.err.find("the learning rate (--lr 0.1) may be too high"), std::string::npos) << bad.err;
+    bool named = false;
+    const auto m = metrics("bad");
+    for (const auto& w : m["warnings"]) {
+      if (w["kind"] != "miscalibrated") continue;
+      named = true;
+      EXPECT_TRUE(w["particle"].is_null());
+      EXPECT_LT(w["value"].get<double>(), w["reference"].get<double>() / 3) << w.dump();
+    }
+    EXPECT_TRUE(named) << seed;
+    auto ok = run(args + " --out ok");
+    ASSERT_EQ(ok.code, 0) << ok.err;
+    EXPECT_EQ(lines_of(ok.err), 0) << seed << ": " << ok.err;
+    fs::remove_all(dir_ / "bad");
+    fs::remove_all(dir_ / "ok");
+  }
+}
+
+// SG-MCMC runs report their chains' split-R-hat and drift (push/bayes/mixing.h) in
+// metrics.json, and a hint when the chains were still moving: here, chains descending from
+// their initialisation while they keep samples (no burn-in, 10 epochs); the defaults are
+// stationary.
 TEST_F(Cli, ChainsThatHaveNotMixedGetAHint) {
   auto early = run("--algo sgld --epochs 10 --burn-in 0 --quiet --out early");
   ASSERT_EQ(early.code, 0) << early.err;
-  EXPECT_NE(early.err.find("push train: hint: the chains have not mixed: the split-R-hat of their test predictions"),
-            std::string::npos)
+  EXPECT_NE(early.err.find("push train: hint: the chains were still moving while they kept samples"), std::string::npos)
       << early.err;
   const auto m = metrics("early")["mixing"];
-  EXPECT_GT(m["rhat_median"].get<double>(), 1.1) << m.dump();
-  EXPECT_EQ(m["mixed"], false);
+  EXPECT_GT(m["drift_median"].get<double>(), 1.1) << m.dump();
+  EXPECT_EQ(m["stationary"], false);
   EXPECT_EQ(m["values"], metrics("early")["data"]["test_size"]);
   for (std::string algo : {"sgld", "sghmc"}) {
     auto r = run("--algo " + algo + " --quiet --out " + algo);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.err.find("hint"), std::string::npos) << algo << ": " << r.err;
     const auto mixing = metrics(algo)["mixing"];
-    EXPECT_LE(mixing["rhat_median"].get<double>(), 1.1) << algo << ": " << mixing.dump();
-    EXPECT_EQ(mixing["mixed"], true) << algo;
+    EXPECT_LE(mixing["drift_median"].get<double>(), 1.1) << algo << ": " << mixing.dump();
+    EXPECT_EQ(mixing["stationary"], true) << algo;
   }
   ASSERT_EQ(run("--epochs 2 --quiet --out ens").code, 0);
   EXPECT_FALSE(metrics("ens").contains("mixing"));  // not chains

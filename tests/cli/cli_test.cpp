@@ -80,6 +80,9 @@ TEST_F(Cli, AlgorithmOptionsReachTheRun) {
       {"--algo sghmc --friction 0.2 --cycles 2 --burn-in 1 --thin 3 --samples 2",
        json{{"friction", 0.2}, {"cycles", 2}, {"burn_in", 1}, {"lr", 0.001}}},
       {"--algo sgld --preconditioned --lr 0.002", json{{"preconditioned", true}, {"lr", 0.002}, {"burn_in", 2}}},
+      // pSGLD by default, at its own step size; plain SGLD at Adam's.
+      {"--algo sgld", json{{"preconditioned", true}, {"lr", 0.001}}},
+      {"--algo sgld --no-preconditioned", json{{"preconditioned", false}, {"lr", 0.01}}},
       {"--algo mcdropout --prior-scale 2 --samples 2", json{{"prior_scale", 2.0}}},
   };
   for (const auto& [args, expected] : cases) {
@@ -135,6 +138,23 @@ TEST_F(Cli, SaveThenResumeContinuesTheSameRun) {
   EXPECT_NE(edited.code, 0);
   EXPECT_NE(edited.err.find("its config.json fails its checksum"), std::string::npos) << edited.err;
   EXPECT_FALSE(fs::exists(dir_ / "h"));
+}
+
+// --algo sgld is pSGLD unless --no-preconditioned; a resumed run without either takes the
+// checkpoint's, with its step size.
+TEST_F(Cli, ResumedChainsKeepTheCheckpointsPreconditioning) {
+  ASSERT_NO_FATAL_FAILURE(save_then_resume("--algo sgld --no-preconditioned --particles 2 --quiet", 2, 4));
+  EXPECT_EQ(metrics("b")["config"]["preconditioned"], false);
+  EXPECT_EQ(metrics("b")["config"]["lr"], 0.01);
+  auto flipped = run("--algo sgld --preconditioned --lr 0.01 --particles 2 --epochs 5 --quiet --resume ck --out c");
+  EXPECT_NE(flipped.code, 0);
+  EXPECT_NE(flipped.err.find("it was trained with preconditioned=false, this run has preconditioned=true"),
+            std::string::npos)
+      << flipped.err;
+  fs::remove_all(dir_ / "ck");
+  ASSERT_NO_FATAL_FAILURE(save_then_resume("--algo sgld --particles 2 --quiet", 2, 4));
+  EXPECT_EQ(metrics("b")["config"]["preconditioned"], true);
+  EXPECT_EQ(metrics("b")["config"]["lr"], 0.001);
 }
 
 TEST_F(Cli, BadInputFailsWithOneLineAndWritesNothing) {

@@ -164,7 +164,10 @@ class Infer:
         particle's last epoch loss exceeds its best by more than ``rise`` nats per point;
         with ``test`` and ``train`` as (x, y) pairs, "worse_than_mean" when its own test
         predictions do worse than predicting the training mean (classification: the
-        training class frequencies). See push/bayes/warnings.h."""
+        training class frequencies), and "miscalibrated" (``particle`` None: the whole
+        predictive) when, for regression, the median of |y - mean| / sd on the test set is
+        more than 3 times below (too wide) or 4 times above (too narrow) a calibrated
+        Gaussian's 0.674. See push/bayes/warnings.h."""
         if (test is None) != (train is None):
             raise ValueError("push.bayes: warnings needs both test and train, or neither")
         if test is None:
@@ -218,8 +221,9 @@ class SGLD(Infer):
 
     def mixing(self, x: torch.Tensor):
         """Whether the chains have mixed: the split-R-hat of their predictions at ``x``
-        (push/bayes/mixing.h), ``{"rhat_median", "rhat_max", "above_1.1", "values",
-        "samples_per_chain"}``; near 1 when mixed, above 1.1 when not. None with fewer than 2
+        and their drift (push/bayes/mixing.h), ``{"rhat_median", "rhat_max", "above_1.1",
+        "drift_median", "drift_max", "values", "samples_per_chain"}``; near 1 when mixed,
+        above 1.1 when not (drift: a chain still moving). None with fewer than 2
         chains or 4 kept samples each."""
         return self._core.mixing(x)
 
