@@ -214,7 +214,7 @@ def test_sg_mcmc_chains_report_whether_they_mixed():
     assert m["values"] == x.shape[0] and m["samples_per_chain"] == 8
     assert bayes.SGLD(mlp, particles=1, samples=8).fit(x, y, epochs=2).mixing(x) is None
     # pSGLD holding its preconditioner needs a burn-in to adapt it first.
-    with pytest.raises(Exception, match="hold_preconditioner needs burn_in_epochs"):
+    with pytest.raises(Exception, match="hold_preconditioner needs burn_in_epochs, or cycle_epochs"):
         bayes.SGLD(mlp, preconditioned=True, hold_preconditioner=True)
     held = bayes.SGLD(mlp, preconditioned=True, hold_preconditioner=True, burn_in_epochs=2, **common)
     assert held.fit(x, y, epochs=4).predict(x).members.shape[0] == 3 * 8

@@ -31,13 +31,16 @@ std::optional<ChainMixing> chain_mixing(const Predictive& pred, int64_t chains) 
                         torch::where(b > 0, torch::full_like(within, std::numeric_limits<double>::infinity()),
                                      torch::ones_like(within)));
   };
-  const auto rhat = rhat_of(between), drifting = rhat_of(drift);
+  // A value some sample predicts as NaN or ±inf is not mixed, whatever the arithmetic says.
+  const auto finite = torch::isfinite(x).all(1).all(0);
+  const auto inf = torch::full_like(within, std::numeric_limits<double>::infinity());
+  const auto rhat = torch::where(finite, rhat_of(between), inf), drifting = torch::where(finite, rhat_of(drift), inf);
   ChainMixing m;
   m.values = rhat.numel();
   m.samples_per_chain = 2 * half;
   m.rhat_median = rhat.median().item<double>();
   m.rhat_max = rhat.max().item<double>();
-  m.above = (rhat > 1.1).to(torch::kFloat64).mean().item<double>();
+  m.above = (rhat > kMixedRhat).to(torch::kFloat64).mean().item<double>();
   m.drift_median = drifting.median().item<double>();
   m.drift_max = drifting.max().item<double>();
   return m;

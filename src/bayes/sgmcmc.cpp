@@ -125,9 +125,12 @@ SGMCMC::SGMCMC(ModuleFactory model, InferOptions options, SGMCMCOptions chains)
              "precondition_decay must be in [0, 1), got ", o.precondition_decay());
   PUSH_CHECK(positive(o.precondition_eps()), kOrigin, "precondition_eps must be positive and finite, got ",
              o.precondition_eps());
-  PUSH_CHECK(
-      !o.hold_preconditioner() || !o.preconditioned() || o.burn_in_epochs() > 0 || o.cycle_epochs() > 0, kOrigin,
-      "hold_preconditioner needs burn_in_epochs or cycle_epochs: V would be held at the first gradient's square");
+  PUSH_CHECK(!o.hold_preconditioner() || o.preconditioned(), kOrigin,
+             "hold_preconditioner holds pSGLD's preconditioner: it needs preconditioned");
+  PUSH_CHECK(!o.hold_preconditioner() || o.burn_in_epochs() > 0 || (o.cycle_epochs() > 0 && o.exploration() > 0),
+             kOrigin,
+             "hold_preconditioner needs burn_in_epochs, or cycle_epochs with exploration: V would be held at the first "
+             "gradient's square");
   PUSH_CHECK(positive(o.temperature()), kOrigin, "temperature must be positive and finite, got ", o.temperature());
   PUSH_CHECK(o.cycle_epochs() >= 0, kOrigin, "cycle_epochs must be >= 0, got ", o.cycle_epochs());
   PUSH_CHECK(o.exploration() >= 0 && o.exploration() < 1, kOrigin, "exploration must be in [0, 1), got ",

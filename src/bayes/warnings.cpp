@@ -145,13 +145,18 @@ std::vector<MemberWarning> calibration_warnings(const Predictive& pred, const da
   const auto mean = pred.mean.detach().to(torch::kCPU, torch::kFloat64);
   PUSH_CHECK(mean.sizes() == y.sizes(), kOrigin, "the predictive is for ", mean.sizes(), " values, the test set has ",
              y.sizes());
-  if (y.numel() < kCalibrationMinValues) return {};
   const auto sd = pred.variance.detach().to(torch::kCPU, torch::kFloat64).sqrt();
-  // A zero sd makes |z| infinite (or NaN for an exact hit): too narrow, as it should.
-  const auto z = ((y - mean).abs() / sd).nan_to_num(std::numeric_limits<double>::infinity()).reshape(-1);
+  // A zero sd makes |z| infinite however close the mean (too narrow, as it should); values
+  // whose mean or variance is not finite are not judged here (prediction_warnings names
+  // the particles that predict them).
+  const auto finite = (torch::isfinite(mean) & torch::isfinite(sd)).reshape(-1);
+  const auto error = (y - mean).abs();
+  auto z = torch::where(sd > 0, error / sd, torch::full_like(error, std::numeric_limits<double>::infinity()));
+  z = z.reshape(-1).masked_select(finite);
+  const int64_t n = z.numel();
+  if (n < kCalibrationMinValues) return {};
   // The median of an even count: the mean of the middle two.
   const auto sorted = std::get<0>(z.sort());
-  const int64_t n = sorted.numel();
   const double median = (sorted[(n - 1) / 2].item<double>() + sorted[n / 2].item<double>()) / 2;
   const bool too_wide = median < kCalibratedMedianZ / wide;
   if (!too_wide && !(median > kCalibratedMedianZ * narrow)) return {};

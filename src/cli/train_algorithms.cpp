@@ -51,6 +51,7 @@ const std::vector<AlgoOption>& algo_options() {
       {"--dropout", {mcdropout}},
       {"--friction", {sghmc}},
       {"--preconditioned", {sgld}},
+      {"--no-preconditioned", {sgld}},
       {"--cycles", {sgld, sghmc}},
       {"--burn-in", {sgld, sghmc}},
       {"--thin", {sgld, sghmc}},

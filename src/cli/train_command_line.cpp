@@ -211,11 +211,12 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
   app.add_option("--friction", c.friction, "the fraction of the momentum lost per step, in (0, 1]")
       ->check(decimal_in(0, 1, true))
       ->capture_default_str();
-  bool preconditioned = true;
-  auto* precondition = app.add_flag("--preconditioned,!--no-preconditioned", preconditioned,
-                                    "precondition with RMSprop's second moment (pSGLD, the default: plain SGLD's "
-                                    "steps fit the built-in sets poorly) or not (--no-preconditioned: plain SGLD; "
-                                    "when resuming, the checkpoint's)");
+  bool preconditioned = false, plain = false;
+  auto* precondition = app.add_flag("--preconditioned", preconditioned,
+                                    "precondition with RMSprop's second moment: pSGLD, the default (plain SGLD's "
+                                    "steps fit the built-in sets poorly; when resuming, the checkpoint's choice)");
+  auto* no_precondition =
+      app.add_flag("--no-preconditioned", plain, "plain SGLD, without pSGLD's preconditioner")->excludes(precondition);
   app.add_option("--cycles", c.cycles,
                  "cycles of a cyclical step size over --epochs, each half exploring (no noise) and half "
                  "sampling (cSG-MCMC; default 0: a constant step size)")
@@ -272,7 +273,8 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
                "with --resume: continue although the data differ from the checkpoint's (its fingerprint)");
   app.add_flag("--strict", c.strict,
                "fail the run (writing nothing) when a particle trained badly: its training loss ended far above its "
-               "best, or it predicts the test set worse than the training mean (default: a warning)");
+               "best, or it predicts the test set worse than the training mean; or when a regression's predictive "
+               "intervals are far too wide or narrow for its test errors (default: a warning)");
   // Each option of some algorithms only says which, from the one table.
   for (const auto& [name, algos] : algo_options()) {
     auto* option = app.get_option(name);
@@ -283,7 +285,7 @@ std::optional<int> parse_train_command_line(int argc, char** argv, TrainConfig& 
     for (const auto* option : app.get_options()) {
       if (option->count() > 0) c.given.insert(option->get_name());
     }
-    if (precondition->count() > 0) c.preconditioned = preconditioned;
+    if (precondition->count() > 0 || no_precondition->count() > 0) c.preconditioned = precondition->count() > 0;
     // --algo ensemble --laplace is --algo laplace: one algorithm, one name in metrics.json
     // and checkpoints. With another algorithm, check_options_apply names the misfit.
     if (laplace && c.algo == Algo::ensemble) c.algo = Algo::laplace;

@@ -42,6 +42,14 @@ std::string line(const TrainConfig& c, const bayes::Infer& infer, const bayes::M
                   ? "--noise-std " + decimal(c.noise_std) + " is likely too small"
                   : "the members likely overfit (fewer --epochs)");
     }
+    if (is_sgmcmc(c.algo)) {
+      // Chains step without Adam's scaling: their noise heads fit slowly (plain SGLD on
+      // sine-gap sits near the threshold), not because the step is too large.
+      return w.describe() + ": the chains likely fit slowly; more --epochs than " +
+             std::to_string(infer.epochs_done()) +
+             (c.algo == Algo::sgld && !c.preconditioned.value_or(false) ? ", or pSGLD (without --no-preconditioned)"
+                                                                        : std::string());
+    }
     return w.describe() + ": the members likely trained badly; the learning rate (--lr " + decimal(c.lr) +
            ") may be too high, or --epochs " + std::to_string(infer.epochs_done()) + " too few";
   }
@@ -108,13 +116,13 @@ nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& i
 std::optional<bayes::ChainMixing> report_mixing(const TrainConfig& c, const bayes::Predictive& pred) {
   if (!is_sgmcmc(c.algo)) return std::nullopt;
   auto m = bayes::chain_mixing(pred, c.particles);
-  if (m && m->drift_median > kMixedRhat) {
+  if (m && m->drift_median > bayes::kMixedRhat && c.cycles == 0 && m->samples_per_chain >= kHintSamples) {
     std::fprintf(stderr,
                  "push train: hint: the chains were still moving while they kept samples: the two halves of each "
                  "chain's test predictions differ (drift R-hat median %s, max %s; %s or less for a stationary "
                  "chain), so their samples are not yet draws from the posterior: a longer --burn-in, more --epochs "
                  "or a larger --lr (the step size)\n",
-                 decimal(m->drift_median).c_str(), decimal(m->drift_max).c_str(), decimal(kMixedRhat).c_str());
+                 decimal(m->drift_median).c_str(), decimal(m->drift_max).c_str(), decimal(bayes::kMixedRhat).c_str());
   }
   return m;
 }
@@ -127,8 +135,8 @@ nlohmann::ordered_json mixing_json(const bayes::ChainMixing& m) {
           {"drift_max", m.drift_max},
           {"values", m.values},
           {"samples_per_chain", m.samples_per_chain},
-          {"stationary", m.drift_median <= kMixedRhat},
-          {"chains_agree", m.rhat_median <= kMixedRhat}};
+          {"stationary", m.drift_median <= bayes::kMixedRhat},
+          {"chains_agree", m.rhat_median <= bayes::kMixedRhat}};
 }
 
 nlohmann::ordered_json particle_losses_json(const bayes::Infer& infer) {

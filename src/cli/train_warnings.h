@@ -15,7 +15,9 @@
 namespace push::cli {
 
 /// The particles whose training loss ended far above its best, then those whose test
-/// predictions are worse than the training mean's (among those that trained an epoch).
+/// predictions are worse than the training mean's (among those that trained an epoch),
+/// then a regression predictive whose intervals are far too wide or narrow for its test
+/// errors (bayes::calibration_warnings; once any particle has trained).
 std::vector<bayes::MemberWarning> member_warnings(const TrainConfig& c, const bayes::Infer& infer,
                                                   const bayes::Predictive& pred, const TrainData& d);
 
@@ -30,13 +32,15 @@ nlohmann::ordered_json warnings_json(const TrainConfig& c, const bayes::Infer& i
                                      const std::vector<bayes::MemberWarning>& warnings);
 
 /// sgld, sghmc: the chains' split-R̂ and drift on the test predictions (bayes::chain_mixing),
-/// with a hint on stderr when the drift's median exceeds kMixedRhat: the chains were still
-/// moving while they kept samples. Chains that are each stationary but apart (a network's
-/// modes) get no hint. A hint, not a warning: --strict does not fail on it. None for other
+/// with a hint on stderr when the drift's median exceeds bayes::kMixedRhat: the chains were
+/// still moving while they kept samples. Chains that are each stationary but apart (a
+/// network's modes) get no hint; nor do runs with --cycles (a chain's halves come from
+/// cycles that are meant to land apart) or with fewer than kHintSamples samples per chain
+/// (too few to tell). A hint, not a warning: --strict does not fail on it. None for other
 /// algorithms or too few samples.
 std::optional<bayes::ChainMixing> report_mixing(const TrainConfig& c, const bayes::Predictive& pred);
-/// Split-R̂ at or below this: mixed (Gelman et al.'s customary 1.1).
-constexpr double kMixedRhat = 1.1;
+/// report_mixing's hint needs this many samples per chain (8 in each half).
+constexpr int64_t kHintSamples = 16;
 
 /// metrics.json's "mixing": report_mixing's figures.
 nlohmann::ordered_json mixing_json(const bayes::ChainMixing& m);

@@ -70,6 +70,12 @@ TEST(ChainMixing, NeedsTwoChainsOfFourSamplesAndEqualChains) {
   EXPECT_EQ(chain_mixing(of_members(members), 3)->rhat_max, 1);
   auto constant_chains = torch::arange(3, torch::kFloat32).repeat_interleave(4).reshape({12, 1, 1});
   EXPECT_TRUE(std::isinf(chain_mixing(of_members(constant_chains), 3)->rhat_median));
+  // A value some sample predicts as NaN (a diverged chain) is not mixed.
+  auto diverged = torch::randn({12, 3, 1});
+  diverged[5][1][0] = std::nan("");
+  const auto d = chain_mixing(of_members(diverged), 3);
+  EXPECT_TRUE(std::isinf(d->rhat_max) && std::isinf(d->drift_max));
+  EXPECT_FALSE(std::isinf(d->rhat_median));
 }
 
 // pSGLD chains that have burnt in sample one posterior: R̂ near 1. With a burn-in far too

@@ -77,6 +77,9 @@ inline std::vector<ChainCase> chain_cases() {
   return {
       {"sgld", SGMCMCOptions().step_size(0.02).burn_in_epochs(300)},
       {"psgld", SGMCMCOptions().preconditioned(true).hold_preconditioner(true).step_size(0.002).burn_in_epochs(1500)},
+      // As Li et al. run it, and as push train does: V adapting on every step (Γ dropped),
+      // a few percent wider (docs/bayes.md, *pSGLD*).
+      {"psgld, V adapting", SGMCMCOptions().preconditioned(true).step_size(0.002).burn_in_epochs(1500)},
       {"sghmc", SGMCMCOptions().method(SGMCMCMethod::sghmc).friction(0.1).step_size(0.002).burn_in_epochs(300)},
   };
 }

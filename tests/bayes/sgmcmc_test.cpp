@@ -105,6 +105,26 @@ TEST(SGMCMC, PreconditionedChainsHoldTheirPreconditionerWhileSampling) {
   }
 }
 
+// A held coordinate whose gradient was ~0 through burn-in (here the weight, on inputs all
+// 0: only its prior pulls it) and is large once sampling starts (inputs of spread 1, as a
+// network unit that wakes): its V adapts there (g² > 100 V) instead of stepping with G ≈
+// 1/λ, and the chain stays finite.
+TEST(SGMCMC, AHeldPreconditionerAdaptsWhereACoordinateWakes) {
+  const auto linear = linear_posterior(200, 0.5, 1.0);
+  auto asleep = linear.data;
+  asleep.x = torch::zeros_like(asleep.x);
+  SecondMomentProbe chains(
+      chain_model(), InferOptions().particles(2).batch_size(50).noise_std(0.5).prior_std(1.0),
+      SGMCMCOptions().preconditioned(true).hold_preconditioner(true).step_size(1e-3).burn_in_epochs(3));
+  chains.fit(asleep, 3);
+  const auto burnt = chains.second(0);  // [weight, bias]
+  chains.fit(linear.data, 2);
+  const auto sampled = chains.second(0);
+  EXPECT_GT(sampled[0].item<double>(), 100 * burnt[0].item<double>()) << burnt << sampled;
+  EXPECT_TRUE(torch::isfinite(chains.samples(0)).all().item<bool>());
+  EXPECT_LT(chains.samples(0).abs().max().item<double>(), 10);
+}
+
 TEST(SGMCMC, SamplesAndChainStateSurviveSaveAndLoad) {
   auto d = data::synthetic_gap(64, 5);
   const auto options = SGMCMCOptions().method(SGMCMCMethod::sghmc).step_size(1e-2).samples(4);
@@ -182,7 +202,12 @@ TEST(SGMCMC, BadOptionsAreNamed) {
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().friction(1.5)), "friction must be in (0, 1], got 1.5");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().method(SGMCMCMethod::sghmc).preconditioned(true)), "sgld only");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().preconditioned(true).hold_preconditioner(true)),
-                    "hold_preconditioner needs burn_in_epochs or cycle_epochs");
+                    "hold_preconditioner needs burn_in_epochs, or cycle_epochs with exploration");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().preconditioned(true).hold_preconditioner(true).cycle_epochs(4).exploration(0)),
+                    "hold_preconditioner needs burn_in_epochs, or cycle_epochs with exploration");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().hold_preconditioner(true).burn_in_epochs(2)), "it needs preconditioned");
+  EXPECT_PUSH_ERROR(make(SGMCMCOptions().method(SGMCMCMethod::sghmc).hold_preconditioner(true).burn_in_epochs(2)),
+                    "it needs preconditioned");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().thin(0)), "thin must be >= 1");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().samples(0)), "samples must be >= 1");
   EXPECT_PUSH_ERROR(make(SGMCMCOptions().exploration(1)), "exploration must be in [0, 1)");

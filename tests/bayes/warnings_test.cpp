@@ -117,11 +117,16 @@ TEST(Warnings, APredictiveWhoseIntervalsAreFarTooWideOrNarrowIsNamed) {
   EXPECT_EQ(narrow[0].measure, "too narrow");
   EXPECT_NEAR(narrow[0].value, 10 * kCalibratedMedianZ, 1.5);
   EXPECT_EQ(to_string(narrow[0].kind), std::string("miscalibrated"));
-  // A zero sd is too narrow however close the mean; a NaN mean as well.
-  auto exact = predictive(0.0, 0.0);
-  EXPECT_EQ(calibration_warnings(exact, test).at(0).measure, "too narrow");
-  exact.mean[0][0] = std::nan("");
-  EXPECT_EQ(calibration_warnings(exact, test).size(), 1u);
+  // A zero sd is too narrow however close the mean.
+  EXPECT_EQ(calibration_warnings(predictive(0.0, 0.0), test).at(0).measure, "too narrow");
+  // Values not finite are not judged (prediction_warnings names them): NaN means at every
+  // other point leave a calibrated predictive unnamed and a wide one named; all NaN, none.
+  auto holes = predictive(0.5, 0.5), wide_holes = predictive(0.1, 1.0);
+  for (int64_t i = 0; i < n; i += 2) holes.mean[i][0] = wide_holes.mean[i][0] = std::nan("");
+  EXPECT_TRUE(calibration_warnings(holes, test).empty());
+  EXPECT_EQ(calibration_warnings(wide_holes, test).at(0).measure, "too wide");
+  holes.mean.fill_(std::nan(""));
+  EXPECT_TRUE(calibration_warnings(holes, test).empty());
   // The factor; too few values to judge; classification; shapes.
   EXPECT_EQ(calibration_warnings(predictive(0.5, 1.0), test, 1.5).size(), 1u);
   EXPECT_EQ(calibration_warnings(predictive(1.0, 0.3), test, kTooWide, 2).size(), 1u);

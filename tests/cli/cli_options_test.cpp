@@ -52,7 +52,8 @@ TEST_F(Cli, OptionsThatWouldBeIgnoredAreRefused) {
   EXPECT_REFUSED("--algo svgd --bootstrap", "--bootstrap is for --algo ensemble or laplace, not svgd");
   EXPECT_REFUSED("--samples 5", "--samples is for --algo mswag, mcdropout, sgld, sghmc or laplace, not ensemble");
   EXPECT_REFUSED("--algo sghmc --preconditioned", "--preconditioned is for --algo sgld, not sghmc");
-  EXPECT_REFUSED("--algo ensemble --no-preconditioned", "--preconditioned is for --algo sgld, not ensemble");
+  EXPECT_REFUSED("--algo ensemble --no-preconditioned", "--no-preconditioned is for --algo sgld, not ensemble");
+  EXPECT_REFUSED("--algo sgld --preconditioned --no-preconditioned", "--preconditioned excludes --no-preconditioned");
   EXPECT_REFUSED("--friction 0.5", "--friction is for --algo sghmc, not ensemble");
   EXPECT_REFUSED("--algo svgd --thin 2", "--thin is for --algo sgld or sghmc, not svgd");
   EXPECT_REFUSED("--algo sgld --lr-schedule cosine",

@@ -22,9 +22,12 @@
 
 namespace push::bayes {
 
+/// R̂ at or below this: mixed (Gelman et al.'s customary 1.1).
+constexpr double kMixedRhat = 1.1;
+
 struct ChainMixing {
   /// Split-R̂ of every predicted value (each point and output: regression means, class
-  /// probabilities): their median and maximum, and the fraction above 1.1.
+  /// probabilities): their median and maximum, and the fraction above kMixedRhat.
   double rhat_median = 1, rhat_max = 1, above = 0;
   /// The same for the chains' drift (above): their median and maximum.
   double drift_median = 1, drift_max = 1;
@@ -33,7 +36,8 @@ struct ChainMixing {
 };
 
 /// The chains' mixing on `pred`, whose members are `chains` equal blocks of samples, each
-/// oldest first (SGMCMC::predict). None with fewer than 2 chains or 4 samples per chain.
+/// oldest first (SGMCMC::predict). A value some sample predicts as NaN or ±inf counts as
+/// not mixed (R̂ infinite). None with fewer than 2 chains or 4 samples per chain.
 std::optional<ChainMixing> chain_mixing(const Predictive& pred, int64_t chains);
 
 }  // namespace push::bayes

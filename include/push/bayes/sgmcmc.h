@@ -51,7 +51,7 @@ struct SGMCMCOptions {
   /// discretisation (docs/bayes.md, *pSGLD*). A held coordinate still adapts where g² > 100 V
   /// (a network unit inactive through burn-in, V ≈ 0, that wakes: a step G g with G ≈ 1/λ
   /// would diverge), a 10-sd event for one that samples its posterior. Off by default, as
-  /// Li et al. run it. Needs burn_in_epochs or cycles.
+  /// Li et al. run it. Needs preconditioned, and burn_in_epochs or cycles that explore.
   TORCH_ARG(bool, hold_preconditioner) = false;
   TORCH_ARG(double, temperature) = 1.0;  // T
   /// Epochs per cycle of the cyclical step size; 0: constant.

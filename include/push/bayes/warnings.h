@@ -77,7 +77,9 @@ std::vector<MemberWarning> prediction_warnings(const Predictive& pred, const dat
 /// |y - mean| / sd below kCalibratedMedianZ / wide (too wide: the sd overstates the errors
 /// `wide`-fold, as when members that trained badly predict a huge noise, or diverged ones
 /// spread the mixture) or above kCalibratedMedianZ · narrow (too narrow: overconfident).
-/// One warning or none; none for classification or fewer than kCalibrationMinValues values.
+/// One warning or none; none for classification or fewer than kCalibrationMinValues finite
+/// values (those whose mean or variance is not finite are left out: prediction_warnings
+/// names the particles that predict them).
 std::vector<MemberWarning> calibration_warnings(const Predictive& pred, const data::Dataset& test,
                                                 double wide = kTooWide, double narrow = kTooNarrow);
 
