@@ -160,13 +160,11 @@ std::vector<MemberWarning> calibration_warnings(const Predictive& pred, const da
   const double median = (sorted[(n - 1) / 2].item<double>() + sorted[n / 2].item<double>()) / 2;
   const bool too_wide = median < kCalibratedMedianZ / wide;
   if (!too_wide && !(median > kCalibratedMedianZ * narrow)) return {};
-  MemberWarning w;
-  w.kind = MemberWarning::Kind::miscalibrated;
-  w.particle = kWholePredictive;
-  w.value = median;
-  w.reference = kCalibratedMedianZ;
-  w.measure = too_wide ? "too wide" : "too narrow";
-  return {w};
+  return {MemberWarning{.kind = MemberWarning::Kind::miscalibrated,
+                        .particle = kWholePredictive,
+                        .value = median,
+                        .reference = kCalibratedMedianZ,
+                        .measure = too_wide ? "too wide" : "too narrow"}};
 }
 
 }  // namespace push::bayes
