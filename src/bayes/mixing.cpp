@@ -24,17 +24,17 @@ std::optional<ChainMixing> chain_mixing(const Predictive& pred, int64_t chains) 
   const auto halves = means.reshape({chains, 2, -1});
   const auto drift = (halves.select(1, 0) - halves.select(1, 1)).pow(2).mean(0) / 2;  // B / n within chains
   const double n = static_cast<double>(half);
+  const auto inf = torch::full_like(within, std::numeric_limits<double>::infinity());
+  // A value some sample predicts as NaN or ±inf is not mixed, whatever the arithmetic says.
+  const auto finite = torch::isfinite(x).all(1).all(0);
   // Values every sample predicts alike: R̂ 1; alike within half-chains but not across: infinite.
   auto rhat_of = [&](const torch::Tensor& b) {
     const auto pooled = within * ((n - 1) / n) + b;
-    return torch::where(within > 0, (pooled / within).sqrt(),
-                        torch::where(b > 0, torch::full_like(within, std::numeric_limits<double>::infinity()),
-                                     torch::ones_like(within)));
+    const auto r =
+        torch::where(within > 0, (pooled / within).sqrt(), torch::where(b > 0, inf, torch::ones_like(within)));
+    return torch::where(finite, r, inf);
   };
-  // A value some sample predicts as NaN or ±inf is not mixed, whatever the arithmetic says.
-  const auto finite = torch::isfinite(x).all(1).all(0);
-  const auto inf = torch::full_like(within, std::numeric_limits<double>::infinity());
-  const auto rhat = torch::where(finite, rhat_of(between), inf), drifting = torch::where(finite, rhat_of(drift), inf);
+  const auto rhat = rhat_of(between), drifting = rhat_of(drift);
   ChainMixing m;
   m.values = rhat.numel();
   m.samples_per_chain = 2 * half;

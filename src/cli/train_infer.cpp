@@ -90,7 +90,7 @@ bayes::SGMCMCOptions sgmcmc_options(const TrainConfig& c) {
       .method(c.algo == Algo::sghmc ? bayes::SGMCMCMethod::sghmc : bayes::SGMCMCMethod::sgld)
       .step_size(c.lr)
       .friction(c.friction)
-      .preconditioned(c.algo == Algo::sgld && c.preconditioned.value_or(false))
+      .preconditioned(c.preconditioned.value_or(false))  // false but for sgld (match_checkpoint)
       .cycle_epochs(c.cycles > 0 ? (c.epochs + c.cycles - 1) / c.cycles : 0)
       .burn_in_epochs(std::max<int64_t>(c.burn_in, 0))
       .thin(std::max<int64_t>(c.thin, 1))
