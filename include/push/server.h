@@ -6,5 +6,6 @@
 #include <push/server/grad_server.h>
 #include <push/server/model_server.h>
 #include <push/server/ordered_server.h>
+#include <push/server/ordered_server_base.h>
 #include <push/server/queue_host.h>
 #include <push/server/rank_pool.h>

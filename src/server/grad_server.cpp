@@ -14,18 +14,19 @@
 #include <optional>
 
 #include "core/seed.h"
+#include "core/torch_compat.h"
 
 namespace push::server {
 namespace {
 
 constexpr const char* kGradHost = "push::server::GradServerHost";
 constexpr const char* kGradClient = "push::server::GradServer";
-constexpr const char* kModelKey = "model";
 // Waits on forwarded sums end when the primary answers or the call times out.
 constexpr auto kForever = std::chrono::hours(24 * 365);
 
 using Grads = std::map<std::string, at::Tensor>;
 
+// The primary's own ordered server's name, and the model's key in any store.
 std::string model_server(const std::string& name) { return name + "/model"; }
 std::string info_service(const std::string& name) { return name + "/info"; }
 std::string apply_service(const std::string& name) { return name + "/apply"; }
@@ -46,11 +47,15 @@ c10::IValue to_ivalue(const Grads& grads) {
   return out;
 }
 
-// sum += add; names and shapes must agree.
-void add_into(Grads& sum, const Grads& add, const char* origin, const std::string& what) {
+// sum += add on `device`; names and shapes must agree.
+void add_into(Grads& sum, const Grads& add, const torch::Device& device, const char* origin, const std::string& what) {
   if (sum.empty()) {
-    // Sums in double: a float32 sum of many gradients would round where their mean need not.
-    for (const auto& [name, t] : add) sum.emplace(name, t.to(torch::kFloat64, /*non_blocking=*/false, /*copy=*/true));
+    // On the CPU in double: a float32 sum of many gradients would round where their mean
+    // need not. A GPU's double throughput is a small fraction of its float's on most parts.
+    for (const auto& [name, t] : add) {
+      const auto type = device.is_cpu() ? torch::kFloat64 : t.scalar_type();
+      sum.emplace(name, t.to(device, type, /*non_blocking=*/false, /*copy=*/true));
+    }
     return;
   }
   PUSH_CHECK(add.size() == sum.size(), origin, what, " has ", add.size(), " gradients, earlier ones had ", sum.size());
@@ -61,7 +66,7 @@ void add_into(Grads& sum, const Grads& add, const char* origin, const std::strin
     PUSH_CHECK(it->second.sizes() == t.sizes(), origin, what, ": gradient '", name, "' has shape ", t.sizes(),
                ", earlier ones ", it->second.sizes());
   }
-  for (const auto& [name, t] : add) sum.at(name).add_(t);
+  for (const auto& [name, t] : add) sum.at(name).add_(t.to(device));
 }
 
 }  // namespace
@@ -72,7 +77,7 @@ struct GradServerHost::Primary {
   std::string name;
   GradServerOptions options;
   std::vector<std::string> secondaries;
-  std::shared_ptr<OrderedServerHost> published;  // shared with the host: handlers may outlive it
+  std::shared_ptr<const OrderedServerBase> published;  // shared with the host: handlers may outlive it
 
   std::mutex mutex;
   torch::nn::Module* model = nullptr;
@@ -101,7 +106,7 @@ struct GradServerHost::Primary {
     }
     PUSH_CHECK(partial.size() == trainable, kGradHost, "server '", name, "': ", partial.size() - trainable,
                " gradients are not of trainable parameters of the managed model");
-    add_into(sum, partial, kGradHost, "a forwarded sum");
+    add_into(sum, partial, options.reduce_device(), kGradHost, "a forwarded sum");
     count += n;
     if (++partials >= options.reduce_batch_size() && may_step) step_locked();
   }
@@ -131,7 +136,7 @@ struct GradServerHost::Primary {
   }
 
   void publish_locked() {
-    const bool ok = published->push(kModelKey, state_of(*model), version + 1,
+    const bool ok = published->push(model_server(name), state_of(*model), version + 1,
                                     version == 0 ? std::nullopt : std::optional<int64_t>(version));
     PUSH_CHECK(ok, kGradHost, "server '", name, "': the published model changed behind the primary");
     ++version;
@@ -219,7 +224,7 @@ struct GradServerHost::Secondary {
         reap_locked();
         throw_lost_locked();
         if (held < options.max_queue_size()) {
-          add_into(sum, grads, kGradHost, c10::str("a push to server '", name, "'"));
+          add_into(sum, grads, options.reduce_device(), kGradHost, c10::str("a push to server '", name, "'"));
           ++count;
           ++held;
           if (count < options.reduce_batch_size()) return;
@@ -273,6 +278,10 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
   PUSH_CHECK(options.max_queue_size() >= options.reduce_batch_size(), kGradHost, "max_queue_size (",
              options.max_queue_size(), ") must be >= reduce_batch_size (", options.reduce_batch_size(), ")");
   PUSH_CHECK(!secondaries.empty(), kGradHost, "server '", name_, "' needs at least one secondary reducer");
+  const auto& device = options.reduce_device();
+  PUSH_CHECK(device.is_cpu() || (device.is_cuda() && device.index() < compat::cuda_device_count()), kGradHost,
+             "server '", name_, "': reduce_device ", device, " is not a device of this process (",
+             compat::cuda_device_count(), " CUDA devices)");
   PUSH_CHECK(group_.is_member(primary), kGradHost, "primary reducer '", primary, "' is not a member of group '",
              group_.name(), "'");
   for (const auto& s : secondaries) {
@@ -289,7 +298,8 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
     primary_->name = name_;
     primary_->options = options;
     primary_->secondaries = secondaries;
-    primary_->published = std::make_shared<OrderedServerHost>(group_, model_server(name_));
+    primary_->published = options.model_store() ? options.model_store()
+                                                : std::make_shared<OrderedServerHost>(group_, model_server(name_));
     auto p = primary_;
     services_.add(info_service(name_), [p](const dist::RpcArgs&) { return c10::IValue(p->secondaries); });
     services_.add(apply_service(name_), [p](const dist::RpcArgs& a) {
@@ -358,10 +368,12 @@ uint64_t next_handle() {
 }
 }  // namespace
 
-GradServer::GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout)
+GradServer::GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout,
+                       std::shared_ptr<const OrderedServerBase> model_store)
     : group_(std::move(group)),
       name_(std::move(name)),
       timeout_(timeout),
+      model_store_(std::move(model_store)),
       // Handles differ by rank and by their order on it: several on one rank spread their
       // pushes over the secondaries as handles on different ranks do.
       random_(push::detail::mix_seed(group_.rank_of(group_.self()), std::hash<std::string>{}(name_), next_handle(),
@@ -406,7 +418,9 @@ void GradServer::push(const torch::nn::Module& module, const std::string& second
 }
 
 int64_t GradServer::pull(torch::nn::Module& module) {
-  ModelServer models(OrderedServer(group_, model_server(name_), timeout_), kModelKey);
+  ModelServer models(
+      model_store_ ? model_store_ : std::make_shared<OrderedServer>(group_, model_server(name_), timeout_),
+      model_server(name_));
   bool pulled = false;
   try {
     pulled = models.pull(module);

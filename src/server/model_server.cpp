@@ -41,13 +41,17 @@ void load_state(torch::nn::Module& module, const c10::Dict<std::string, at::Tens
 }
 
 ModelServer::ModelServer(OrderedServer server, std::string model_name)
+    : ModelServer(std::make_shared<OrderedServer>(std::move(server)), std::move(model_name)) {}
+
+ModelServer::ModelServer(std::shared_ptr<const OrderedServerBase> server, std::string model_name)
     : server_(std::move(server)), model_name_(std::move(model_name)) {
+  PUSH_CHECK(server_ != nullptr, kModelServer, "no ordered server given (a null pointer)");
   PUSH_CHECK(!model_name_.empty(), kModelServer, "the model needs a name");
 }
 
 bool ModelServer::push(torch::nn::Module& module, bool pull_on_fail) {
   const std::optional<int64_t> prev = version_ == 0 ? std::nullopt : std::optional<int64_t>(version_);
-  if (server_.push(model_name_, state_of(module), version_ + 1, prev)) {
+  if (server_->push(model_name_, state_of(module), version_ + 1, prev)) {
     ++version_;
     return true;
   }
@@ -58,9 +62,9 @@ bool ModelServer::push(torch::nn::Module& module, bool pull_on_fail) {
 }
 
 bool ModelServer::pull(torch::nn::Module& module) {
-  auto newest = server_.pull(model_name_);
+  auto newest = server_->pull(model_name_);
   if (!newest) return false;
-  PUSH_CHECK(newest->value.isGenericDict(), kModelServer, "key '", model_name_, "' of server '", server_.name(),
+  PUSH_CHECK(newest->value.isGenericDict(), kModelServer, "key '", model_name_, "' of server '", server_->name(),
              "' holds no model");
   c10::Dict<std::string, at::Tensor> state;
   for (const auto& entry : newest->value.toGenericDict())

@@ -88,7 +88,7 @@ size_t OrderedServerHost::size() const {
 }
 
 bool OrderedServerHost::push(const std::string& key, c10::IValue value, int64_t version,
-                             std::optional<int64_t> prev_version) {
+                             std::optional<int64_t> prev_version) const {
   check_versions(kOrderedHost, name_, key, version, prev_version);
   return store_->push(key, std::move(value), version, prev_version);
 }

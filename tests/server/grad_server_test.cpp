@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dist_test_util.h"
+#include "memory_store.h"
 #include "test_util.h"
 #include "thread_count.h"
 
@@ -159,6 +160,58 @@ PUSH_DIST_WORKER(grad_backpressure) {
   }
   rpc.barrier();
   rpc.shutdown();
+}
+
+// One process is primary, secondary and client; the model is published into a backend of
+// the user's (an in-memory OrderedServerBase) instead of an ordered server the primary
+// hosts, and clients pull it from there. The reducers add up on `device`.
+void grad_through_store(const torch::Device& device) {
+  auto world = push::testing::test_world(60s);
+  auto rpc = world.rpc_group("store", world.names());
+  auto store = std::make_shared<push::testing::MemoryStore>("memory");
+  torch::manual_seed(3);
+  torch::nn::Linear served(2, 1);
+  const double lr = 0.25;
+  torch::optim::SGD sgd(served->parameters(), torch::optim::SGDOptions(lr));
+  GradServerHost host(rpc, "ps", "worker0", {"worker0"},
+                      GradServerOptions().reduce_batch_size(1).model_store(store).reduce_device(device));
+  host.manage_model(*served, sgd);  // version 1, into the store
+  EXPECT_EQ(store->pushes.load(), 1);
+  GradServer ps(rpc, "ps", std::nullopt, store);
+  torch::nn::Linear mine(2, 1);
+  EXPECT_EQ(ps.pull(*mine), 1);
+  const auto start = flat(*mine);
+  set_grads(*mine, 3);
+  ps.push(*mine);
+  set_grads(*mine, 5);
+  ps.push(*mine);
+  ps.flush();
+  EXPECT_EQ(host.steps(), 2);  // a step per push: reduce_batch_size 1
+  EXPECT_EQ(ps.pull(*mine), 3);
+  EXPECT_TRUE(torch::equal(flat(*mine), start.add(torch::full_like(start, 8.0), -lr))) << flat(*mine) << start;
+  // The store holds each published version under "<name>/model"; no ordered server of the
+  // primary's own holds it.
+  EXPECT_TRUE(store->pull("ps/model", 1).has_value());
+  EXPECT_PUSH_ERROR(GradServer(rpc, "ps", 2s).pull(*mine), "ps/model");
+  // A device this process does not have, named.
+  EXPECT_PUSH_ERROR(
+      GradServerHost(rpc, "q", "worker0", {"worker0"}, GradServerOptions().reduce_device(torch::Device("cuda:99"))),
+      "reduce_device cuda:99 is not a device of this process");
+  rpc.barrier();
+  rpc.shutdown();
+}
+
+PUSH_DIST_WORKER(grad_store) { grad_through_store(torch::kCPU); }
+
+PUSH_DIST_WORKER(grad_store_cuda) { grad_through_store(torch::Device("cuda:0")); }
+
+TEST(GradServer, PublishesThroughAnotherOrderedServerBackend) {
+  push::testing::expect_all_ok(push::testing::run_workers(1, "grad_store", 120s));
+}
+
+TEST(GradServer, ReducesOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  push::testing::expect_all_ok(push::testing::run_workers(1, "grad_store_cuda", 120s));
 }
 
 TEST(GradServer, AFullSecondaryHoldsPushersBackAndBadInputIsNamed) {

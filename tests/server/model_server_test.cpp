@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "dist_test_util.h"
+#include "memory_store.h"
 #include "test_util.h"
 
 using namespace std::chrono_literals;
@@ -72,6 +75,52 @@ PUSH_DIST_WORKER(model_race) {
 
 TEST(ModelServer, RacingPushesEachBuildOnTheNewestVersion) {
   push::testing::expect_all_ok(push::testing::run_workers(3, "model_race", 240s));
+}
+
+// The same race on another ordered-server backend (machin's o_server): four threads, each
+// with its own copy and handle, push through a store kept in memory. Every version builds
+// on the one before, so the last holds the start plus the versions after the first.
+TEST(ModelServer, KeepsItsModelInAnyOrderedServerBackend) {
+  auto store = std::make_shared<push::testing::MemoryStore>("memory");
+  const int threads = 4;
+  const int64_t n = push::testing::scaled(50, 10);
+  torch::nn::Linear origin(3, 2);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : origin->parameters()) p.copy_(torch::randint(-50, 50, p.sizes()));
+  }
+  ModelServer(store, "net").push(*origin);  // version 1
+  std::vector<std::thread> racers;
+  for (int t = 0; t < threads; ++t) {
+    racers.emplace_back([&] {
+      ModelServer models(store, "net");
+      torch::nn::Linear net(3, 2);
+      EXPECT_TRUE(models.pull(*net));
+      int64_t mine = 0;
+      while (mine < n) {
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& p : net->parameters()) p.add_(1.0);
+        }
+        if (models.push(*net)) ++mine;  // a loss loaded the newest version into net
+      }
+    });
+  }
+  for (auto& r : racers) r.join();
+  ModelServer reader(store, "net");
+  torch::nn::Linear net(3, 2);
+  ASSERT_TRUE(reader.pull(*net));
+  EXPECT_EQ(reader.version(), 1 + threads * n);
+  EXPECT_TRUE(torch::equal(
+      torch::cat({net->weight.detach().reshape(-1), net->bias.detach()}),
+      torch::cat({origin->weight.detach().reshape(-1), origin->bias.detach()}) + static_cast<double>(threads * n)));
+  EXPECT_GE(store->pushes.load(), 1 + threads * n);  // every version went through the backend
+  EXPECT_PUSH_ERROR(ModelServer(std::shared_ptr<const push::server::OrderedServerBase>(), "net"),
+                    "no ordered server given");
+  // What the backend holds under the key is checked as from push's own server.
+  store->push("not a model", c10::IValue(int64_t{3}), 1, std::nullopt);
+  EXPECT_PUSH_ERROR(ModelServer(store, "not a model").pull(*net),
+                    "key 'not a model' of server 'memory' holds no model");
 }
 
 }  // namespace

@@ -24,9 +24,12 @@
 // Reducers add gradients up as they arrive: a secondary holds one sum, whatever the batch.
 // `max_queue_size` bounds the gradients a secondary holds or has forwarded and not yet
 // seen applied; a push beyond it waits until the primary has applied earlier batches
-// (back-pressure). Gradients travel and add up on the CPU; the primary copies the result
-// to its model's device. flush() forwards and applies what is held in unfilled batches
-// (machin has no such call: a last short batch is never applied there).
+// (back-pressure). Gradients travel on the CPU and add up on `reduce_device` (the CPU by
+// default, in double there); the primary copies the result to its model's device. flush()
+// forwards and applies what is held in unfilled batches (machin has no such call: a last
+// short batch is never applied there). The primary publishes the model through an ordered
+// server it hosts, or through `model_store` (any OrderedServerBase every member reaches,
+// machin's `o_server`); clients then pull from the store they are given.
 #include <push/server/ordered_server.h>
 
 #include <torch/nn/module.h>
@@ -49,6 +52,12 @@ struct GradServerOptions {
   TORCH_ARG(int64_t, reduce_batch_size) = 4;
   /// Gradients a secondary may hold or have in flight (>= reduce_batch_size).
   TORCH_ARG(int64_t, max_queue_size) = 64;
+  /// Where reducers add gradients up: on the CPU in double (a float32 sum of many gradients
+  /// rounds where their mean need not); on a GPU in the gradients' own type.
+  TORCH_ARG(torch::Device, reduce_device) = torch::kCPU;
+  /// Where the primary publishes the model (key "<name>/model"); null: an OrderedServer it
+  /// hosts itself. Clients give GradServer the same store.
+  TORCH_ARG(std::shared_ptr<const OrderedServerBase>, model_store) = nullptr;
 };
 
 /// The reducers' part: built on the primary and on each secondary (one process may be
@@ -87,7 +96,10 @@ class GradServerHost {
 /// retry it blindly when counting matters).
 class GradServer {
  public:
-  GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout = std::nullopt);
+  /// `model_store`: the store the hosts were given as GradServerOptions::model_store (null:
+  /// the primary's own ordered server).
+  GradServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout = std::nullopt,
+             std::shared_ptr<const OrderedServerBase> model_store = nullptr);
 
   /// Sends the gradients of `module`'s trainable parameters to a random secondary, or to
   /// `secondary`. Returns once it holds them (or, when it is full, once room was made).
@@ -104,6 +116,7 @@ class GradServer {
   dist::RpcGroup group_;
   std::string name_;
   std::optional<dist::Milliseconds> timeout_;
+  std::shared_ptr<const OrderedServerBase> model_store_;
   std::vector<std::string> secondaries_;
   std::mt19937_64 random_;
 };

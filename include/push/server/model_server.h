@@ -14,11 +14,13 @@
 // started from one version exactly one publishes; the others (pull_on_fail) load the
 // winner's parameters. The first push creates the model (version 1). Gradients are left
 // alone. The module must have the server's parameter and buffer names and shapes: a
-// mismatch is a push::Error naming the tensor.
+// mismatch is a push::Error naming the tensor. Any OrderedServerBase can hold the model
+// (machin's `o_server`): push's OrderedServer, or a backend of your own.
 #include <push/server/ordered_server.h>
 
 #include <torch/nn/module.h>
 
+#include <memory>
 #include <string>
 
 namespace push::server {
@@ -26,6 +28,8 @@ namespace push::server {
 class ModelServer {
  public:
   explicit ModelServer(OrderedServer server, std::string model_name = "model");
+  /// The model kept in another ordered-server backend (not null).
+  explicit ModelServer(std::shared_ptr<const OrderedServerBase> server, std::string model_name = "model");
 
   const std::string& model_name() const { return model_name_; }
   /// The version this handle's module holds (0: none pushed or pulled yet).
@@ -38,7 +42,7 @@ class ModelServer {
   bool pull(torch::nn::Module& module);
 
  private:
-  OrderedServer server_;
+  std::shared_ptr<const OrderedServerBase> server_;
   std::string model_name_;
   int64_t version_ = 0;
 };

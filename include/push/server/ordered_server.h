@@ -22,6 +22,7 @@
 // Values are c10::IValues (tensors, lists, dicts, tuples of them) and are copies: a pushed
 // tensor changed afterwards does not change the stored value.
 #include <push/dist/rpc.h>
+#include <push/server/ordered_server_base.h>
 
 #include <torch/arg.h>
 
@@ -36,28 +37,25 @@ struct OrderedServerOptions {
   TORCH_ARG(int64_t, version_depth) = 1;
 };
 
-/// A value and the version it was pushed as.
-struct Versioned {
-  c10::IValue value;
-  int64_t version = 0;
-};
-
 /// Hosts the ordered server `name` on this member of `group` from construction until
 /// destruction (its services are "<name>/push" and "<name>/pull"; a second host of one
-/// name in a group is a push::Error). Thread-safe.
-class OrderedServerHost {
+/// name in a group is a push::Error). Thread-safe. As an OrderedServerBase it is the
+/// host's own handle, without a round trip.
+class OrderedServerHost : public OrderedServerBase {
  public:
   OrderedServerHost(dist::RpcGroup group, std::string name, OrderedServerOptions options = {});
   OrderedServerHost(const OrderedServerHost&) = delete;
   OrderedServerHost& operator=(const OrderedServerHost&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const override { return name_; }
   /// Keys stored so far.
   size_t size() const;
   /// OrderedServer's push and pull for the host itself, without a round trip. The value is
   /// stored as given: do not change its tensors afterwards.
-  bool push(const std::string& key, c10::IValue value, int64_t version, std::optional<int64_t> prev_version);
-  std::optional<Versioned> pull(const std::string& key, std::optional<int64_t> version = std::nullopt) const;
+  bool push(const std::string& key, c10::IValue value, int64_t version,
+            std::optional<int64_t> prev_version) const override;
+  std::optional<Versioned> pull(const std::string& key, std::optional<int64_t> version) const override;
+  using OrderedServerBase::pull;
 
   struct Store;
 
@@ -69,18 +67,20 @@ class OrderedServerHost {
 
 /// Any member's handle on the ordered server `name` of `group` (cheap to copy). Each call
 /// is one round trip to the host; a host that is gone or never was is a push::Error naming
-/// the server, after the group's timeout at most.
-class OrderedServer {
+/// the server, after the group's timeout at most. push's OrderedServerBase.
+class OrderedServer : public OrderedServerBase {
  public:
   OrderedServer(dist::RpcGroup group, std::string name, std::optional<dist::Milliseconds> timeout = std::nullopt);
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const override { return name_; }
   /// Stores `value` as `version` of `key` if `prev_version` is the key's newest version
   /// (nullopt: if the key has none yet). Returns whether it did.
-  bool push(const std::string& key, c10::IValue value, int64_t version, std::optional<int64_t> prev_version) const;
+  bool push(const std::string& key, c10::IValue value, int64_t version,
+            std::optional<int64_t> prev_version) const override;
   /// The newest version of `key`, or the given one; nothing when the key has no version or
   /// that version was never pushed or has been dropped.
-  std::optional<Versioned> pull(const std::string& key, std::optional<int64_t> version = std::nullopt) const;
+  std::optional<Versioned> pull(const std::string& key, std::optional<int64_t> version) const override;
+  using OrderedServerBase::pull;
 
  private:
   c10::IValue call(const std::string& service, const char* what, dist::RpcArgs args) const;
