@@ -16,6 +16,19 @@
 // callback may take as long as it takes); a callback that throws fails every participant
 // of the round with its error. A wait inside a fiber suspends the fiber.
 // Rounds repeat: each participant calls exchange once per round.
+//
+// Participants may also join at run time, as jactorch's replicas do when DataParallel
+// replicates a module: a SyncMaster built from the callback alone has the master as
+// participant 0 (run_master), and each register_slave() adds one and returns its pipe:
+//
+//   push::parallel::SyncMaster<int, int> sum(callback);
+//   auto pipe = sum.register_slave();           // participant 1
+//   // on the slave's thread: pipe.run_slave(msg); on the master's: sum.run_master(msg)
+//
+// As in jactorch, registering after a round has run starts a new set of slaves (the
+// replicas of the next replication): the earlier pipes are retired, and using one is a
+// push::Error. Registering while a round is under way is a push::Error. The SyncMaster
+// must outlive its pipes.
 #include <push/core/errors.h>
 #include <push/core/future.h>
 
@@ -36,22 +49,79 @@ class SyncMaster {
 
   SyncMaster(int participants, Callback callback, std::chrono::milliseconds timeout = std::chrono::seconds(60))
       : n_(participants), callback_(std::move(callback)), timeout_(timeout) {
-    PUSH_CHECK(participants >= 1, "push::parallel::SyncMaster", "participants must be >= 1, got ", participants);
+    PUSH_CHECK(participants >= 1, kOrigin, "participants must be >= 1, got ", participants);
     reset_locked();
   }
-  int participants() const { return n_; }
+  /// jactorch's SyncMaster(master_callback): the master alone, slaves register at run time.
+  explicit SyncMaster(Callback callback, std::chrono::milliseconds timeout = std::chrono::seconds(60))
+      : n_(1), registering_(true), callback_(std::move(callback)), timeout_(timeout) {
+    reset_locked();
+  }
+  SyncMaster(const SyncMaster&) = delete;
+  SyncMaster& operator=(const SyncMaster&) = delete;
+
+  int participants() const {
+    std::lock_guard lock(mutex_);
+    return n_;
+  }
+  /// jactorch's nr_slaves: the participants besides the master.
+  int slaves() const { return participants() - 1; }
+
+  /// A registered participant's end (jactorch's SlavePipe); cheap to copy.
+  class SlavePipe {
+   public:
+    /// Its place in the callback's messages and results (the master is 0).
+    int index() const { return index_; }
+    /// Hands in this slave's message of the round; returns its result once all arrived.
+    Result run_slave(Msg message) const { return master_->arrive(index_, generation_, std::move(message)); }
+
+   private:
+    friend class SyncMaster;
+    SlavePipe(SyncMaster* master, int index, uint64_t generation)
+        : master_(master), index_(index), generation_(generation) {}
+    SyncMaster* master_;
+    int index_;
+    uint64_t generation_;
+  };
+
+  /// Adds a participant (jactorch's register_slave); the first after a round has run
+  /// starts a new set of slaves.
+  SlavePipe register_slave() {
+    std::lock_guard lock(mutex_);
+    PUSH_CHECK(registering_, kOrigin, "register_slave: this SyncMaster has a fixed ", n_,
+               " participants (build it from the callback alone to register them)");
+    PUSH_CHECK(round_->arrived == 0, kOrigin, "register_slave: a round is under way (", round_->arrived, " of ", n_,
+               " have arrived)");
+    if (ran_) {  // a new replication: the earlier slaves are retired
+      ++generation_;
+      n_ = 1;
+      ran_ = false;
+    }
+    ++n_;
+    reset_locked();
+    return SlavePipe(this, n_ - 1, generation_);
+  }
+  /// The master's message of this round (participant 0); returns its result.
+  Result run_master(Msg message) { return exchange(0, std::move(message)); }
 
   /// Participant `index`'s message of this round; returns its result once all arrived.
-  Result exchange(int index, Msg message) {
-    PUSH_CHECK(index >= 0 && index < n_, "push::parallel::SyncMaster", "participant ", index, " of ", n_);
+  Result exchange(int index, Msg message) { return arrive(index, std::nullopt, std::move(message)); }
+
+ private:
+  static constexpr const char* kOrigin = "push::parallel::SyncMaster";
+
+  Result arrive(int index, std::optional<uint64_t> generation, Msg message) {
     std::shared_ptr<Round> round;
     bool last = false;
     {
       std::lock_guard lock(mutex_);
+      PUSH_CHECK(!generation || *generation == generation_, kOrigin, "the pipe of participant ", index,
+                 " was retired: slaves registered after it began a new set (register again)");
+      PUSH_CHECK(index >= 0 && index < n_, kOrigin, "participant ", index, " of ", n_);
       round = round_;
-      PUSH_CHECK(!round->messages[index].has_value(), "push::parallel::SyncMaster", "participant ", index,
-                 " arrived twice in one round");
+      PUSH_CHECK(!round->messages[index].has_value(), kOrigin, "participant ", index, " arrived twice in one round");
       round->messages[index] = std::move(message);
+      ran_ = true;
       last = ++round->arrived == n_;
       if (last) reset_locked();  // the next round starts clean
     }
@@ -62,8 +132,9 @@ class SyncMaster {
         std::vector<Msg> all;
         for (auto& m : round->messages) all.push_back(std::move(*m));
         results = callback_(std::move(all));
-        PUSH_CHECK(static_cast<int>(results.size()) == n_, "push::parallel::SyncMaster", "the callback returned ",
-                   results.size(), " results for ", n_, " participants");
+        const auto n = round->messages.size();
+        PUSH_CHECK(results.size() == n, kOrigin, "the callback returned ", results.size(), " results for ", n,
+                   " participants");
       } catch (...) {
         error = std::current_exception();
       }
@@ -72,7 +143,7 @@ class SyncMaster {
           // Each participant takes its own result out (below), so that no other thread
           // holds it when its owner is done with it.
           std::lock_guard lock(mutex_);
-          for (int i = 0; i < n_; ++i) round->taken[i] = std::move(results[i]);
+          for (size_t i = 0; i < results.size(); ++i) round->taken[i] = std::move(results[i]);
         }
         if (error) {
           round->results.set_error(error);
@@ -88,8 +159,8 @@ class SyncMaster {
       std::vector<int> missing;
       {
         std::lock_guard lock(mutex_);
-        for (int i = 0; i < n_; ++i) {
-          if (!round->messages[i].has_value()) missing.push_back(i);
+        for (size_t i = 0; i < round->messages.size(); ++i) {
+          if (!round->messages[i].has_value()) missing.push_back(static_cast<int>(i));
         }
         if (round_ == round && !missing.empty()) reset_locked();  // abandon the broken round
       }
@@ -99,8 +170,8 @@ class SyncMaster {
       std::string names;
       for (int i : missing) names += (names.empty() ? "" : ", ") + std::to_string(i);
       auto error = std::make_exception_ptr(
-          Error(c10::str("[push::parallel::SyncMaster] participant", missing.size() == 1 ? " " : "s ", names, " of ",
-                         n_, " did not arrive within ", timeout_.count(), " ms")));
+          Error(c10::str("[", kOrigin, "] participant", missing.size() == 1 ? " " : "s ", names, " of ",
+                         round->messages.size(), " did not arrive within ", timeout_.count(), " ms")));
       try {
         round->results.set_error(error);  // the others waiting fail with the same error
       } catch (...) {
@@ -110,7 +181,6 @@ class SyncMaster {
     return take(*round, future, index);
   }
 
- private:
   struct Round {
     std::vector<std::optional<Msg>> messages;
     std::vector<std::optional<Result>> taken;
@@ -130,10 +200,13 @@ class SyncMaster {
     return mine;
   }
 
-  const int n_;
+  int n_;                     // participants of the next round
+  bool registering_ = false;  // built from the callback alone: slaves register
+  bool ran_ = false;          // a round began since the last registration
+  uint64_t generation_ = 0;   // the set of slaves pipes belong to
   Callback callback_;
   std::chrono::milliseconds timeout_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::shared_ptr<Round> round_;
 };
 
