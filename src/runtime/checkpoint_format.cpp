@@ -198,6 +198,28 @@ std::vector<TensorLayout> layout_of(torch::nn::Module& module) {
 // Loads one saved particle into `r`: a scratch copy (to check it) or the live particle
 // (pinned, on its lane). LibTorch's Module::load adopts a saved tensor of any shape, so
 // shapes and types are compared here.
+namespace {
+// The learning rate of each parameter group in a saved optimizer (LibTorch writes each
+// group's options under param_groups/param_groups/<i>/options; an option type without an
+// "lr" gives nothing for its group).
+std::vector<std::optional<double>> saved_learning_rates(torch::serialize::InputArchive& optimizer_archive) {
+  std::vector<std::optional<double>> out;
+  torch::serialize::InputArchive groups;
+  if (!optimizer_archive.try_read("param_groups", groups)) return out;
+  torch::Tensor size;
+  if (!groups.try_read("param_groups/size", size)) return out;
+  const int64_t n = size.item<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    torch::serialize::InputArchive group, options;
+    c10::IValue lr;
+    const bool found = groups.try_read(c10::str("param_groups/", i), group) && group.try_read("options", options) &&
+                       options.try_read("lr", lr) && lr.isDouble();
+    out.push_back(found ? std::optional<double>(lr.toDouble()) : std::nullopt);
+  }
+  return out;
+}
+}  // namespace
+
 void load_into(ParticleRecord& r, torch::serialize::InputArchive& archive, const ManifestEntry& e) {
   const auto expected = layout_of(*r.module.ptr());
   torch::serialize::InputArchive module_archive;
@@ -217,20 +239,33 @@ void load_into(ParticleRecord& r, torch::serialize::InputArchive& archive, const
     throw Error(has_optimizer ? "it was saved with an optimizer but has none here"
                               : "it has an optimizer here but was saved without one");
   }
+  std::vector<std::optional<double>> lrs;
+  if (r.optimizer) {
+    lrs = saved_learning_rates(optimizer_archive);
+  }
   if (r.make_scheduler) {
     // A LibTorch scheduler's only state is its step count: replay it on a fresh one; the
-    // optimizer's saved learning rates are loaded right after.
+    // optimizer's saved learning rates are set right after.
     r.scheduler = r.make_scheduler(*r.optimizer);
     for (int64_t i = 0; i < e.scheduler_steps; ++i) r.scheduler->step();
   }
   r.scheduler_steps = e.scheduler_steps;
   if (r.optimizer) {
+    // LibTorch's Optimizer::load replaces the per-parameter state it finds in the archive
+    // and keeps the rest, and reads the groups' options without applying them: a particle
+    // that trained on past the checkpoint would keep moments and learning rates it has
+    // no business having.
+    r.optimizer->state().clear();
     try {
       r.optimizer->load(optimizer_archive);
     } catch (...) {
       // LibTorch reports a state of another optimizer type as an internal assert.
       throw Error(c10::str("its saved optimizer state does not fit its ", c10::demangle(typeid(*r.optimizer).name()),
                            " here (", describe(std::current_exception()), ")"));
+    }
+    // Optimizer::load has checked that the groups match in number.
+    for (size_t g = 0; g < lrs.size() && g < r.optimizer->param_groups().size(); ++g) {
+      if (lrs[g]) r.optimizer->param_groups()[g].options().set_lr(*lrs[g]);
     }
   }
   c10::IValue state;

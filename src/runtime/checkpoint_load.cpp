@@ -24,8 +24,8 @@ struct Incoming {
 };
 }  // namespace
 
-void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
-  constexpr const char* origin = "push::Push::load";
+void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options, bool whole,
+                        const char* origin) {
   auto corrupt = [&](const std::exception_ptr& e) {
     return Error(c10::str("[", origin, "] checkpoint '", dir.string(), "' is corrupt: ", describe(e)));
   };
@@ -56,14 +56,16 @@ void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions
       throw corrupt(std::current_exception());
     }
 
-    // The ids must match: extra ones here are an error, missing ones need make_options.
+    // The ids must match (a whole load: extra ones here are an error); missing ones need
+    // make_options.
     std::set<Pid> saved;
     for (const auto& in : incoming) saved.insert(in.entry.pid);
     std::string extra;
     for (Pid pid : registry_.particle_ids()) {
       if (!saved.count(pid)) extra += (extra.empty() ? "" : ", ") + std::to_string(pid);
     }
-    PUSH_CHECK(extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '", dir.string(), "'");
+    PUSH_CHECK(!whole || extra.empty(), origin, "particles ", extra, " exist here but not in checkpoint '",
+               dir.string(), "' (load_particles loads a checkpoint of some particles)");
     for (auto& in : incoming) {
       const std::optional<Where> placed = registry_.find(in.entry.pid);
       if (placed) in.live = placed->record;

@@ -13,9 +13,15 @@ namespace push::detail {
 namespace fs = std::filesystem;
 using namespace checkpoint;
 
-void Checkpointer::save(const fs::path& dir) {
-  constexpr const char* origin = "push::Push::save";
+void Checkpointer::save(const fs::path& dir, const std::optional<std::set<Pid>>& only, const char* origin) {
   PUSH_CHECK(!dir.empty(), origin, "the checkpoint path is empty");
+  if (only) {
+    // Every rank knows every id: all ranks refuse the same list, before anything is made.
+    PUSH_CHECK(!only->empty(), origin, "no particles given to save");
+    for (Pid pid : *only) {
+      PUSH_CHECK(registry_.find(pid).has_value(), origin, "particle ", pid, " does not exist");
+    }
+  }
   const bool lead = registry_.rank() == 0;
   auto fail = [&](const std::exception_ptr& e) {
     return Error(c10::str("[", origin, "] cannot save to '", dir.string(), "': ", describe(e)));
@@ -39,7 +45,7 @@ void Checkpointer::save(const fs::path& dir) {
   const fs::path staging = where.at(0).toStringRef();
   std::vector<ManifestEntry> entries;
   try {
-    entries = write_particles(staging);
+    entries = write_particles(staging, only);
   } catch (...) {
     failure = std::make_exception_ptr(fail(std::current_exception()));
   }
@@ -75,7 +81,8 @@ void Checkpointer::save(const fs::path& dir) {
   collectives_.agree(failure, "save (publishing)", origin);
 }
 
-std::vector<ManifestEntry> Checkpointer::write_particles(const fs::path& staged) {
+std::vector<ManifestEntry> Checkpointer::write_particles(const fs::path& staged,
+                                                         const std::optional<std::set<Pid>>& only) {
   // Outside the try: the futures (and the error a lane stored in one) outlive the catch
   // that reads the error, so the lane never frees an exception this thread still reads.
   std::vector<Future<std::vector<ManifestEntry>>> written;
@@ -83,6 +90,7 @@ std::vector<ManifestEntry> Checkpointer::write_particles(const fs::path& staged)
   // is called from a handler, inline in that handler).
   for (int lane = 0; lane < lanes_.size(); ++lane) {
     auto records = registry_.records_on(lane);
+    if (only) std::erase_if(records, [&](const ParticleRecord* r) { return !only->count(r->pid); });
     written.push_back(lanes_.call<std::vector<ManifestEntry>>(lane, [this, lane, records, staged] {
       std::vector<ManifestEntry> entries;
       ParticleCache& cache = lanes_.at(lane).cache();

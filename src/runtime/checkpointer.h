@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "runtime/checkpoint_format.h"
@@ -26,15 +28,19 @@ class Checkpointer {
                Runtime& runtime)
       : lanes_(lanes), registry_(registry), builder_(builder), collectives_(collectives), runtime_(runtime) {}
 
-  /// Every rank writes its own particles into rank 0's staging folder; rank 0 writes the
-  /// manifest last and swaps the folder into place.
-  void save(const std::filesystem::path& dir);
+  /// Every rank writes its own particles (those in `only`, when given) into rank 0's
+  /// staging folder; rank 0 writes the manifest last and swaps the folder into place.
+  void save(const std::filesystem::path& dir, const std::optional<std::set<Pid>>& only, const char* origin);
   /// All or nothing: every particle is read, checked and loaded into a scratch copy (or
   /// into the new particle it becomes) on every rank before any live particle changes.
-  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options);
+  /// `whole`: the checkpoint must hold every particle here (Push::load); otherwise the
+  /// particles it does not hold stay as they are (Push::load_particles).
+  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options, bool whole,
+            const char* origin);
 
  private:
-  std::vector<checkpoint::ManifestEntry> write_particles(const std::filesystem::path& staged);
+  std::vector<checkpoint::ManifestEntry> write_particles(const std::filesystem::path& staged,
+                                                         const std::optional<std::set<Pid>>& only);
 
   Lanes& lanes_;
   Registry& registry_;

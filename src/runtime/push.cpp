@@ -83,10 +83,18 @@ CacheStats Push::cache_stats(int lane) const {
   return stats;
 }
 
-void Push::save(const std::filesystem::path& dir) { runtime_->save(dir); }
+void Push::save(const std::filesystem::path& dir) { runtime_->save(dir, std::nullopt, "push::Push::save"); }
+
+void Push::save(const std::filesystem::path& dir, const std::vector<Pid>& pids) {
+  runtime_->save(dir, std::set<Pid>(pids.begin(), pids.end()), "push::Push::save");
+}
 
 void Push::load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
-  runtime_->load(dir, make_options);
+  runtime_->load(dir, make_options, /*whole=*/true, "push::Push::load");
+}
+
+void Push::load_particles(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
+  runtime_->load(dir, make_options, /*whole=*/false, "push::Push::load_particles");
 }
 
 }  // namespace push

@@ -104,14 +104,15 @@ ParticleView::Data Runtime::parameters(Pid pid, const char* origin) {
   return local_.parameters(*at.record).wait();
 }
 
-void Runtime::save(const std::filesystem::path& dir) {
-  check_open("push::Push::save");
-  checkpointer_.save(dir);
+void Runtime::save(const std::filesystem::path& dir, const std::optional<std::set<Pid>>& only, const char* origin) {
+  check_open(origin);
+  checkpointer_.save(dir, only, origin);
 }
 
-void Runtime::load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
-  check_open("push::Push::load");
-  checkpointer_.load(dir, make_options);
+void Runtime::load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options,
+                   bool whole, const char* origin) {
+  check_open(origin);
+  checkpointer_.load(dir, make_options, whole, origin);
 }
 
 }  // namespace push::detail

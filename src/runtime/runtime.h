@@ -56,8 +56,9 @@ class Runtime {
   /// A copy of `pid`'s parameters on the CPU (Push::p_parameters).
   ParticleView::Data parameters(Pid pid, const char* origin);
 
-  void save(const std::filesystem::path& dir);
-  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options);
+  void save(const std::filesystem::path& dir, const std::optional<std::set<Pid>>& only, const char* origin);
+  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options, bool whole,
+            const char* origin);
 
  private:
   void check_open(const char* origin) const;

@@ -114,11 +114,19 @@ class Push {
   /// at `dir` intact). `dir` must be new, empty or a push checkpoint: the folder is
   /// replaced as a whole. Callable from a handler too; it waits for the particles' lanes.
   void save(const std::filesystem::path& dir);
+  /// Writes the particles `pids` alone (PusH's save_to_disk, for any number of them), as
+  /// save does; load_particles reads such a checkpoint back. With a world, collective:
+  /// every rank passes the same ids, and each writes its own of them.
+  void save(const std::filesystem::path& dir, const std::vector<Pid>& pids);
 
   /// Restores the particles saved in `dir`. A saved id that exists here is overwritten;
   /// one that does not is created with `make_options(pid)` (handlers, optimizer factory;
   /// without it, a missing id is an error). Particles here but not in `dir` are an error.
   void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options = nullptr);
+  /// As load, but the particles here that `dir` does not hold stay as they are: restores
+  /// the particles a save(dir, pids) wrote.
+  void load_particles(const std::filesystem::path& dir,
+                      const std::function<ParticleOptions(Pid)>& make_options = nullptr);
 
  private:
   std::shared_ptr<detail::Runtime> runtime_;
