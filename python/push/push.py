@@ -1,6 +1,7 @@
 """PusH: a distribution of particles, PusH's API on push's runtime."""
 
 import collections
+import contextlib
 import functools
 import math
 import os
@@ -25,6 +26,36 @@ class _Slot:
         self.state = state
         self.device = device
         self.view = view  # the module views of this particle show
+
+
+# A state_dict as push's checkpoint can hold it: dicts whose keys are not all str (an
+# optimizer's state is keyed by parameter index) become {_KEYED: [[key, value], ...]}.
+_KEYED = "push.keyed"
+
+
+def _stashable(value, what):
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stashable(v, what) for v in value)
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and _KEYED not in value:
+            return {k: _stashable(v, what) for k, v in value.items()}
+        return {_KEYED: [[_stashable(k, what), _stashable(v, what)] for k, v in value.items()]}
+    raise TypeError(f"push: save cannot keep {what}: it holds a {type(value).__name__} "
+                    f"(a checkpoint holds tensors, numbers, str, None, lists, tuples and dicts)")
+
+
+def _unstashed(value):
+    if isinstance(value, list):
+        return [_unstashed(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_unstashed(v) for v in value)
+    if isinstance(value, dict):
+        if set(value) == {_KEYED}:
+            return {_unstashed(k): _unstashed(v) for k, v in value[_KEYED]}
+        return {k: _unstashed(v) for k, v in value.items()}
+    return value
 
 
 class UnknownParticleError(KeyError, ValueError):
@@ -288,40 +319,65 @@ class PusH:
         self._check_pid(pid)
         return list(self._core.named_parameters(pid))
 
-    def save(self, path: str = None, sync: bool = True) -> None:
-        """Saves every particle's parameters and buffers to the folder ``path`` (written
-        whole or not at all; ``load`` reads it back, checked). Without ``path``, as PusH
-        does: ``particles/device{lane}_particle{pid}.pth`` in the working folder, each the
-        module's ``state_dict()`` for ``module.load_state_dict(torch.load(file))``.
-        Python optimizers' state is not saved."""
+    def save(self, path: str = None, sync: bool = True, pids: Optional[Iterable[int]] = None) -> None:
+        """Saves the particles to the folder ``path`` (written whole or not at all; ``load``
+        reads it back, checked): parameters, buffers and the Python optimizer's and
+        scheduler's state of each. ``pids``: only those particles (``load_particles``
+        reads them back). Without ``path``, as PusH does:
+        ``particles/device{lane}_particle{pid}.pth`` in the working folder, each the
+        module's ``state_dict()`` for ``module.load_state_dict(torch.load(file))``."""
+        if pids is not None:
+            pids = sorted(set(pids))
+            for pid in pids:
+                self._check_pid(pid)
         if path is not None:
-            self._core.save(os.fspath(path))
+            with self._stashed():
+                self._core.save(os.fspath(path), pids)
             return
-        os.makedirs("particles", exist_ok=True)
-        # push's own checkpoint first (every particle, from its lane), then each particle's
+        self._save_pusH_files("particles", self.particle_ids() if pids is None else pids)
+
+    def save_to_disk(self, pid: int, path: str = "./particles") -> None:
+        """PusH's ``save_to_disk``: particle ``pid``'s ``state_dict()`` to
+        ``{path}/device{lane}_particle{pid}.pth`` (PusH writes under ``particles`` whatever
+        ``path`` says; here ``path`` is honoured)."""
+        self._check_pid(pid)
+        self._save_pusH_files(os.fspath(path), [pid])
+
+    def _save_pusH_files(self, folder: str, pids) -> None:
+        os.makedirs(folder, exist_ok=True)
+        # push's own checkpoint first (from the particles' lanes), then each particle's
         # state_dict under PusH's name, replaced whole.
-        with tempfile.TemporaryDirectory(dir="particles", prefix=".push-save-") as scratch:
-            folder = os.path.join(scratch, "checkpoint")
-            self._core.save(folder)
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".push-save-") as scratch:
+            checkpoint = os.path.join(scratch, "checkpoint")
+            self._core.save(checkpoint, list(pids))
             keys = list(self._mk_module().state_dict().keys())
-            for pid in self.particle_ids():
-                source = os.path.join(folder, f"particle-{pid}.pt")
+            for pid in pids:
+                source = os.path.join(checkpoint, f"particle-{pid}.pt")
                 if not os.path.exists(source):
                     continue  # another rank's particle: that rank writes its file
                 archive = torch.jit.load(source, map_location="cpu")
                 saved = dict(archive.named_parameters())
                 saved.update(archive.named_buffers())
                 state = collections.OrderedDict((k, saved["module." + k].detach().clone()) for k in keys)
-                name = os.path.join("particles", f"device{self._core.lane_of(pid)}_particle{pid}.pth")
+                name = os.path.join(folder, f"device{self._core.lane_of(pid)}_particle{pid}.pth")
                 torch.save(state, os.path.join(scratch, "part"))
                 os.replace(os.path.join(scratch, "part"), name)
 
     def load(self, path: str) -> None:
         """Restores every particle saved in the folder ``path`` into the particle of the same
         id here: parameters and buffers, in place (the modules and their optimizers keep
-        the same tensors). Create the particles first, as the saving program did; a saved
-        particle that is not here, a particle here that was not saved, another network's
-        shapes or a damaged checkpoint raise RuntimeError naming it, and change nothing."""
+        the same tensors), and the Python optimizer's and scheduler's state. Create the
+        particles first, as the saving program did; a saved particle that is not here, a
+        particle here that was not saved, another network's shapes or a damaged checkpoint
+        raise RuntimeError naming it, and change nothing."""
+        self._load(path, self._core.load)
+
+    def load_particles(self, path: str) -> None:
+        """As ``load``, for a folder ``save(path, pids=...)`` wrote: the particles it holds
+        are restored, the others stay as they are."""
+        self._load(path, self._core.load_particles)
+
+    def _load(self, path, load) -> None:
         if path is None:
             raise ValueError("push: load needs the folder a save wrote")
         with self._create_lock:
@@ -329,9 +385,46 @@ class PusH:
             # (no optimizer, no view) before it changes the live particles.
             self._making = None
             try:
-                self._core.load(os.fspath(path))
+                load(os.fspath(path))
             finally:
                 self._made = None
+        self._unstash(apply=True)
+
+    # What save keeps in each particle's (C++) state for the Python layer, which push's
+    # checkpoint then holds with the particle's tensors.
+    _STASH_PUT, _STASH_TAKE = "push.python/put", "push.python/take"
+    _STASHED = ("push.python.optimizer", "push.python.scheduler")
+
+    def _local_python_slots(self):
+        rank = self._core.rank()
+        with self._lock:
+            return [(pid, slot) for pid, slot in self._slots.items()
+                    if self._core.rank_of(pid) == rank and (slot.optimizer is not None or slot.scheduler is not None)]
+
+    @contextlib.contextmanager
+    def _stashed(self):
+        futures = []
+        for pid, slot in self._local_python_slots():
+            for key, part in zip(self._STASHED, (slot.optimizer, slot.scheduler)):
+                if part is not None:
+                    what = f"particle {pid}'s {key.rsplit('.', 1)[1]} state"
+                    futures.append(self._core.launch(pid, self._STASH_PUT, key, _stashable(part.state_dict(), what)))
+        for f in futures:
+            f.wait(None)
+        try:
+            yield
+        finally:
+            self._unstash(apply=False)
+
+    def _unstash(self, apply: bool) -> None:
+        taken = []
+        for pid, slot in self._local_python_slots():
+            for key, part in zip(self._STASHED, (slot.optimizer, slot.scheduler)):
+                taken.append((pid, key, part, self._core.launch(pid, self._STASH_TAKE, key)))
+        for pid, key, part, f in taken:
+            state = f.wait(None)
+            if apply and state is not None and part is not None:
+                part.load_state_dict(_unstashed(state))
 
     # -- internals the particle uses -------------------------------------------------
 

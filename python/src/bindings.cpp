@@ -284,9 +284,22 @@ PYBIND11_MODULE(_push, m) {
            })
       .def("lane_of",
            [](const Distribution& d, Pid pid) { return d.query<int>([&](Push& p) { return p.lane_of(pid); }); })
-      .def("save", [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.save(dir); }); })
+      .def(
+          "save",
+          [](Distribution& d, const std::string& dir, std::optional<std::vector<Pid>> pids) {
+            d.run([&](Push& p) {
+              if (pids) {
+                p.save(dir, *pids);
+              } else {
+                p.save(dir);
+              }
+            });
+          },
+          py::arg("dir"), py::arg("pids") = py::none())
       .def("barrier", [](Distribution& d) { d.run([](Push& p) { p.barrier(); }); })
       .def("load", [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.load(dir); }); })
+      .def("load_particles",
+           [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.load_particles(dir); }); })
       .def("handler_threads", &Distribution::handler_threads)
       .def_property_readonly("closed", &Distribution::closed)
       .def_static("in_handler", [] { return HandlerCall::current() != nullptr; })

@@ -65,8 +65,25 @@ Pid Distribution::create(const py::dict& receive, std::optional<int> device, std
                            py::str(py::type::handle_of(item.first).attr("__name__")).cast<std::string>());
     }
     const auto message = item.first.cast<std::string>();
+    if (message.rfind(kStashPrefix, 0) == 0) {
+      throw py::value_error("push: messages beginning with '" + std::string(kStashPrefix) + "' are push's own, got '" +
+                            message + "'");
+    }
     options.on(message, handler(message, py::reinterpret_borrow<py::object>(item.second)));
   }
+  // What save and load keep in the particle's state for the Python layer (its optimizer's
+  // and scheduler's state): the state goes into push's checkpoint with the particle.
+  options.on(kStashPut, [](Particle& p, const Args& a) {
+    p.state()[a.at(0).toStringRef()] = a.at(1);
+    return c10::IValue();
+  });
+  options.on(kStashTake, [](Particle& p, const Args& a) {
+    auto it = p.state().find(a.at(0).toStringRef());
+    if (it == p.state().end()) return c10::IValue();
+    c10::IValue value = std::move(it->second);
+    p.state().erase(it);
+    return value;
+  });
   if (device) options.device(*device);
   if (rank) options.rank(*rank);
   Pid pid = -1;

@@ -33,6 +33,11 @@ class Distribution {
 
   /// A particle on lane `device` answering `receive` ({message: fn}); returns its pid (the
   /// Python package keeps what its `mk_module` made). Not from inside a handler.
+  /// Messages every Python particle answers, for save and load: put(key, value) into its
+  /// state, take(key) out of it (None when absent). Users' messages may not begin so.
+  static constexpr const char* kStashPrefix = "push.python/";
+  static constexpr const char* kStashPut = "push.python/put";
+  static constexpr const char* kStashTake = "push.python/take";
   Pid create(const pybind11::dict& receive, std::optional<int> device, std::optional<int> rank);
   PFuture launch(Pid pid, const std::string& message, const pybind11::args& args);
   /// A handler for a Python function, to register on a particle from its handler.

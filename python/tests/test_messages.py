@@ -322,3 +322,71 @@ def test_handlers_compute_with_their_lane_s_intra_op_threads():
         torch.set_num_threads(before)
     with pytest.raises(ValueError, match="intra_op_threads must be >= 1"):
         push.PusH(linear, intra_op_threads=0)
+
+
+def _adam_steplr():
+    mk_optim = lambda ps: torch.optim.Adam(ps, lr=0.05)  # noqa: E731
+    mk_sched = lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)  # noqa: E731
+    return mk_optim, mk_sched
+
+
+def _train_steps(p, n):
+    x = torch.linspace(-1, 1, 8).unsqueeze(1).repeat(1, 3)
+    for _ in range(n):
+        p.step(lambda out, y: (out - y).pow(2).mean(), x, x[:, :1] * 2).wait()
+        p.scheduler_step().wait()
+
+
+def test_save_keeps_the_python_optimizer_and_scheduler_so_training_resumes_exactly(tmp_path):
+    mk_optim, mk_sched = _adam_steplr()
+
+    def make(seed):
+        d = push.PusH(linear, seed=seed)
+        return d, [d.p_create(mk_optim, mk_sched, receive={"TRAIN": _train_steps}) for _ in range(2)]
+
+    d, pids = make(1)
+    with d:
+        d.p_wait([d.p_launch(pid, "TRAIN", 3) for pid in pids])
+        d.save(tmp_path / "ckpt")
+        d.p_wait([d.p_launch(pid, "TRAIN", 3) for pid in pids])
+        want = [d.p_parameters(pid) for pid in pids]
+        lr = d._slot(0).optimizer.param_groups[0]["lr"]
+        # Back into the same particles, which trained on (moments and a halved rate of their
+        # own): the next three steps retrace the first run's.
+        d.load(tmp_path / "ckpt")
+        assert d._slot(0).optimizer.param_groups[0]["lr"] == 0.05 * 0.5
+        d.p_wait([d.p_launch(pid, "TRAIN", 3) for pid in pids])
+        assert all(torch.equal(a, b) for pid in pids for a, b in zip(d.p_parameters(pid), want[pid]))
+        assert d._slot(0).optimizer.param_groups[0]["lr"] == lr
+        # Nothing of it stays in the particles' state after the save.
+        assert d.p_launch(0, "push.python/take", "push.python.optimizer").wait() is None
+    fresh, pids = make(2)
+    with fresh:
+        fresh.load(tmp_path / "ckpt")
+        fresh.p_wait([fresh.p_launch(pid, "TRAIN", 3) for pid in pids])
+        assert all(torch.equal(a, b) for pid in pids for a, b in zip(fresh.p_parameters(pid), want[pid]))
+
+
+def test_some_particles_save_alone_and_save_to_disk_writes_pusHs_file(tmp_path):
+    mk_optim, mk_sched = _adam_steplr()
+    with push.PusH(linear) as d:
+        pids = [d.p_create(mk_optim, mk_sched, receive={"TRAIN": _train_steps}) for _ in range(3)]
+        d.p_wait([d.p_launch(pid, "TRAIN", 2) for pid in pids])
+        d.save(tmp_path / "one", pids=[1])
+        saved = d.p_parameters(1)
+        d.p_wait([d.p_launch(pid, "TRAIN", 2) for pid in pids])
+        others = [d.p_parameters(pid) for pid in (0, 2)]
+        with pytest.raises(RuntimeError, match="particles 0, 2 exist here but not in checkpoint"):
+            d.load(tmp_path / "one")
+        d.load_particles(tmp_path / "one")
+        assert all(torch.equal(a, b) for a, b in zip(d.p_parameters(1), saved))
+        assert all(torch.equal(a, b) for pid, want in zip((0, 2), others) for a, b in zip(d.p_parameters(pid), want))
+        d.save_to_disk(2, tmp_path / "pusH")
+        assert os.listdir(tmp_path / "pusH") == [f"device{d._core.lane_of(2)}_particle2.pth"]
+        module = linear()
+        module.load_state_dict(torch.load(tmp_path / "pusH" / os.listdir(tmp_path / "pusH")[0]))
+        assert all(torch.equal(a, b) for a, b in zip(module.parameters(), d.p_parameters(2)))
+        with pytest.raises(KeyError, match="particle 7 does not exist"):
+            d.save(tmp_path / "none", pids=[7])
+        with pytest.raises(ValueError, match="'push.python/' are push's own"):
+            d.p_create(None, receive={"push.python/mine": lambda p: None})
