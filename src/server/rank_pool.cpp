@@ -79,6 +79,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
                 c10::str("[", kRankPool, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
           }
           queue.clear();
+          idle.notify_all();
           return;
         }
         if (!pick) return;  // every slot taken: a completion pokes again
@@ -98,7 +99,8 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
         {
           std::lock_guard lock(self->mutex);
           --self->busy[w];
-          if (--self->in_flight == 0) self->idle.notify_all();
+          --self->in_flight;
+          self->idle.notify_all();
         }
         self->poke();
       };
@@ -123,6 +125,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
     {
       std::lock_guard lock(mutex);
       cancelled.swap(queue);
+      idle.notify_all();
     }
     for (auto& c : cancelled) {
       c.result.set_error(std::make_exception_ptr(CancelledError(
@@ -134,7 +137,13 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
 
 RankPool::RankPool(dist::RpcGroup group, std::vector<std::string> workers, int per_worker,
                    std::optional<dist::Milliseconds> timeout)
-    : impl_(std::make_shared<Impl>()) {
+    : RankPool(std::move(group),
+               RankPoolOptions().workers(std::move(workers)).per_worker(per_worker).timeout(timeout)) {}
+
+RankPool::RankPool(dist::RpcGroup group, RankPoolOptions options) : impl_(std::make_shared<Impl>()) {
+  auto workers = std::move(options.workers());
+  const int per_worker = options.per_worker();
+  const auto timeout = options.timeout();
   PUSH_CHECK(per_worker >= 1, kRankPool, "per_worker must be >= 1, got ", per_worker);
   if (workers.empty()) {
     for (const auto& m : group.members()) {
@@ -151,6 +160,20 @@ RankPool::RankPool(dist::RpcGroup group, std::vector<std::string> workers, int p
   impl_->per_worker = per_worker;
   impl_->timeout = timeout;
   impl_->busy.assign(impl_->workers.size(), 0);
+  if (!options.initializer().empty()) {
+    // Every worker at once; the constructor fails (nothing was queued yet) when one does.
+    std::vector<Future<c10::IValue>> ran;
+    for (const auto& w : impl_->workers) {
+      ran.push_back(impl_->group.rpc_async(w, options.initializer(), options.initargs(), timeout));
+    }
+    for (size_t k = 0; k < ran.size(); ++k) ran[k].wait_ready();
+    for (size_t k = 0; k < ran.size(); ++k) {
+      if (auto error = ran[k].error()) {
+        throw Error(c10::str("[", kRankPool, "] the initializer '", options.initializer(), "' failed on ",
+                             impl_->workers[k], ": ", detail::describe(error)));
+      }
+    }
+  }
   impl_->dispatcher = std::make_unique<parallel::ThreadPool>(1);
 }
 
@@ -214,7 +237,28 @@ parallel::Results<c10::IValue> RankPool::imap_unordered(const std::string& funct
       parallel::in_completion_order(each(function, single(items), "push::server::RankPool::imap_unordered")));
 }
 
+Future<std::vector<c10::IValue>> RankPool::map_async(const std::string& function,
+                                                     const std::vector<c10::IValue>& items) {
+  return collect_all(each(function, single(items), "push::server::RankPool::map_async"));
+}
+
+Future<std::vector<c10::IValue>> RankPool::starmap_async(const std::string& function,
+                                                         const std::vector<dist::RpcArgs>& items) {
+  return collect_all(each(function, items, "push::server::RankPool::starmap_async"));
+}
+
 size_t RankPool::cancel_queued() { return impl_->cancel_queued(); }
+
+void RankPool::close() {
+  std::lock_guard lock(impl_->mutex);
+  impl_->closed = true;
+}
+
+void RankPool::join() {
+  std::unique_lock lock(impl_->mutex);
+  PUSH_CHECK(impl_->closed, kRankPool, "join() before close(): the pool still takes calls");
+  impl_->idle.wait(lock, [&] { return impl_->queue.empty() && impl_->in_flight == 0; });
+}
 
 size_t RankPool::queued() const {
   std::lock_guard lock(impl_->mutex);

@@ -89,6 +89,15 @@ TEST(Future, AThrowingCallbackDoesNotStopTheOthers) {
   EXPECT_EQ(f.wait(), 20);
 }
 
+TEST(Future, GetWithATimeoutFailsWhileThePromiseIsUnsetThenGivesTheValue) {
+  Promise<int> promise;
+  Future<int> f = promise.future();
+  EXPECT_PUSH_ERROR(f.get(std::chrono::milliseconds(10)), "no result within 10 ms");
+  EXPECT_FALSE(f.is_ready());  // still pending: a later get may have it
+  promise.set_value(5);
+  EXPECT_EQ(f.get(std::chrono::milliseconds(10)), 5);
+}
+
 TEST(Future, ASecondSetIsAnErrorAndKeepsTheFirstValue) {
   Promise<int> promise;
   Future<int> f = promise.future();

@@ -43,6 +43,16 @@ PUSH_RPC_FUNCTION(pool_add);
 c10::IValue pool_peak(const RpcArgs&) { return static_cast<int64_t>(g_peak.load()); }
 PUSH_RPC_FUNCTION(pool_peak);
 
+// A pool's initializer: what it sets, later calls on the same worker read.
+std::atomic<int64_t> g_initialized{0};
+c10::IValue pool_init(const RpcArgs& a) {
+  g_initialized = a.at(0).toInt();
+  return c10::IValue();
+}
+PUSH_RPC_FUNCTION(pool_init);
+c10::IValue pool_read_init(const RpcArgs&) { return g_initialized.load(); }
+PUSH_RPC_FUNCTION(pool_read_init);
+
 // A worker's slow calls hold their slots until the test lets them go (pool_release); each
 // waits as a suspended handler fiber, so the release gets through.
 push::Promise<bool> g_release;
@@ -114,6 +124,41 @@ PUSH_DIST_WORKER(rank_pool) {
     EXPECT_PUSH_ERROR(pool.apply("no_such_function"), "no_such_function");
     EXPECT_PUSH_ERROR(RankPool(rpc, {"worker7"}), "'worker7' is not a member");
     EXPECT_PUSH_ERROR(RankPool(rpc, {}, 0), "per_worker must be >= 1");
+    // machin's map_async / starmap_async, get(timeout), and a callback for an error.
+    auto mapped = pool.map_async("pool_square", {2, 3, 4});
+    auto starred = pool.starmap_async("pool_add", {{1, 2}, {3, 4}});
+    const auto squares3 = mapped.get(30s);
+    EXPECT_EQ(squares3.size(), 3u);
+    EXPECT_EQ(squares3[2].toInt(), 16);
+    EXPECT_EQ(starred.get(30s).at(1).toInt(), 7);
+    auto failing = pool.map_async("pool_square", {1, 13});
+    failing.wait_ready();
+    EXPECT_TRUE(failing.has_error());
+    EXPECT_THROW(failing.wait(), TaskError);
+    push::Promise<std::string> heard;
+    auto thirteen = pool.apply_async("pool_square", {13});
+    thirteen.on_complete([thirteen, heard]() mutable {
+      heard.set_value(thirteen.has_error() ? push::detail::describe(thirteen.error()) : "a value");
+    });
+    EXPECT_NE(heard.future().get(30s).find("thirteen"), std::string::npos);
+    // A pool-wide initializer ran on every worker before the pool's first call there.
+    RankPool initialized(rpc, push::server::RankPoolOptions().initializer("pool_init").initargs({int64_t{42}}));
+    const auto read = initialized.starmap_async("pool_read_init", std::vector<RpcArgs>(8)).get(30s);
+    for (const auto& v : read) EXPECT_EQ(v.toInt(), 42);
+    EXPECT_EQ(rpc.rpc_sync("worker1", "pool_read_init").toInt(), 42);
+    EXPECT_EQ(rpc.rpc_sync("worker2", "pool_read_init").toInt(), 42);
+    EXPECT_PUSH_ERROR(RankPool(rpc, push::server::RankPoolOptions().initializer("pool_square").initargs({int64_t{13}})),
+                      "the initializer 'pool_square' failed on worker");
+    // A soft close: queued calls still run, new ones are refused, join waits for the rest.
+    EXPECT_PUSH_ERROR(initialized.join(), "join() before close()");
+    std::vector<c10::IValue> many;
+    for (int64_t i = 20; i < 40; ++i) many.push_back(i);
+    auto pending = initialized.map_async("pool_square", many);
+    initialized.close();
+    EXPECT_PUSH_ERROR(initialized.apply("pool_add", {1, 2}), "the pool is closed");
+    initialized.join();
+    EXPECT_EQ(initialized.queued(), 0u);
+    EXPECT_EQ(pending.get(30s).at(19).toInt(), 39 * 39);
   }
   rpc.barrier();
   // A queue hosted by rank 1; ranks 0 and 2 put 100 values each, rank 1 and 2 take them.
@@ -182,11 +227,15 @@ PUSH_DIST_WORKER(rank_pool_dead_worker) {
     auto squares = pool.map("pool_square", {1, 2, 3, 4, 5, 6});
     for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(squares[i].toInt(), (i + 1) * (i + 1));
     EXPECT_EQ(rpc.lost_members(), (std::vector<int>{1}));
+    // The last worker dies too: once its loss is known, calls fail at once, naming why.
+    EXPECT_THROW(pool.apply("pool_die"), push::Error);
+    EXPECT_TRUE(push::testing::eventually([&] { return rpc.lost_members() == std::vector<int>{1, 2}; }, 30s));
+    EXPECT_PUSH_ERROR(pool.apply("pool_square", {2}), "every worker of the pool is lost; 'pool_square' was not sent");
   }
   rpc.shutdown();  // its closing barrier waits for the members still there only
 }
 
-TEST(RankPool, ADeadWorkerFailsItsCallAndTheOthersGoOn) {
+TEST(RankPool, ADeadWorkerFailsItsCallAndTheOthersGoOnUntilAllAreLost) {
   push::testing::expect_all_ok(push::testing::run_workers(3, "rank_pool_dead_worker", 120s));
 }
 

@@ -135,6 +135,16 @@ class Future {
     return state.value();
   }
   T get() const { return wait(); }
+  /// The value (or the error) once complete within `timeout`; else a push::Error saying so,
+  /// and the future stays pending (machin's AsyncResult.get(timeout)).
+  template <class Rep, class Period>
+  T get(std::chrono::duration<Rep, Period> timeout) const {
+    if (!wait_for(timeout)) {
+      throw Error(c10::str("[push::Future::get] no result within ",
+                           std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), " ms"));
+    }
+    return wait();
+  }
   /// Waits until the future is complete, value or error, and rethrows nothing (before the
   /// buffers of the work it stands for are reused, say). Fiber-aware as wait().
   void wait_ready() const { check().wait_ready(); }

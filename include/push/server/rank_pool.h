@@ -17,9 +17,14 @@
 // future; map/starmap rethrow the first failure in item order as a TaskError naming the
 // item's index, after every call has ended. Calls go only to workers still there: a
 // worker that died gets none after its loss is known, and once every worker is lost the
-// queued calls fail. Destruction cancels queued calls and waits for those in flight.
+// queued calls fail. close() takes no new calls and join() waits for the queued ones (a
+// soft close, as machin's); destruction cancels queued calls and waits for those in flight.
+// A worker that dies is not replaced: ranks are started by the job's launcher, not by the
+// pool (machin's pool forks its own processes and refills them).
 #include <push/dist/rpc.h>
 #include <push/parallel/results.h>
+
+#include <torch/arg.h>
 
 #include <memory>
 #include <string>
@@ -27,8 +32,23 @@
 
 namespace push::server {
 
+struct RankPoolOptions {
+  /// Member names of the group (empty: every member but this process).
+  TORCH_ARG(std::vector<std::string>, workers) = {};
+  /// Calls in flight per worker (>= 1).
+  TORCH_ARG(int, per_worker) = 1;
+  /// Each call's timeout (nullopt: the group's).
+  TORCH_ARG(std::optional<dist::Milliseconds>, timeout) = std::nullopt;
+  /// A registered function every worker runs once with `initargs` before the pool sends
+  /// it anything (machin's initializer / initargs): per-process state later calls read.
+  /// Its failure on any worker fails the constructor, naming the worker.
+  TORCH_ARG(std::string, initializer) = "";
+  TORCH_ARG(dist::RpcArgs, initargs) = {};
+};
+
 class RankPool {
  public:
+  RankPool(dist::RpcGroup group, RankPoolOptions options);
   /// `workers`: member names of `group` (empty: every member but this process).
   RankPool(dist::RpcGroup group, std::vector<std::string> workers = {}, int per_worker = 1,
            std::optional<dist::Milliseconds> timeout = std::nullopt);
@@ -43,12 +63,21 @@ class RankPool {
   std::vector<c10::IValue> map(const std::string& function, const std::vector<c10::IValue>& items);
   /// function(args...) for every argument list.
   std::vector<c10::IValue> starmap(const std::string& function, const std::vector<dist::RpcArgs>& items);
+  /// map without waiting: a future of every result in item order, failed (once every call
+  /// has ended) with the first TaskError in item order (machin's map_async).
+  Future<std::vector<c10::IValue>> map_async(const std::string& function, const std::vector<c10::IValue>& items);
+  /// starmap without waiting, as map_async.
+  Future<std::vector<c10::IValue>> starmap_async(const std::string& function, const std::vector<dist::RpcArgs>& items);
   parallel::Results<c10::IValue> imap(const std::string& function, const std::vector<c10::IValue>& items);
   parallel::Results<c10::IValue> imap_unordered(const std::string& function, const std::vector<c10::IValue>& items);
   /// Fails the calls not sent yet with push::CancelledError; returns how many.
   size_t cancel_queued();
   /// Calls waiting for a free slot.
   size_t queued() const;
+  /// Takes no new calls (they fail with push::Error); the queued ones still run.
+  void close();
+  /// After close(): waits until every queued and in-flight call has ended.
+  void join();
 
   struct Impl;
 
