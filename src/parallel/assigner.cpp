@@ -17,8 +17,6 @@
 
 #include <torch/torch.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <numeric>
 
@@ -72,13 +70,6 @@ int64_t estimate_model_bytes(const torch::nn::Module& module, double size_multip
   for (const auto& p : module.parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
   for (const auto& b : module.buffers()) bytes += b.numel() * static_cast<int64_t>(b.element_size());
   return static_cast<int64_t>(static_cast<double>(bytes) * size_multiplier);
-}
-
-DeviceSpec cpu_device(double max_mem_ratio, double cpu_weight) {
-  PUSH_CHECK(max_mem_ratio > 0 && max_mem_ratio <= 1, kOrigin, "max_mem_ratio must be in (0, 1], got ", max_mem_ratio);
-  const double available =
-      static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  return DeviceSpec{c10::kCPU, static_cast<int64_t>(available * max_mem_ratio), cpu_weight};
 }
 
 std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Connections& connections,
@@ -273,6 +264,10 @@ std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Co
   }
   return a;
 }
+
+ModelAssigner::ModelAssigner(const std::vector<torch::nn::Module*>& models, const Connections& connections,
+                             ModelAssignerOptions options)
+    : ModelAssigner(models, connections, detect_devices(options.max_mem_ratio(), options.cpu_weight()), options) {}
 
 ModelAssigner::ModelAssigner(const std::vector<torch::nn::Module*>& models, const Connections& connections,
                              std::vector<DeviceSpec> devices, ModelAssignerOptions options) {

@@ -95,4 +95,28 @@ TEST(ModelAssigner, PlacesAndMovesModules) {
   EXPECT_GT(push::parallel::cpu_device().memory_bytes, 0);
 }
 
+// machin's ModelAssigner with devices=None: the devices this process has, each GPU with a
+// share of its free memory; the CPU last, with machin's compute of 0 beside GPUs (alone, 1).
+TEST(ModelAssigner, DetectsTheDevicesOfThisProcessWhenNoneAreGiven) {
+  const auto devices = push::parallel::detect_devices(0.5, 0.0);
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  ASSERT_EQ(devices.size(), static_cast<size_t>(gpus) + 1);
+  for (int i = 0; i < gpus; ++i) {
+    EXPECT_EQ(devices[i].device, c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    EXPECT_GT(devices[i].memory_bytes, 0);
+    EXPECT_EQ(devices[i].compute, 1.0);
+  }
+  EXPECT_TRUE(devices.back().device.is_cpu());
+  EXPECT_EQ(devices.back().compute, gpus > 0 ? 0.0 : 1.0);
+  EXPECT_GT(devices.back().memory_bytes, 0);
+  // A smaller share of the same memory is a smaller budget (free memory moves a little).
+  EXPECT_LT(push::parallel::detect_devices(0.01).back().memory_bytes, devices.back().memory_bytes);
+  EXPECT_PUSH_ERROR(push::parallel::detect_devices(1.5), "max_mem_ratio must be in (0, 1]");
+  // Placed on them: with a GPU, the work goes there (the CPU computes nothing by default).
+  torch::nn::Linear a(4, 4), b(4, 4);
+  std::vector<torch::nn::Module*> models = {a.get(), b.get()};
+  ModelAssigner assigner(models, {{{0, 1}, 1.0}}, push::parallel::ModelAssignerOptions().move_models(false));
+  for (const auto& d : assigner.assignment()) EXPECT_EQ(d.is_cuda(), gpus > 0) << d;
+}
+
 }  // namespace

@@ -51,6 +51,10 @@ struct ModelAssignerOptions {
   /// Move each model to its device at the end.
   TORCH_ARG(bool, move_models) = true;
   TORCH_ARG(uint64_t, seed) = 0;
+  /// When the devices are detected (ModelAssigner without devices): the share of each
+  /// device's free memory it may fill, and the CPU's compute (machin's defaults).
+  TORCH_ARG(double, max_mem_ratio) = 0.5;
+  TORCH_ARG(double, cpu_weight) = 0.0;
 };
 
 /// Connection weights between models i < j (data between them; missing pairs are 0).
@@ -62,14 +66,20 @@ std::vector<int> assign_models(const std::vector<int64_t>& model_bytes, const Co
                                const std::vector<DeviceSpec>& devices, const ModelAssignerOptions& options = {});
 
 /// The CPU, with `max_mem_ratio` of the memory available now as its budget and `cpu_weight`
-/// as its compute (machin's defaults: 0.5 and 0). GPUs need their DeviceSpec given: this
-/// build reads no GPU memory sizes.
+/// as its compute (machin's defaults: 0.5 and 0).
 DeviceSpec cpu_device(double max_mem_ratio = 0.5, double cpu_weight = 0.0);
+/// Every device of this process: each CUDA device (on a CUDA build of push), with
+/// `max_mem_ratio` of its free memory now as its budget and compute 1, then cpu_device()
+/// (with compute 1 when there is no GPU). Reading a GPU's free memory makes its CUDA context.
+std::vector<DeviceSpec> detect_devices(double max_mem_ratio = 0.5, double cpu_weight = 0.0);
 
 class ModelAssigner {
  public:
   ModelAssigner(const std::vector<torch::nn::Module*>& models, const Connections& connections,
                 std::vector<DeviceSpec> devices, ModelAssignerOptions options = {});
+  /// On the devices detect_devices() finds (machin's ModelAssigner with devices=None).
+  ModelAssigner(const std::vector<torch::nn::Module*>& models, const Connections& connections,
+                ModelAssignerOptions options = {});
   /// The device of each model, in the order given.
   const std::vector<c10::Device>& assignment() const { return assignment_; }
 
