@@ -6,14 +6,71 @@
 #include <push/parallel/thread_pool.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+
+#include "dist/rpc/functions.h"
 
 namespace push::server {
 namespace {
 constexpr const char* kRankPool = "push::server::RankPool";
+
+// A worker's side of the pools with contexts (machin's CtxPool): each pool's context, by
+// the pool's key, from the pool's construction to its destruction.
+constexpr const char* kKeepContext = "push.rank_pool.keep_context";
+constexpr const char* kCallWithContext = "push.rank_pool.call_with_context";
+constexpr const char* kForgetContext = "push.rank_pool.forget_context";
+
+struct Contexts {
+  std::mutex mutex;
+  std::map<std::string, c10::IValue> by_pool;
+};
+Contexts& contexts() {
+  static Contexts c;
+  return c;
+}
+
+// (pool key, context)
+c10::IValue keep_context(const dist::RpcArgs& a) {
+  std::lock_guard lock(contexts().mutex);
+  contexts().by_pool[a.at(0).toStringRef()] = a.at(1);
+  return c10::IValue();
+}
+// (pool key, function, args...): function(context, args...)
+c10::IValue call_with_context(const dist::RpcArgs& a) {
+  const std::string& pool = a.at(0).toStringRef();
+  const std::string& function = a.at(1).toStringRef();
+  dist::RpcArgs args;
+  {
+    std::lock_guard lock(contexts().mutex);
+    auto it = contexts().by_pool.find(pool);
+    PUSH_CHECK(it != contexts().by_pool.end(), kRankPool, "this worker holds no context of pool '", pool, "'");
+    args.push_back(it->second);
+  }
+  auto fn = dist::detail::find_function(function);
+  PUSH_CHECK(fn, kRankPool, "no function named '", function,
+             "' is registered here (register it with PUSH_RPC_FUNCTION in every process)");
+  args.insert(args.end(), a.begin() + 2, a.end());
+  return fn(args);
+}
+// (pool key)
+c10::IValue forget_context(const dist::RpcArgs& a) {
+  std::lock_guard lock(contexts().mutex);
+  contexts().by_pool.erase(a.at(0).toStringRef());
+  return c10::IValue();
+}
+const dist::FunctionRegistrar kKeep(kKeepContext, keep_context);
+const dist::FunctionRegistrar kCall(kCallWithContext, call_with_context);
+const dist::FunctionRegistrar kForget(kForgetContext, forget_context);
+
+std::string next_pool_key(const dist::RpcGroup& group) {
+  static std::atomic<uint64_t> serial{0};
+  return c10::str(group.name(), "/", group.self(), "/", serial.fetch_add(1));
+}
 }  // namespace
 
 struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
@@ -28,6 +85,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
   std::vector<int> ranks;  // the workers' global ranks
   int per_worker = 1;
   std::optional<dist::Milliseconds> timeout;
+  std::string context_key;  // non-empty: each worker holds its context under this key
 
   std::mutex mutex;
   std::condition_variable idle;
@@ -105,6 +163,12 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
         self->poke();
       };
       try {
+        if (!context_key.empty()) {
+          dist::RpcArgs args{context_key, call.function};
+          args.insert(args.end(), call.args.begin(), call.args.end());
+          call.args = std::move(args);
+          call.function = kCallWithContext;
+        }
         auto reply = group.rpc_async(workers[w], call.function, std::move(call.args), timeout);
         reply.on_complete([reply, done] {
           if (auto error = reply.error()) {
@@ -160,19 +224,31 @@ RankPool::RankPool(dist::RpcGroup group, RankPoolOptions options) : impl_(std::m
   impl_->per_worker = per_worker;
   impl_->timeout = timeout;
   impl_->busy.assign(impl_->workers.size(), 0);
-  if (!options.initializer().empty()) {
+  auto run_everywhere = [&](const char* what, const std::string& function, auto args_of) {
     // Every worker at once; the constructor fails (nothing was queued yet) when one does.
     std::vector<Future<c10::IValue>> ran;
-    for (const auto& w : impl_->workers) {
-      ran.push_back(impl_->group.rpc_async(w, options.initializer(), options.initargs(), timeout));
+    for (size_t k = 0; k < impl_->workers.size(); ++k) {
+      ran.push_back(impl_->group.rpc_async(impl_->workers[k], function, args_of(k), timeout));
     }
-    for (size_t k = 0; k < ran.size(); ++k) ran[k].wait_ready();
+    for (auto& r : ran) r.wait_ready();
     for (size_t k = 0; k < ran.size(); ++k) {
       if (auto error = ran[k].error()) {
-        throw Error(c10::str("[", kRankPool, "] the initializer '", options.initializer(), "' failed on ",
-                             impl_->workers[k], ": ", detail::describe(error)));
+        throw Error(
+            c10::str("[", kRankPool, "] ", what, " failed on ", impl_->workers[k], ": ", detail::describe(error)));
       }
     }
+  };
+  if (!options.worker_contexts().empty()) {
+    PUSH_CHECK(options.worker_contexts().size() == impl_->workers.size(), kRankPool, impl_->workers.size(),
+               " workers but ", options.worker_contexts().size(), " worker_contexts");
+    impl_->context_key = next_pool_key(impl_->group);
+    run_everywhere("sending the worker's context", kKeepContext, [&](size_t k) {
+      return dist::RpcArgs{impl_->context_key, options.worker_contexts()[k]};
+    });
+  }
+  if (!options.initializer().empty()) {
+    run_everywhere(c10::str("the initializer '", options.initializer(), "'").c_str(), options.initializer(),
+                   [&](size_t) { return options.initargs(); });
   }
   impl_->dispatcher = std::make_unique<parallel::ThreadPool>(1);
 }
@@ -186,6 +262,22 @@ RankPool::~RankPool() {
   }
   // The last completion's poke may still be queued on the dispatcher: it holds the Impl.
   impl_->dispatcher->terminate();
+  if (!impl_->context_key.empty()) {
+    // The workers still there forget the pool's contexts; a worker gone or stuck is
+    // waited for no longer than a call would be.
+    const auto lost = impl_->group.lost_members();
+    std::vector<Future<c10::IValue>> forgot;
+    for (size_t k = 0; k < impl_->workers.size(); ++k) {
+      if (std::find(lost.begin(), lost.end(), impl_->ranks[k]) != lost.end()) continue;
+      try {
+        forgot.push_back(
+            impl_->group.rpc_async(impl_->workers[k], kForgetContext, {impl_->context_key}, impl_->timeout));
+      } catch (...) {
+        // the group is shutting down: nothing to tell
+      }
+    }
+    for (auto& f : forgot) f.wait_ready();
+  }
 }
 
 const std::vector<std::string>& RankPool::workers() const { return impl_->workers; }

@@ -53,6 +53,14 @@ PUSH_RPC_FUNCTION(pool_init);
 c10::IValue pool_read_init(const RpcArgs&) { return g_initialized.load(); }
 PUSH_RPC_FUNCTION(pool_read_init);
 
+// A pool with worker contexts (machin's CtxPool): the context comes first, then the item;
+// the answer names the process it ran in.
+std::string g_me;
+c10::IValue pool_with_context(const RpcArgs& a) {
+  return c10::str(a.at(0).toStringRef(), " in ", g_me, " x", a.at(1).toInt());
+}
+PUSH_RPC_FUNCTION(pool_with_context);
+
 // A worker's slow calls hold their slots until the test lets them go (pool_release); each
 // waits as a suspended handler fiber, so the release gets through.
 push::Promise<bool> g_release;
@@ -71,6 +79,7 @@ PUSH_RPC_FUNCTION(pool_release);
 
 PUSH_DIST_WORKER(rank_pool) {
   auto world = push::testing::test_world(120s);
+  g_me = "worker" + std::to_string(world.rank());
   auto rpc = world.rpc_group("pool", world.names());
   rpc.barrier();
   if (world.rank() == 0) {
@@ -159,6 +168,27 @@ PUSH_DIST_WORKER(rank_pool) {
     initialized.join();
     EXPECT_EQ(initialized.queued(), 0u);
     EXPECT_EQ(pending.get(30s).at(19).toInt(), 39 * 39);
+    // Worker contexts: each worker's own, handed to every call that runs there.
+    {
+      RankPool with_contexts(rpc, push::server::RankPoolOptions()
+                                      .workers({"worker1", "worker2"})
+                                      .per_worker(2)
+                                      .worker_contexts({std::string("ctx of worker1"), std::string("ctx of worker2")}));
+      std::vector<c10::IValue> xs;
+      for (int64_t i = 0; i < 12; ++i) xs.push_back(i);
+      const auto said = with_contexts.map("pool_with_context", xs);
+      std::set<std::string> where;
+      for (int64_t i = 0; i < 12; ++i) {
+        const auto& s = said[i].toStringRef();
+        const auto worker = s.substr(s.find(" in ") + 4, 7);
+        EXPECT_EQ(s, "ctx of " + worker + " in " + worker + " x" + std::to_string(i));
+        where.insert(worker);
+      }
+      EXPECT_EQ(where.size(), 2u);  // both ran some
+      EXPECT_PUSH_ERROR(with_contexts.apply("no_such_function"), "no function named 'no_such_function'");
+    }
+    EXPECT_PUSH_ERROR(RankPool(rpc, push::server::RankPoolOptions().worker_contexts({int64_t{1}})),
+                      "2 workers but 1 worker_contexts");
   }
   rpc.barrier();
   // A queue hosted by rank 1; ranks 0 and 2 put 100 values each, rank 1 and 2 take them.

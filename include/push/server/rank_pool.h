@@ -44,6 +44,10 @@ struct RankPoolOptions {
   /// Its failure on any worker fails the constructor, naming the worker.
   TORCH_ARG(std::string, initializer) = "";
   TORCH_ARG(dist::RpcArgs, initargs) = {};
+  /// One context per worker, in the order of `workers` (machin's CtxPool worker_contexts):
+  /// sent to its worker once, kept there while the pool lives, and handed to every call
+  /// the pool runs there as its first argument. Empty: calls get their arguments alone.
+  TORCH_ARG(std::vector<c10::IValue>, worker_contexts) = {};
 };
 
 class RankPool {

@@ -2,6 +2,7 @@
 // message over TCP connections that stay open); requests run in rpc_serve.cpp, calls and
 // replies in rpc_calls.cpp. The job's TCPStore is the control plane: which member holds a
 // service or a paired value (key_holders.h), barriers, and each member's address at creation.
+#include "dist/rpc/functions.h"
 #include "dist/rpc/rpc_state.h"
 #include "dist/rpc/rpc_test_access.h"
 #include "dist/world_access.h"
@@ -9,10 +10,6 @@
 #include <algorithm>
 
 namespace push::dist {
-namespace detail {
-RpcFunction find_function(const std::string& name);
-void add_function(const std::string& name, RpcFunction fn);
-}  // namespace detail
 
 void register_function(const std::string& name, RpcFunction fn) {
   PUSH_CHECK(fn, "push::dist::register_function", "function '", name, "' is empty");

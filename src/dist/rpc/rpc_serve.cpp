@@ -1,5 +1,6 @@
 // RpcGroup's serving side: the functions registered by name in this process, and what a
 // member does with a request (on one of its handler loops) and its reply.
+#include "dist/rpc/functions.h"
 #include "dist/rpc/rpc_state.h"
 
 #include <iostream>
