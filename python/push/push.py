@@ -7,6 +7,7 @@ import math
 import os
 import tempfile
 import threading
+import warnings
 import weakref
 from typing import Callable, Dict, Iterable, List, Optional
 
@@ -33,17 +34,29 @@ class _Slot:
 _KEYED = "push.keyed"
 
 
-def _stashable(value, what):
+class _Unstashable(TypeError):
+    pass
+
+
+def _stashable(value, dropped, path=""):
+    """``value`` as push's checkpoint can hold it. A dict entry that cannot be held (a
+    scheduler's function, say, which its constructor makes again) is left out, its path
+    added to ``dropped``; anything else that cannot be raises _Unstashable."""
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
     if isinstance(value, (list, tuple)):
-        return type(value)(_stashable(v, what) for v in value)
+        return type(value)(_stashable(v, dropped, f"{path}[{i}]") for i, v in enumerate(value))
     if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value) and _KEYED not in value:
-            return {k: _stashable(v, what) for k, v in value.items()}
-        return {_KEYED: [[_stashable(k, what), _stashable(v, what)] for k, v in value.items()]}
-    raise TypeError(f"push: save cannot keep {what}: it holds a {type(value).__name__} "
-                    f"(a checkpoint holds tensors, numbers, str, None, lists, tuples and dicts)")
+        items = []
+        for k, v in value.items():
+            try:
+                items.append((_stashable(k, dropped), _stashable(v, dropped, f"{path}.{k}" if path else str(k))))
+            except _Unstashable:
+                dropped.append(f"{path}.{k}" if path else str(k))
+        if all(isinstance(k, str) for k, _ in items) and _KEYED not in value:
+            return dict(items)
+        return {_KEYED: [[k, v] for k, v in items]}
+    raise _Unstashable(type(value).__name__)
 
 
 def _unstashed(value):
@@ -331,10 +344,10 @@ class PusH:
             for pid in pids:
                 self._check_pid(pid)
         if path is not None:
-            with self._stashed():
+            with self._stashed(pids):
                 self._core.save(os.fspath(path), pids)
             return
-        self._save_pusH_files("particles", self.particle_ids() if pids is None else pids)
+        self._save_pusH_files("particles", pids)
 
     def save_to_disk(self, pid: int, path: str = "./particles") -> None:
         """PusH's ``save_to_disk``: particle ``pid``'s ``state_dict()`` to
@@ -349,9 +362,9 @@ class PusH:
         # state_dict under PusH's name, replaced whole.
         with tempfile.TemporaryDirectory(dir=folder, prefix=".push-save-") as scratch:
             checkpoint = os.path.join(scratch, "checkpoint")
-            self._core.save(checkpoint, list(pids))
+            self._core.save(checkpoint, None if pids is None else list(pids))
             keys = list(self._mk_module().state_dict().keys())
-            for pid in pids:
+            for pid in self.particle_ids() if pids is None else pids:
                 source = os.path.join(checkpoint, f"particle-{pid}.pt")
                 if not os.path.exists(source):
                     continue  # another rank's particle: that rank writes its file
@@ -395,36 +408,50 @@ class PusH:
     _STASH_PUT, _STASH_TAKE = "push.python/put", "push.python/take"
     _STASHED = ("push.python.optimizer", "push.python.scheduler")
 
-    def _local_python_slots(self):
+    def _local_slots(self, pids=None):
         rank = self._core.rank()
         with self._lock:
             return [(pid, slot) for pid, slot in self._slots.items()
-                    if self._core.rank_of(pid) == rank and (slot.optimizer is not None or slot.scheduler is not None)]
+                    if self._core.rank_of(pid) == rank and (pids is None or pid in pids)]
 
     @contextlib.contextmanager
-    def _stashed(self):
-        futures = []
-        for pid, slot in self._local_python_slots():
-            for key, part in zip(self._STASHED, (slot.optimizer, slot.scheduler)):
-                if part is not None:
-                    what = f"particle {pid}'s {key.rsplit('.', 1)[1]} state"
-                    futures.append(self._core.launch(pid, self._STASH_PUT, key, _stashable(part.state_dict(), what)))
-        for f in futures:
-            f.wait(None)
+    def _stashed(self, pids=None):
+        # The state is read on this thread: save when no message is running (after p_wait).
         try:
+            futures, dropped = [], []
+            for pid, slot in self._local_slots(pids):
+                for key, part in zip(self._STASHED, (slot.optimizer, slot.scheduler)):
+                    if part is not None:
+                        left_out = []
+                        state = _stashable(part.state_dict(), left_out)
+                        dropped += [f"particle {pid}'s {key.rsplit('.', 1)[1]} '{k}'" for k in left_out]
+                        futures.append(self._core.launch(pid, self._STASH_PUT, key, state))
+            for f in futures:
+                f.wait(None)
+            if dropped:
+                warnings.warn("push: save leaves out what a checkpoint cannot hold (made again by the "
+                              "constructor on load): " + ", ".join(dropped[:4]) + (" ..." if len(dropped) > 4 else ""),
+                              stacklevel=3)
             yield
         finally:
-            self._unstash(apply=False)
+            self._unstash(apply=False, pids=pids)
 
-    def _unstash(self, apply: bool) -> None:
+    def _unstash(self, apply: bool, pids=None) -> None:
+        # Every local particle's stash is taken out, kept or not: none stays to be saved again.
         taken = []
-        for pid, slot in self._local_python_slots():
+        for pid, slot in self._local_slots(pids):
             for key, part in zip(self._STASHED, (slot.optimizer, slot.scheduler)):
-                taken.append((pid, key, part, self._core.launch(pid, self._STASH_TAKE, key)))
-        for pid, key, part, f in taken:
+                taken.append((key, part, self._core.launch(pid, self._STASH_TAKE, key)))
+        for key, part, f in taken:
             state = f.wait(None)
-            if apply and state is not None and part is not None:
+            if not apply or part is None:
+                continue
+            if state is not None:
                 part.load_state_dict(_unstashed(state))
+            elif key == self._STASHED[0]:
+                # A checkpoint without it (an older push's, or C++'s): the moments of training
+                # after it must not stay; the learning rates are the optimizer's own.
+                part.state = collections.defaultdict(dict)
 
     # -- internals the particle uses -------------------------------------------------
 

@@ -45,6 +45,10 @@ bool Distribution::closed() const {
 }
 
 Handler Distribution::handler(const std::string& message, py::object fn) const {
+  if (message.rfind(kStashPrefix, 0) == 0) {
+    throw py::value_error("push: messages beginning with '" + std::string(kStashPrefix) + "' are push's own, got '" +
+                          message + "'");
+  }
   if (!PyCallable_Check(fn.ptr())) {
     throw py::type_error(c10::str("push: the handler for message '", message, "' is not callable (a ",
                                   py::str(py::type::handle_of(fn).attr("__name__")).cast<std::string>(), ")"));
@@ -65,10 +69,6 @@ Pid Distribution::create(const py::dict& receive, std::optional<int> device, std
                            py::str(py::type::handle_of(item.first).attr("__name__")).cast<std::string>());
     }
     const auto message = item.first.cast<std::string>();
-    if (message.rfind(kStashPrefix, 0) == 0) {
-      throw py::value_error("push: messages beginning with '" + std::string(kStashPrefix) + "' are push's own, got '" +
-                            message + "'");
-    }
     options.on(message, handler(message, py::reinterpret_borrow<py::object>(item.second)));
   }
   // What save and load keep in the particle's state for the Python layer (its optimizer's

@@ -1,5 +1,6 @@
 """Particles, messages and results from Python: PusH's API on push's runtime."""
 import os
+import warnings
 
 import torch
 import pytest
@@ -390,3 +391,38 @@ def test_some_particles_save_alone_and_save_to_disk_writes_pusHs_file(tmp_path):
             d.save(tmp_path / "none", pids=[7])
         with pytest.raises(ValueError, match="'push.python/' are push's own"):
             d.p_create(None, receive={"push.python/mine": lambda p: None})
+
+
+def test_a_scheduler_holding_a_function_saves_and_resumes_exactly(tmp_path):
+    # OneCycleLR's state holds a bound method on torch 1.13: save leaves it out (its
+    # constructor makes it again) instead of failing, and training resumes to the bit.
+    mk_optim = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    mk_sched = lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=20)  # noqa: E731
+
+    def make(seed):
+        d = push.PusH(linear, seed=seed)
+        return d, d.p_create(mk_optim, mk_sched, receive={"TRAIN": _train_steps})
+
+    d, pid = make(1)
+    with d:
+        d.p_launch(pid, "TRAIN", 4).wait()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d.save(tmp_path / "ckpt")
+        d.p_launch(pid, "TRAIN", 4).wait()
+        want = d.p_parameters(pid)
+    fresh, pid = make(2)
+    with fresh:
+        fresh.load(tmp_path / "ckpt")
+        fresh.p_launch(pid, "TRAIN", 4).wait()
+        assert all(torch.equal(a, b) for a, b in zip(fresh.p_parameters(pid), want))
+
+
+def test_push_s_own_messages_cannot_be_taken_and_an_empty_distribution_saves(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with push.PusH(linear) as d:
+        d.save()  # nothing to write, nothing to fail
+        d.save(tmp_path / "empty")
+        pid = d.p_create(None, receive={"TAKE": lambda p: p.register_receive("push.python/take", lambda q, k: 1)})
+        with pytest.raises(ValueError, match="'push.python/' are push's own"):
+            d.p_launch(pid, "TAKE").wait()

@@ -3,6 +3,7 @@
 #include <push/server/grad_server.h>
 
 #include <push/core/errors.h>
+#include <push/parallel/thread_pool.h>
 #include <push/server/model_server.h>
 
 #include <torch/torch.h>
@@ -79,6 +80,17 @@ struct GradServerHost::Primary {
   std::vector<std::string> secondaries;
   std::shared_ptr<const OrderedServerBase> published;  // shared with the host: handlers may outlive it
 
+  // Publishing is a call to the store (a round trip when it is another member's), so it is
+  // never made under `mutex`: a handler waiting on it there would hold up every other one.
+  // One thread makes the pushes, in step order; the first that fails is remembered here.
+  struct PublishLog {
+    std::mutex mutex;
+    std::string failed;
+  };
+  std::shared_ptr<PublishLog> log = std::make_shared<PublishLog>();
+  std::unique_ptr<parallel::ThreadPool> publisher = std::make_unique<parallel::ThreadPool>(1);
+  Future<bool> last_publish = Future<bool>::ready(true);
+
   std::mutex mutex;
   torch::nn::Module* model = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
@@ -91,6 +103,7 @@ struct GradServerHost::Primary {
   void add(const Grads& partial, int64_t n, bool may_step) {
     std::lock_guard lock(mutex);
     PUSH_CHECK(!closed, kGradHost, "server '", name, "' is shutting down");
+    throw_if_publish_failed();
     PUSH_CHECK(model != nullptr, kGradHost, "server '", name,
                "': no model is managed yet (call manage_model on the primary before clients push)");
     PUSH_CHECK(n > 0, kGradHost, "server '", name, "': a forwarded sum of ", n, " gradients");
@@ -135,11 +148,36 @@ struct GradServerHost::Primary {
     publish_locked();
   }
 
+  // Queues the model's state (copied now) as the next version; last_publish completes once
+  // it is stored.
   void publish_locked() {
-    const bool ok = published->push(model_server(name), state_of(*model), version + 1,
-                                    version == 0 ? std::nullopt : std::optional<int64_t>(version));
-    PUSH_CHECK(ok, kGradHost, "server '", name, "': the published model changed behind the primary");
-    ++version;
+    const int64_t v = ++version;
+    last_publish = publisher->apply_async(
+        [store = published, log = log, key = model_server(name), server = name, state = state_of(*model), v] {
+          std::string failed;
+          try {
+            const bool ok = store->push(key, state, v, v == 1 ? std::nullopt : std::optional<int64_t>(v - 1));
+            if (!ok) failed = "the published model changed behind the primary";
+          } catch (...) {
+            failed = detail::describe(std::current_exception());
+          }
+          if (!failed.empty()) {
+            std::lock_guard lock(log->mutex);
+            if (log->failed.empty()) log->failed = c10::str("publishing version ", v, ": ", failed);
+          }
+          return failed.empty();
+        });
+  }
+
+  void throw_if_publish_failed() {
+    std::lock_guard lock(log->mutex);
+    PUSH_CHECK(log->failed.empty(), kGradHost, "server '", name, "': ", log->failed);
+  }
+
+  // Outside `mutex`: waits until every version queued so far is stored (or failed).
+  void wait_published(const Future<bool>& last) {
+    last.wait_ready();
+    throw_if_publish_failed();
   }
 };
 
@@ -279,8 +317,9 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
              options.max_queue_size(), ") must be >= reduce_batch_size (", options.reduce_batch_size(), ")");
   PUSH_CHECK(!secondaries.empty(), kGradHost, "server '", name_, "' needs at least one secondary reducer");
   const auto& device = options.reduce_device();
-  PUSH_CHECK(device.is_cpu() || (device.is_cuda() && device.index() < compat::cuda_device_count()), kGradHost,
-             "server '", name_, "': reduce_device ", device, " is not a device of this process (",
+  PUSH_CHECK(device.is_cpu() ||
+                 (device.is_cuda() && compat::cuda_device_count() > 0 && device.index() < compat::cuda_device_count()),
+             kGradHost, "server '", name_, "': reduce_device ", device, " is not a device of this process (",
              compat::cuda_device_count(), " CUDA devices)");
   PUSH_CHECK(group_.is_member(primary), kGradHost, "primary reducer '", primary, "' is not a member of group '",
              group_.name(), "'");
@@ -307,8 +346,14 @@ GradServerHost::GradServerHost(dist::RpcGroup group, std::string name, std::stri
       return c10::IValue();
     });
     services_.add(step_service(name_), [p](const dist::RpcArgs&) {
-      std::lock_guard lock(p->mutex);
-      if (p->model != nullptr) p->step_locked();
+      Future<bool> last;
+      {
+        std::lock_guard lock(p->mutex);
+        p->throw_if_publish_failed();
+        if (p->model != nullptr) p->step_locked();
+        last = p->last_publish;
+      }
+      p->wait_published(last);  // flush returns once its step is published
       return c10::IValue();
     });
   }
@@ -345,12 +390,17 @@ GradServerHost::~GradServerHost() {
 void GradServerHost::manage_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                   std::function<void()> after_step) {
   PUSH_CHECK(primary_ != nullptr, kGradHost, "server '", name_, "': manage_model is called on the primary reducer");
-  std::lock_guard lock(primary_->mutex);
-  PUSH_CHECK(primary_->model == nullptr, kGradHost, "server '", name_, "' manages a model already");
-  primary_->model = &model;
-  primary_->optimizer = &optimizer;
-  primary_->after_step = std::move(after_step);
-  primary_->publish_locked();
+  Future<bool> first;
+  {
+    std::lock_guard lock(primary_->mutex);
+    PUSH_CHECK(primary_->model == nullptr, kGradHost, "server '", name_, "' manages a model already");
+    primary_->model = &model;
+    primary_->optimizer = &optimizer;
+    primary_->after_step = std::move(after_step);
+    primary_->publish_locked();
+    first = primary_->last_publish;
+  }
+  primary_->wait_published(first);  // version 1 is there for clients when this returns
 }
 
 int64_t GradServerHost::steps() const {

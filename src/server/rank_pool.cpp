@@ -119,6 +119,7 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
       Call call;
       size_t w = 0;
       const auto lost = group.lost_members();
+      std::deque<Call> unsendable;  // every worker is lost: failed outside the lock
       {
         std::lock_guard lock(mutex);
         if (queue.empty()) return;
@@ -132,20 +133,28 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
           if (busy[k] < per_worker && (!pick || busy[k] < busy[*pick])) pick = k;
         }
         if (!alive) {
-          for (auto& c : queue) {
-            c.result.set_error(std::make_exception_ptr(Error(
-                c10::str("[", kRankPool, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
-          }
-          queue.clear();
-          idle.notify_all();
-          return;
+          unsendable.swap(queue);
+          in_flight += static_cast<int64_t>(unsendable.size());  // join waits until they have failed
+        } else {
+          if (!pick) return;  // every slot taken: a completion pokes again
+          w = *pick;
+          call = std::move(queue.front());
+          queue.pop_front();
+          ++busy[w];
+          ++in_flight;
         }
-        if (!pick) return;  // every slot taken: a completion pokes again
-        w = *pick;
-        call = std::move(queue.front());
-        queue.pop_front();
-        ++busy[w];
-        ++in_flight;
+      }
+      if (!unsendable.empty()) {
+        // Futures run their callbacks as they fail (a map_async's, a user's then): not under
+        // the pool's lock, which those may take.
+        for (auto& c : unsendable) {
+          c.result.set_error(std::make_exception_ptr(
+              Error(c10::str("[", kRankPool, "] every worker of the pool is lost; '", c.function, "' was not sent"))));
+        }
+        std::lock_guard lock(mutex);
+        in_flight -= static_cast<int64_t>(unsendable.size());
+        idle.notify_all();
+        return;
       }
       auto self = shared_from_this();
       auto done = [self, w, result = call.result](std::exception_ptr error, const c10::IValue* value) {
@@ -182,6 +191,23 @@ struct RankPool::Impl : std::enable_shared_from_this<RankPool::Impl> {
         done(std::current_exception(), nullptr);
       }
     }
+  }
+
+  // The workers still there drop this pool's contexts; a worker gone or stuck is waited
+  // for no longer than a call would be.
+  void forget_contexts() {
+    if (context_key.empty()) return;
+    const auto lost = group.lost_members();
+    std::vector<Future<c10::IValue>> forgot;
+    for (size_t k = 0; k < workers.size(); ++k) {
+      if (std::find(lost.begin(), lost.end(), ranks[k]) != lost.end()) continue;
+      try {
+        forgot.push_back(group.rpc_async(workers[k], kForgetContext, {context_key}, timeout));
+      } catch (...) {
+        // the group is shutting down: nothing to tell
+      }
+    }
+    for (auto& f : forgot) f.wait_ready();
   }
 
   size_t cancel_queued() {
@@ -247,8 +273,13 @@ RankPool::RankPool(dist::RpcGroup group, RankPoolOptions options) : impl_(std::m
     });
   }
   if (!options.initializer().empty()) {
-    run_everywhere(c10::str("the initializer '", options.initializer(), "'").c_str(), options.initializer(),
-                   [&](size_t) { return options.initargs(); });
+    try {
+      run_everywhere(c10::str("the initializer '", options.initializer(), "'").c_str(), options.initializer(),
+                     [&](size_t) { return options.initargs(); });
+    } catch (...) {
+      impl_->forget_contexts();  // no destructor runs: the workers drop the contexts now
+      throw;
+    }
   }
   impl_->dispatcher = std::make_unique<parallel::ThreadPool>(1);
 }
@@ -262,22 +293,7 @@ RankPool::~RankPool() {
   }
   // The last completion's poke may still be queued on the dispatcher: it holds the Impl.
   impl_->dispatcher->terminate();
-  if (!impl_->context_key.empty()) {
-    // The workers still there forget the pool's contexts; a worker gone or stuck is
-    // waited for no longer than a call would be.
-    const auto lost = impl_->group.lost_members();
-    std::vector<Future<c10::IValue>> forgot;
-    for (size_t k = 0; k < impl_->workers.size(); ++k) {
-      if (std::find(lost.begin(), lost.end(), impl_->ranks[k]) != lost.end()) continue;
-      try {
-        forgot.push_back(
-            impl_->group.rpc_async(impl_->workers[k], kForgetContext, {impl_->context_key}, impl_->timeout));
-      } catch (...) {
-        // the group is shutting down: nothing to tell
-      }
-    }
-    for (auto& f : forgot) f.wait_ready();
-  }
+  impl_->forget_contexts();
 }
 
 const std::vector<std::string>& RankPool::workers() const { return impl_->workers; }

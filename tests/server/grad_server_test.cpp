@@ -36,12 +36,21 @@ void set_grads(torch::nn::Module& m, double value) {
 
 // 3 ranks: worker0 is the primary, worker1 and worker2 the secondaries; every rank is a
 // client. reduce_batch_size 2: each secondary forwards 2 gradients, the primary steps on 2
-// forwarded sums, so 4 gradients make one step.
+// forwarded sums, so 4 gradients make one step. PUSH_TEST_REMOTE_STORE: the model is
+// published through an ordered server worker2 hosts (each publish a round trip).
 PUSH_DIST_WORKER(grad_mean) {
   auto world = push::testing::test_world(120s);
   auto rpc = world.rpc_group("grads", world.names());
   const auto method = std::getenv("PUSH_TEST_SUM") ? ReduceMethod::sum : ReduceMethod::mean;
   auto options = GradServerOptions().reduce_method(method).reduce_batch_size(2).max_queue_size(4);
+  std::unique_ptr<push::server::OrderedServerHost> store_host;
+  std::shared_ptr<const push::server::OrderedServerBase> store;
+  if (std::getenv("PUSH_TEST_REMOTE_STORE")) {
+    if (world.rank() == 2) store_host = std::make_unique<push::server::OrderedServerHost>(rpc, "models");
+    rpc.barrier();
+    store = std::make_shared<push::server::OrderedServer>(rpc, "models");
+    options.model_store(store);
+  }
   torch::manual_seed(7);
   torch::nn::Linear served(3, 2);  // the same start on every rank
   const double lr = 0.5;
@@ -52,7 +61,7 @@ PUSH_DIST_WORKER(grad_mean) {
         std::make_unique<GradServerHost>(rpc, "ps", "worker0", std::vector<std::string>{"worker1", "worker2"}, options);
   if (world.rank() == 0) host->manage_model(*served, sgd);
   rpc.barrier();
-  GradServer ps(rpc, "ps");
+  GradServer ps(rpc, "ps", std::nullopt, store);
   torch::nn::Linear mine(3, 2);
   EXPECT_EQ(ps.pull(*mine), 1);
   const auto start = flat(*mine);
@@ -88,6 +97,8 @@ PUSH_DIST_WORKER(grad_mean) {
   if (world.rank() == 0) EXPECT_EQ(host->steps(), 2);
   rpc.barrier();
   host.reset();
+  rpc.barrier();
+  store_host.reset();
   rpc.shutdown();
 }
 
@@ -97,6 +108,12 @@ TEST(GradServer, MeanIsTheMeanOverEveryPushedGradient) {
 
 TEST(GradServer, SumIsTheSumOfEveryPushedGradient) {
   push::testing::expect_all_ok(push::testing::run_workers(3, "grad_mean", 240s, {"PUSH_TEST_SUM=1"}));
+}
+
+// The primary publishes through another member's ordered server, a round trip per version,
+// while the secondaries' sums keep arriving: publishing never holds the server's lock.
+TEST(GradServer, PublishesThroughAnotherMembersOrderedServer) {
+  push::testing::expect_all_ok(push::testing::run_workers(3, "grad_mean", 240s, {"PUSH_TEST_REMOTE_STORE=1"}));
 }
 
 // One process is primary, secondary and client, with reduce_batch_size = max_queue_size =
@@ -197,6 +214,11 @@ void grad_through_store(const torch::Device& device) {
   EXPECT_PUSH_ERROR(
       GradServerHost(rpc, "q", "worker0", {"worker0"}, GradServerOptions().reduce_device(torch::Device("cuda:99"))),
       "reduce_device cuda:99 is not a device of this process");
+  if (!torch::cuda::is_available()) {
+    EXPECT_PUSH_ERROR(
+        GradServerHost(rpc, "q", "worker0", {"worker0"}, GradServerOptions().reduce_device(torch::Device("cuda"))),
+        "reduce_device cuda is not a device of this process (0 CUDA devices)");
+  }
   rpc.barrier();
   rpc.shutdown();
 }

@@ -39,8 +39,8 @@ struct RankPoolOptions {
   TORCH_ARG(int, per_worker) = 1;
   /// Each call's timeout (nullopt: the group's).
   TORCH_ARG(std::optional<dist::Milliseconds>, timeout) = std::nullopt;
-  /// A registered function every worker runs once with `initargs` before the pool sends
-  /// it anything (machin's initializer / initargs): per-process state later calls read.
+  /// A registered function every worker runs once with `initargs` before the pool's first
+  /// call there (machin's initializer / initargs): per-process state later calls read.
   /// Its failure on any worker fails the constructor, naming the worker.
   TORCH_ARG(std::string, initializer) = "";
   TORCH_ARG(dist::RpcArgs, initargs) = {};
