@@ -44,8 +44,9 @@ def _stashable(value, dropped, path=""):
     added to ``dropped``; anything else that cannot be raises _Unstashable."""
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_stashable(v, dropped, f"{path}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, (list, tuple)):  # a tuple's subclass (a namedtuple) comes back a tuple
+        items = [_stashable(v, dropped, f"{path}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
         items = []
         for k, v in value.items():
