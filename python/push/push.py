@@ -386,12 +386,12 @@ class PusH:
         raise RuntimeError naming it, and change nothing."""
         self._load(path, self._core.load)
 
-    def load_particles(self, path: str) -> None:
+    def load_particles(self, path: str) -> List[int]:
         """As ``load``, for a folder ``save(path, pids=...)`` wrote: the particles it holds
-        are restored, the others stay as they are."""
-        self._load(path, self._core.load_particles)
+        are restored, the others stay as they are. Returns the restored ids."""
+        return self._load(path, self._core.load_particles)
 
-    def _load(self, path, load) -> None:
+    def _load(self, path, load):
         if path is None:
             raise ValueError("push: load needs the folder a save wrote")
         with self._create_lock:
@@ -399,10 +399,11 @@ class PusH:
             # (no optimizer, no view) before it changes the live particles.
             self._making = None
             try:
-                load(os.fspath(path))
+                loaded = load(os.fspath(path))  # None: every particle (a whole load)
             finally:
                 self._made = None
-        self._unstash(apply=True)
+        self._unstash(apply=True, pids=loaded)
+        return loaded
 
     # What save keeps in each particle's (C++) state for the Python layer, which push's
     # checkpoint then holds with the particle's tensors.

@@ -299,7 +299,9 @@ PYBIND11_MODULE(_push, m) {
       .def("barrier", [](Distribution& d) { d.run([](Push& p) { p.barrier(); }); })
       .def("load", [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.load(dir); }); })
       .def("load_particles",
-           [](Distribution& d, const std::string& dir) { d.run([&](Push& p) { p.load_particles(dir); }); })
+           [](Distribution& d, const std::string& dir) {
+             return d.run<std::vector<Pid>>([&](Push& p) { return p.load_particles(dir); });
+           })
       .def("handler_threads", &Distribution::handler_threads)
       .def_property_readonly("closed", &Distribution::closed)
       .def_static("in_handler", [] { return HandlerCall::current() != nullptr; })

@@ -379,8 +379,12 @@ def test_some_particles_save_alone_and_save_to_disk_writes_pusHs_file(tmp_path):
         others = [d.p_parameters(pid) for pid in (0, 2)]
         with pytest.raises(RuntimeError, match="particles 0, 2 exist here but not in checkpoint"):
             d.load(tmp_path / "one")
+        moments = [d._slot(pid).optimizer.state_dict()["state"][0]["exp_avg"].clone() for pid in (0, 2)]
         d.load_particles(tmp_path / "one")
         assert all(torch.equal(a, b) for a, b in zip(d.p_parameters(1), saved))
+        # The particles the folder does not hold keep their optimizers' state too.
+        for pid, m in zip((0, 2), moments):
+            assert torch.equal(d._slot(pid).optimizer.state_dict()["state"][0]["exp_avg"], m)
         assert all(torch.equal(a, b) for pid, want in zip((0, 2), others) for a, b in zip(d.p_parameters(pid), want))
         d.save_to_disk(2, tmp_path / "pusH")
         assert os.listdir(tmp_path / "pusH") == [f"device{d._core.lane_of(2)}_particle2.pth"]

@@ -199,16 +199,18 @@ std::vector<TensorLayout> layout_of(torch::nn::Module& module) {
 // (pinned, on its lane). LibTorch's Module::load adopts a saved tensor of any shape, so
 // shapes and types are compared here.
 namespace {
-// The learning rate of each parameter group in a saved optimizer (LibTorch writes each
-// group's options under param_groups/param_groups/<i>/options; an option type without an
-// "lr" gives nothing for its group).
-std::vector<std::optional<double>> saved_learning_rates(torch::serialize::InputArchive& optimizer_archive) {
+// The learning rate of each of the first `groups` parameter groups in a saved optimizer
+// (LibTorch writes each group's options under param_groups/param_groups/<i>/options; an
+// option type without an "lr" gives nothing for its group). The saved group count is the
+// file's word: it is read no further than the groups here.
+std::vector<std::optional<double>> saved_learning_rates(torch::serialize::InputArchive& optimizer_archive,
+                                                        size_t groups_here) {
   std::vector<std::optional<double>> out;
   torch::serialize::InputArchive groups;
   if (!optimizer_archive.try_read("param_groups", groups)) return out;
   torch::Tensor size;
   if (!groups.try_read("param_groups/size", size)) return out;
-  const int64_t n = size.item<int64_t>();
+  const int64_t n = std::min<int64_t>(size.numel() == 1 ? size.item<int64_t>() : 0, static_cast<int64_t>(groups_here));
   for (int64_t i = 0; i < n; ++i) {
     torch::serialize::InputArchive group, options;
     c10::IValue lr;
@@ -241,7 +243,7 @@ void load_into(ParticleRecord& r, torch::serialize::InputArchive& archive, const
   }
   std::vector<std::optional<double>> lrs;
   if (r.optimizer) {
-    lrs = saved_learning_rates(optimizer_archive);
+    lrs = saved_learning_rates(optimizer_archive, r.optimizer->param_groups().size());
   }
   if (r.make_scheduler) {
     // A LibTorch scheduler's only state is its step count: replay it on a fresh one; the

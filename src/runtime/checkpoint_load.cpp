@@ -24,8 +24,8 @@ struct Incoming {
 };
 }  // namespace
 
-void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options, bool whole,
-                        const char* origin) {
+std::vector<Pid> Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions(Pid)>& make_options,
+                                    bool whole, const char* origin) {
   auto corrupt = [&](const std::exception_ptr& e) {
     return Error(c10::str("[", origin, "] checkpoint '", dir.string(), "' is corrupt: ", describe(e)));
   };
@@ -180,6 +180,10 @@ void Checkpointer::load(const fs::path& dir, const std::function<ParticleOptions
   }
   for (const auto& f : applied) f.wait_ready();
   collectives_.agree(failure, "load (applying)", origin);
+  std::vector<Pid> loaded;
+  for (const auto& in : incoming) loaded.push_back(in.entry.pid);
+  std::sort(loaded.begin(), loaded.end());
+  return loaded;
 }
 
 }  // namespace push::detail

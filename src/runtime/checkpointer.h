@@ -34,9 +34,10 @@ class Checkpointer {
   /// All or nothing: every particle is read, checked and loaded into a scratch copy (or
   /// into the new particle it becomes) on every rank before any live particle changes.
   /// `whole`: the checkpoint must hold every particle here (Push::load); otherwise the
-  /// particles it does not hold stay as they are (Push::load_particles).
-  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options, bool whole,
-            const char* origin);
+  /// particles it does not hold stay as they are (Push::load_particles). Returns the ids
+  /// the checkpoint held, ascending.
+  std::vector<Pid> load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options,
+                        bool whole, const char* origin);
 
  private:
   std::vector<checkpoint::ManifestEntry> write_particles(const std::filesystem::path& staged,

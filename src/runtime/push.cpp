@@ -93,8 +93,9 @@ void Push::load(const std::filesystem::path& dir, const std::function<ParticleOp
   runtime_->load(dir, make_options, /*whole=*/true, "push::Push::load");
 }
 
-void Push::load_particles(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options) {
-  runtime_->load(dir, make_options, /*whole=*/false, "push::Push::load_particles");
+std::vector<Pid> Push::load_particles(const std::filesystem::path& dir,
+                                      const std::function<ParticleOptions(Pid)>& make_options) {
+  return runtime_->load(dir, make_options, /*whole=*/false, "push::Push::load_particles");
 }
 
 }  // namespace push

@@ -109,10 +109,11 @@ void Runtime::save(const std::filesystem::path& dir, const std::optional<std::se
   checkpointer_.save(dir, only, origin);
 }
 
-void Runtime::load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options,
-                   bool whole, const char* origin) {
+std::vector<Pid> Runtime::load(const std::filesystem::path& dir,
+                               const std::function<ParticleOptions(Pid)>& make_options, bool whole,
+                               const char* origin) {
   check_open(origin);
-  checkpointer_.load(dir, make_options, whole, origin);
+  return checkpointer_.load(dir, make_options, whole, origin);
 }
 
 }  // namespace push::detail

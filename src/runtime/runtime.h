@@ -57,8 +57,8 @@ class Runtime {
   ParticleView::Data parameters(Pid pid, const char* origin);
 
   void save(const std::filesystem::path& dir, const std::optional<std::set<Pid>>& only, const char* origin);
-  void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options, bool whole,
-            const char* origin);
+  std::vector<Pid> load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options,
+                        bool whole, const char* origin);
 
  private:
   void check_open(const char* origin) const;

@@ -152,8 +152,8 @@ struct GradServerHost::Primary {
   // it is stored.
   void publish_locked() {
     const int64_t v = ++version;
-    last_publish = publisher->apply_async(
-        [store = published, log = log, key = model_server(name), server = name, state = state_of(*model), v] {
+    last_publish =
+        publisher->apply_async([store = published, log = log, key = model_server(name), state = state_of(*model), v] {
           std::string failed;
           try {
             const bool ok = store->push(key, state, v, v == 1 ? std::nullopt : std::optional<int64_t>(v - 1));

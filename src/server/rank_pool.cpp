@@ -250,8 +250,8 @@ RankPool::RankPool(dist::RpcGroup group, RankPoolOptions options) : impl_(std::m
   impl_->per_worker = per_worker;
   impl_->timeout = timeout;
   impl_->busy.assign(impl_->workers.size(), 0);
-  auto run_everywhere = [&](const char* what, const std::string& function, auto args_of) {
-    // Every worker at once; the constructor fails (nothing was queued yet) when one does.
+  // Every worker at once; the constructor fails (nothing was queued yet) when one does.
+  auto run_everywhere = [&](const std::string& what, const std::string& function, auto args_of) {
     std::vector<Future<c10::IValue>> ran;
     for (size_t k = 0; k < impl_->workers.size(); ++k) {
       ran.push_back(impl_->group.rpc_async(impl_->workers[k], function, args_of(k), timeout));
@@ -268,18 +268,20 @@ RankPool::RankPool(dist::RpcGroup group, RankPoolOptions options) : impl_(std::m
     PUSH_CHECK(options.worker_contexts().size() == impl_->workers.size(), kRankPool, impl_->workers.size(),
                " workers but ", options.worker_contexts().size(), " worker_contexts");
     impl_->context_key = next_pool_key(impl_->group);
-    run_everywhere("sending the worker's context", kKeepContext, [&](size_t k) {
-      return dist::RpcArgs{impl_->context_key, options.worker_contexts()[k]};
-    });
   }
-  if (!options.initializer().empty()) {
-    try {
-      run_everywhere(c10::str("the initializer '", options.initializer(), "'").c_str(), options.initializer(),
-                     [&](size_t) { return options.initargs(); });
-    } catch (...) {
-      impl_->forget_contexts();  // no destructor runs: the workers drop the contexts now
-      throw;
+  try {
+    if (!impl_->context_key.empty()) {
+      run_everywhere("sending the workers' contexts", kKeepContext, [&](size_t k) {
+        return dist::RpcArgs{impl_->context_key, options.worker_contexts()[k]};
+      });
     }
+    if (!options.initializer().empty()) {
+      run_everywhere(c10::str("the initializer '", options.initializer(), "'"), options.initializer(),
+                     [&](size_t) { return options.initargs(); });
+    }
+  } catch (...) {
+    impl_->forget_contexts();  // no destructor runs: the workers that took one drop it now
+    throw;
   }
   impl_->dispatcher = std::make_unique<parallel::ThreadPool>(1);
 }

@@ -124,9 +124,9 @@ class Push {
   /// without it, a missing id is an error). Particles here but not in `dir` are an error.
   void load(const std::filesystem::path& dir, const std::function<ParticleOptions(Pid)>& make_options = nullptr);
   /// As load, but the particles here that `dir` does not hold stay as they are: restores
-  /// the particles a save(dir, pids) wrote.
-  void load_particles(const std::filesystem::path& dir,
-                      const std::function<ParticleOptions(Pid)>& make_options = nullptr);
+  /// the particles a save(dir, pids) wrote. Returns their ids, ascending.
+  std::vector<Pid> load_particles(const std::filesystem::path& dir,
+                                  const std::function<ParticleOptions(Pid)>& make_options = nullptr);
 
  private:
   std::shared_ptr<detail::Runtime> runtime_;
